@@ -1,0 +1,42 @@
+# Every target does its own set-up, so a fresh machine needs nothing but `make`.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+# Debian bookworm's packages: the versions the .deb runs on are the versions we test.
+APT_PACKAGES := python3-venv python3-pip python3-setuptools python3-wheel \
+	python3-yaml python3-sdnotify python3-psutil python3-pystemd python3-dbus-fast \
+	python3-psycopg python3-pytest python3-hypothesis python3-matplotlib \
+	systemd-container dbus
+PYTEST_ARGS ?=
+
+.PHONY: test deps venv unit system bench clean
+
+deps:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(VENV)/.installed: pyproject.toml
+	$(MAKE) deps
+	rm -rf $(VENV)
+	/usr/bin/python3 -m venv --system-site-packages $(VENV)
+	$(PY) -m pip install -q --no-build-isolation --no-deps -e .
+	touch $@
+
+venv: deps $(VENV)/.installed
+
+test: venv
+	$(PY) -m pytest $(PYTEST_ARGS) tests
+
+unit: venv
+	$(PY) -m pytest $(PYTEST_ARGS) tests/unit
+
+system: venv
+	$(PY) -m pytest $(PYTEST_ARGS) tests/system
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,38 @@
+"""The one exception tree of flexiqd.
+
+Errors are wrapped once, with context, at the layer that knows it (the store,
+the config loader, the fleet); entry points print ``str(error)`` as one line
+and never a traceback for these.
+"""
+
+
+class FlexiqdError(Exception):
+    """Base of every error flexiqd raises on purpose."""
+
+
+class ConfigError(FlexiqdError):
+    """A configuration file or option is invalid; the message names the key."""
+
+
+class QueueError(FlexiqdError):
+    """The job store refused or failed an operation."""
+
+
+class StoreUnavailable(QueueError):
+    """The store cannot be opened or used: missing, read-only, corrupt or locked."""
+
+
+class PayloadError(QueueError):
+    """A job's payload is not JSON."""
+
+
+class JobNotFound(QueueError):
+    """No job has the given id."""
+
+
+class TaskError(FlexiqdError):
+    """A task could not be registered, found or loaded."""
+
+
+class FleetError(FlexiqdError):
+    """Starting, stopping or listing workers failed."""

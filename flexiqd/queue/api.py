@@ -1,0 +1,101 @@
+"""The application's view of the queue: ``Queue(url)``, ``@queue.task``, ``enqueue``, ``stats``."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Iterable
+
+from ..errors import TaskError
+from .backend import Backend
+from .tasks import Task, TaskOptions
+from .types import Job, NewJob, Stats
+from .url import default_url, open_backend
+
+
+class Queue:
+    """A job queue in a store named by URL, and the tasks an application registers on it.
+
+    The store is opened on first use, so an application module can create its
+    ``Queue`` at import time and a worker can still point it elsewhere
+    (``url=None`` means ``$FLEXIQ_URL``, else the packaged default).
+    Thread-safe.
+    """
+
+    def __init__(self, url: str | None = None, *, clock: Callable[[], float] = time.time) -> None:
+        self._url = url
+        self.clock = clock
+        self.tasks: dict[str, Task] = {}
+        self._backend: Backend | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return self._url or default_url()
+
+    @property
+    def backend(self) -> Backend:
+        with self._lock:
+            if self._backend is None:
+                self._backend = open_backend(self.url)
+            return self._backend
+
+    def use(self, url: str) -> None:
+        """Point this queue at another store (closing the one it had open)."""
+        with self._lock:
+            if self._backend is not None:
+                self._backend.close()
+                self._backend = None
+            self._url = url
+
+    def close(self) -> None:
+        with self._lock:
+            if self._backend is not None:
+                self._backend.close()
+                self._backend = None
+
+    # -- tasks -----------------------------------------------------------------------------
+
+    def task(self, name: str | None = None, *, queue: str = "default", priority: int = 0,
+             max_attempts: int = 3, timeout: float | None = None) -> Callable[[Callable], Task]:
+        """Register a function (sync or ``async def``) as a task, by default as ``module.function``."""
+        if callable(name):  # used bare: @queue.task
+            return self.task()(name)  # type: ignore[return-value]
+
+        def register(fn: Callable[..., Any]) -> Task:
+            task_name = name or f"{fn.__module__}.{fn.__qualname__}"
+            if task_name in self.tasks and self.tasks[task_name].fn is not fn:
+                raise TaskError(f"task name {task_name!r} is registered twice")
+            options = TaskOptions(queue=queue, priority=priority, max_attempts=max_attempts,
+                                  timeout=timeout)
+            registered = Task(self, fn, task_name, options)
+            self.tasks[task_name] = registered
+            return registered
+
+        return register
+
+    # -- jobs ------------------------------------------------------------------------------
+
+    def enqueue(self, task: str, args: Iterable[Any] = (), kwargs: dict | None = None,
+                **options: Any) -> int:
+        """Add one job for the task named ``task``; options as in ``NewJob``.
+
+        The name need not be registered here (a producer may not import the
+        workers' code); a worker dead-letters jobs of tasks it does not know.
+        """
+        registered = self.tasks.get(task)
+        if registered is not None:
+            job = registered.new_job(tuple(args), kwargs, **options)
+        else:
+            job = NewJob(task=task, payload={"args": list(args), "kwargs": dict(kwargs or {})}, **options)
+        return self.enqueue_many([job])[0]
+
+    def enqueue_many(self, jobs: Iterable[NewJob]) -> list[int]:
+        """Add jobs in one transaction (all or none); return their ids."""
+        return self.backend.enqueue(list(jobs), now=self.clock())
+
+    def get(self, job_id: int) -> Job:
+        return self.backend.get(job_id)
+
+    def stats(self, queue: str = "default", *, window: float = 60.0) -> Stats:
+        return self.backend.stats(queue, now=self.clock(), window=window)

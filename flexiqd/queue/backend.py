@@ -1,0 +1,109 @@
+"""The interface every job store implements (SQLite embedded, PostgreSQL shared).
+
+Contracts common to all methods:
+- ``now`` is epoch seconds and always an argument, so tests never patch clocks;
+- every method is one transaction: it happens whole or not at all;
+- an instance is safe to use from one thread at a time (callers that share one
+  across threads must serialise their calls);
+- store failures raise ``QueueError`` (``StoreUnavailable`` for missing,
+  read-only, corrupt or locked stores) with a message naming the store.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Iterable, Sequence
+
+from .types import ClaimRequest, Job, JobState, NewJob, Outcome, Stats
+
+
+class Backend(abc.ABC):
+    """A durable job store with leases."""
+
+    url: str
+
+    @abc.abstractmethod
+    def enqueue(self, jobs: Sequence[NewJob], *, now: float) -> list[int]:
+        """Store ``jobs`` and return their ids, in order.
+
+        A job whose idempotency key is held by a queued or running job is not
+        stored again: that job's id is returned in its place.
+        """
+
+    @abc.abstractmethod
+    def claim(self, request: ClaimRequest, *, now: float) -> list[Job]:
+        """Lease up to ``request.limit`` runnable jobs to ``request.owner``.
+
+        Highest priority first, then the longest runnable, then enqueue order.
+        Each claimed job uses one attempt.  Expired leases are recovered first
+        (their jobs are runnable again with that attempt counted), so a job is
+        never leased to two live owners.
+        """
+
+    @abc.abstractmethod
+    def settle(self, owner: str, outcomes: Iterable[Outcome], *, now: float) -> list[int]:
+        """Apply ``outcomes`` for jobs leased to ``owner``; return the ids settled.
+
+        An outcome for a job the owner no longer holds (lease expired and
+        re-claimed, or cancelled) is ignored and its id left out of the result.
+        """
+
+    def settle_and_claim(self, owner: str, outcomes: Iterable[Outcome],
+                         request: ClaimRequest | None, *, now: float) -> tuple[list[int], list[Job]]:
+        """``settle`` then ``claim`` -- in one transaction where the store can."""
+        settled = self.settle(owner, outcomes, now=now)
+        claimed = self.claim(request, now=now) if request and request.limit > 0 else []
+        return settled, claimed
+
+    @abc.abstractmethod
+    def renew(self, owner: str, job_ids: Iterable[int], lease_seconds: float, *, now: float) -> list[int]:
+        """Extend the leases ``owner`` still holds; return the ids still held."""
+
+    @abc.abstractmethod
+    def recover_expired(self, *, now: float) -> int:
+        """Make jobs whose lease expired runnable again (attempt counted); return how many.
+
+        A job out of attempts is dead-lettered instead.  Idempotent.
+        """
+
+    @abc.abstractmethod
+    def recover_owner(self, owner: str, *, now: float, reason: str) -> int:
+        """Treat every lease of ``owner`` as expired now (the owner died); return how many."""
+
+    @abc.abstractmethod
+    def cancel(self, job_id: int, *, now: float) -> bool:
+        """Cancel a queued, running or dead job; False if it had already finished."""
+
+    @abc.abstractmethod
+    def get(self, job_id: int) -> Job:
+        """The job with this id, or ``JobNotFound``."""
+
+    @abc.abstractmethod
+    def list_jobs(self, *, queue: str | None = None, state: JobState | None = None,
+                  limit: int = 50) -> list[Job]:
+        """Jobs, newest first, optionally filtered."""
+
+    @abc.abstractmethod
+    def retry_dead(self, *, queue: str | None = None, job_ids: Iterable[int] | None = None,
+                   now: float) -> int:
+        """Make dead jobs runnable again with fresh attempts; return how many."""
+
+    @abc.abstractmethod
+    def purge(self, *, states: Sequence[JobState], finished_before: float,
+              queue: str | None = None) -> int:
+        """Delete finished jobs (in ``states``) that finished before the given time."""
+
+    @abc.abstractmethod
+    def stats(self, queue: str, *, now: float, window: float = 60.0) -> Stats:
+        """The queue's current signals; cheap at millions of jobs (no full scans)."""
+
+    @abc.abstractmethod
+    def queues(self) -> list[str]:
+        """Names of the queues that hold or have held jobs."""
+
+    @abc.abstractmethod
+    def executions(self, *, job_id: int | None = None, limit: int | None = None) -> list[dict]:
+        """Who ran what: one row per settled or lost attempt (job_id, attempt, worker, outcome, ...)."""
+
+    def close(self) -> None:
+        """Release the store's resources.  Idempotent."""

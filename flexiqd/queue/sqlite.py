@@ -1,0 +1,553 @@
+"""The embedded SQLite job store.
+
+Durable by default: WAL with ``synchronous=FULL``, so an enqueue that returned
+survives a power loss (``?synchronous=normal`` trades that for speed).  The
+connection is in autocommit mode and every change runs inside one
+``BEGIN IMMEDIATE`` transaction, so writers queue on the busy timeout instead of
+failing half-way or deadlocking on a lock upgrade.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import random
+import sqlite3
+import threading
+from typing import Any, Iterable, Iterator, Sequence
+
+from ..errors import JobNotFound, PayloadError, QueueError, StoreUnavailable
+from .backend import Backend
+from .backoff import retry_delay
+from .sqlite_schema import SCHEMA, SCHEMA_VERSION
+from .types import ClaimRequest, Job, JobState, NewJob, Outcome, OutcomeKind, Stats
+
+_JOB_COLUMNS = ("id, queue, task, payload, priority, state, run_at, attempts, max_attempts, "
+                "timeout, idempotency_key, tenant, lease_owner, lease_expires, enqueued_at, "
+                "started_at, finished_at, result, error")
+
+# Durations for percentiles come from at most this many recent completions.
+_DURATION_SAMPLE = 1000
+_DURATION_HORIZON = 300.0
+# Rate buckets older than this are dropped during lease recovery.
+_RATE_RETENTION = 3600
+
+_SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL", "off": "OFF", "extra": "EXTRA"}
+
+
+def encode_json(value: Any, what: str) -> str:
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(f"{what} is not JSON-serialisable: {exc}") from None
+
+
+def _decode_json(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        # A row written by something else: surface it rather than crash the reader.
+        return {"undecodable": text}
+
+
+def _row_to_job(row: sqlite3.Row | tuple) -> Job:
+    (id_, queue, task, payload, priority, state, run_at, attempts, max_attempts, timeout,
+     key, tenant, owner, expires, enqueued, started, finished, result, error) = row
+    return Job(id=id_, queue=queue, task=task, payload=_decode_json(payload), priority=priority,
+               state=JobState(state), run_at=run_at, attempts=attempts, max_attempts=max_attempts,
+               timeout=timeout, idempotency_key=key, tenant=tenant or None, lease_owner=owner,
+               lease_expires=expires, enqueued_at=enqueued, started_at=started,
+               finished_at=finished, result=_decode_json(result), error=error)
+
+
+def percentile(sorted_values: Sequence[float], fraction: float) -> float | None:
+    """Nearest-rank percentile of already sorted values (None when empty)."""
+    if not sorted_values:
+        return None
+    rank = max(1, math.ceil(fraction * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+class SQLiteBackend(Backend):
+    """A job store in one SQLite file, shared by processes on one machine.
+
+    Thread-safe: calls are serialised on one connection by a lock.
+    """
+
+    def __init__(self, path: str, *, synchronous: str = "full", busy_timeout: float = 5.0,
+                 rng: random.Random | None = None, url: str | None = None) -> None:
+        self.path = path
+        self.url = url or f"sqlite:///{path}"
+        self.busy_timeout = busy_timeout
+        self._rng = rng or random.Random()
+        self._lock = threading.RLock()
+        if synchronous.lower() not in _SYNCHRONOUS:
+            raise StoreUnavailable(
+                f"{self.url}: synchronous={synchronous!r} is not one of {', '.join(_SYNCHRONOUS)}")
+        self._conn = self._open(_SYNCHRONOUS[synchronous.lower()])
+
+    # -- opening ---------------------------------------------------------------------------
+
+    def _open(self, synchronous: str) -> sqlite3.Connection:
+        directory = os.path.dirname(os.path.abspath(self.path))
+        if not os.path.isdir(directory):
+            raise StoreUnavailable(
+                f"cannot open the queue database {self.path}: directory {directory} does not exist")
+        if os.path.exists(self.path) and not os.access(self.path, os.W_OK):
+            raise StoreUnavailable(
+                f"cannot open the queue database {self.path}: the file is read-only for this user")
+        if not os.path.exists(self.path) and not os.access(directory, os.W_OK):
+            raise StoreUnavailable(
+                f"cannot create the queue database {self.path}: directory {directory} is not writable")
+        try:
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None,
+                                   check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"cannot open the queue database {self.path}: {exc}") from None
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if mode.lower() != "wal":
+                raise StoreUnavailable(
+                    f"cannot use the queue database {self.path}: WAL mode refused (got {mode})")
+            conn.execute(f"PRAGMA synchronous = {synchronous}")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreUnavailable(
+                    f"the queue database {self.path} has schema version {version}, newer than "
+                    f"this flexiqd understands ({SCHEMA_VERSION}): upgrade flexiqd")
+            if version < SCHEMA_VERSION:
+                with self._transaction(conn):
+                    for statement in _split_sql(SCHEMA):
+                        conn.execute(statement)
+                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise self._translate(exc, "open") from None
+        except StoreUnavailable:
+            conn.close()
+            raise
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None  # type: ignore[assignment]
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _translate(self, exc: sqlite3.Error, operation: str) -> QueueError:
+        text = str(exc)
+        if "locked" in text or "busy" in text:
+            return StoreUnavailable(
+                f"{operation} on the queue database {self.path} failed: it stayed locked by "
+                f"another process for longer than the busy timeout ({self.busy_timeout:g}s)")
+        if "not a database" in text or "malformed" in text or "corrupt" in text:
+            return StoreUnavailable(
+                f"the queue database {self.path} is corrupt or not a SQLite database ({text})")
+        if "readonly" in text or "read-only" in text:
+            return StoreUnavailable(f"the queue database {self.path} is read-only ({text})")
+        if "unable to open" in text:
+            return StoreUnavailable(f"cannot open the queue database {self.path} ({text})")
+        return QueueError(f"{operation} on the queue database {self.path} failed: {text}")
+
+    @contextlib.contextmanager
+    def _transaction(self, conn: sqlite3.Connection | None = None) -> Iterator[sqlite3.Connection]:
+        conn = conn or self._conn
+        if conn is None:
+            raise QueueError(f"the queue database {self.path} is closed")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        else:
+            conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def _write(self, operation: str) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            try:
+                with self._transaction() as conn:
+                    yield conn
+            except sqlite3.Error as exc:
+                raise self._translate(exc, operation) from None
+
+    @contextlib.contextmanager
+    def _read(self, operation: str) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            if self._conn is None:
+                raise QueueError(f"the queue database {self.path} is closed")
+            try:
+                yield self._conn
+            except sqlite3.Error as exc:
+                raise self._translate(exc, operation) from None
+
+    # -- enqueue ---------------------------------------------------------------------------
+
+    def enqueue(self, jobs: Sequence[NewJob], *, now: float) -> list[int]:
+        rows = [self._new_row(job, now) for job in jobs]  # encode before locking: fail whole
+        ids: list[int] = []
+        arrivals: dict[tuple[str, str], int] = {}
+        with self._write("enqueue") as conn:
+            for job, row in zip(jobs, rows):
+                if job.idempotency_key is not None:
+                    existing = conn.execute(
+                        "SELECT id FROM jobs WHERE idempotency_key = ? AND state IN ('queued', 'running')",
+                        (job.idempotency_key,)).fetchone()
+                    if existing:
+                        ids.append(existing[0])
+                        continue
+                cursor = conn.execute(
+                    "INSERT INTO jobs (queue, task, payload, priority, state, run_at, max_attempts, "
+                    "timeout, idempotency_key, tenant, enqueued_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)", row)
+                ids.append(cursor.lastrowid)
+                key = (job.queue, job.tenant or "")
+                arrivals[key] = arrivals.get(key, 0) + 1
+            for (queue, tenant), n in arrivals.items():
+                self._bump_rate(conn, queue, tenant, now, arrivals=n)
+        return ids
+
+    @staticmethod
+    def _new_row(job: NewJob, now: float) -> tuple:
+        if not job.task:
+            raise QueueError("a job needs a task name")
+        if job.max_attempts < 1:
+            raise QueueError(f"max_attempts must be at least 1, got {job.max_attempts}")
+        run_at = job.run_at if job.run_at is not None else now + max(0.0, job.delay)
+        return (job.queue, job.task, encode_json(job.payload, f"the payload of {job.task}"),
+                job.priority, JobState.QUEUED.value, run_at, job.max_attempts, job.timeout,
+                job.idempotency_key, job.tenant or "", now)
+
+    @staticmethod
+    def _bump_rate(conn: sqlite3.Connection, queue: str, tenant: str, now: float, *,
+                   arrivals: int = 0, completions: int = 0, failures: int = 0) -> None:
+        conn.execute(
+            "INSERT INTO rates (queue, tenant, second, arrivals, completions, failures) "
+            "VALUES (?,?,?,?,?,?) ON CONFLICT(queue, tenant, second) DO UPDATE SET "
+            "arrivals = arrivals + excluded.arrivals, completions = completions + excluded.completions, "
+            "failures = failures + excluded.failures",
+            (queue, tenant, int(now), arrivals, completions, failures))
+
+    # -- claim / settle --------------------------------------------------------------------
+
+    def claim(self, request: ClaimRequest, *, now: float) -> list[Job]:
+        with self._write("claim") as conn:
+            return self._claim(conn, request, now)
+
+    def settle(self, owner: str, outcomes: Iterable[Outcome], *, now: float) -> list[int]:
+        outcomes = list(outcomes)
+        if not outcomes:
+            return []
+        with self._write("settle") as conn:
+            return self._settle(conn, owner, outcomes, now)
+
+    def settle_and_claim(self, owner: str, outcomes: Iterable[Outcome],
+                         request: ClaimRequest | None, *, now: float) -> tuple[list[int], list[Job]]:
+        # One transaction, one fsync: a busy worker pays one commit per exchange, not two per job.
+        outcomes = list(outcomes)
+        with self._write("settle and claim") as conn:
+            settled = self._settle(conn, owner, outcomes, now) if outcomes else []
+            claimed = self._claim(conn, request, now) if request and request.limit > 0 else []
+        return settled, claimed
+
+    def _claim(self, conn: sqlite3.Connection, request: ClaimRequest, now: float) -> list[Job]:
+        self._recover(conn, now, owner=None, reason="lease expired")
+        claimed: list[Job] = []
+        for queue in request.queues:
+            want = request.limit - len(claimed)
+            if want <= 0:
+                break
+            rows = conn.execute(
+                f"UPDATE jobs SET state = 'running', lease_owner = ?, lease_expires = ?, "
+                f"attempts = attempts + 1, started_at = ? WHERE id IN ("
+                f"  SELECT id FROM jobs WHERE state = 'queued' AND queue = ? AND run_at <= ?"
+                f"  ORDER BY priority DESC, run_at, id LIMIT ?) RETURNING {_JOB_COLUMNS}",
+                (request.owner, now + request.lease_seconds, now, queue, now, want)).fetchall()
+            jobs = [_row_to_job(row) for row in rows]
+            jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
+            claimed.extend(jobs)
+        return claimed
+
+    def _settle(self, conn: sqlite3.Connection, owner: str, outcomes: list[Outcome],
+                now: float) -> list[int]:
+        settled: list[int] = []
+        tallies: dict[tuple[str, str], list[int]] = {}
+        executions = []
+        for outcome in outcomes:
+            row = conn.execute(
+                "SELECT queue, tenant, attempts, max_attempts, started_at FROM jobs "
+                "WHERE id = ? AND state = 'running' AND lease_owner = ?",
+                (outcome.job_id, owner)).fetchone()
+            if row is None:
+                continue  # not ours any more: expired and re-claimed, or cancelled
+            queue, tenant, attempts, max_attempts, started_at = row
+            kind = outcome.kind
+            if kind is OutcomeKind.ACK:
+                conn.execute(
+                    "UPDATE jobs SET state = 'done', finished_at = ?, result = ?, error = NULL, "
+                    "lease_owner = NULL, lease_expires = NULL WHERE id = ?",
+                    (now, encode_json(outcome.result, f"the result of job {outcome.job_id}"),
+                     outcome.job_id))
+            elif kind is OutcomeKind.RELEASE:
+                conn.execute(
+                    "UPDATE jobs SET state = 'queued', attempts = attempts - 1, started_at = NULL, "
+                    "lease_owner = NULL, lease_expires = NULL WHERE id = ?", (outcome.job_id,))
+            elif kind is OutcomeKind.DEAD or attempts >= max_attempts:
+                self._dead_letter(conn, outcome.job_id, outcome.error, now)
+            else:
+                conn.execute(
+                    "UPDATE jobs SET state = 'queued', run_at = ?, error = ?, started_at = NULL, "
+                    "lease_owner = NULL, lease_expires = NULL WHERE id = ?",
+                    (now + retry_delay(attempts, rng=self._rng), outcome.error, outcome.job_id))
+            tally = tallies.setdefault((queue, tenant), [0, 0])
+            if kind is OutcomeKind.ACK:
+                tally[0] += 1
+            elif kind is not OutcomeKind.RELEASE:
+                tally[1] += 1
+            executions.append((outcome.job_id, attempts, owner, started_at, now, kind.value,
+                               outcome.error))
+            settled.append(outcome.job_id)
+        conn.executemany(
+            "INSERT INTO executions (job_id, attempt, worker, started_at, finished_at, outcome, error) "
+            "VALUES (?,?,?,?,?,?,?)", executions)
+        for (queue, tenant), (done, failed) in tallies.items():
+            if done or failed:
+                self._bump_rate(conn, queue, tenant, now, completions=done, failures=failed)
+        return settled
+
+    @staticmethod
+    def _dead_letter(conn: sqlite3.Connection, job_id: int, error: str | None, now: float) -> None:
+        conn.execute(
+            "UPDATE jobs SET state = 'dead', finished_at = ?, error = ?, lease_owner = NULL, "
+            "lease_expires = NULL WHERE id = ?", (now, error, job_id))
+
+    def renew(self, owner: str, job_ids: Iterable[int], lease_seconds: float, *, now: float) -> list[int]:
+        ids = list(job_ids)
+        if not ids:
+            return []
+        held = []
+        with self._write("renew leases") as conn:
+            for job_id in ids:
+                cursor = conn.execute(
+                    "UPDATE jobs SET lease_expires = ? WHERE id = ? AND state = 'running' "
+                    "AND lease_owner = ? AND lease_expires >= ?",
+                    (now + lease_seconds, job_id, owner, now))
+                if cursor.rowcount:
+                    held.append(job_id)
+        return held
+
+    # -- recovery --------------------------------------------------------------------------
+
+    def recover_expired(self, *, now: float) -> int:
+        with self._write("recover expired leases") as conn:
+            recovered = self._recover(conn, now, owner=None, reason="lease expired")
+            conn.execute("DELETE FROM rates WHERE second < ?", (int(now) - _RATE_RETENTION,))
+            return recovered
+
+    def recover_owner(self, owner: str, *, now: float, reason: str) -> int:
+        with self._write("recover a worker's jobs") as conn:
+            return self._recover(conn, now, owner=owner, reason=reason)
+
+    def _recover(self, conn: sqlite3.Connection, now: float, *, owner: str | None, reason: str) -> int:
+        if owner is None:
+            rows = conn.execute(
+                "SELECT id, attempts, max_attempts, lease_owner, started_at FROM jobs "
+                "WHERE state = 'running' AND lease_expires < ?", (now,)).fetchall()
+        else:
+            rows = conn.execute(
+                "SELECT id, attempts, max_attempts, lease_owner, started_at FROM jobs "
+                "WHERE state = 'running' AND lease_expires IS NOT NULL AND lease_owner = ?",
+                (owner,)).fetchall()
+        for job_id, attempts, max_attempts, lost_owner, started_at in rows:
+            error = f"{reason} (worker {lost_owner})"
+            if attempts >= max_attempts:
+                self._dead_letter(conn, job_id, error, now)
+            else:
+                # The attempt counts: a job that kills its worker must not loop forever.
+                conn.execute(
+                    "UPDATE jobs SET state = 'queued', run_at = ?, error = ?, started_at = NULL, "
+                    "lease_owner = NULL, lease_expires = NULL WHERE id = ?", (now, error, job_id))
+            conn.execute(
+                "INSERT INTO executions (job_id, attempt, worker, started_at, finished_at, outcome, error) "
+                "VALUES (?,?,?,?,?,?,?)", (job_id, attempts, lost_owner, started_at, now, "lost", error))
+        return len(rows)
+
+    # -- management ------------------------------------------------------------------------
+
+    def cancel(self, job_id: int, *, now: float) -> bool:
+        with self._write("cancel") as conn:
+            cursor = conn.execute(
+                "UPDATE jobs SET state = 'cancelled', finished_at = ?, lease_owner = NULL, "
+                "lease_expires = NULL WHERE id = ? AND state IN ('queued', 'running', 'dead')",
+                (now, job_id))
+            if cursor.rowcount:
+                return True
+            if conn.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone() is None:
+                raise JobNotFound(f"no job with id {job_id}")
+            return False
+
+    def get(self, job_id: int) -> Job:
+        with self._read("read a job") as conn:
+            row = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise JobNotFound(f"no job with id {job_id}")
+        return _row_to_job(row)
+
+    def list_jobs(self, *, queue: str | None = None, state: JobState | None = None,
+                  limit: int = 50) -> list[Job]:
+        where, args = [], []
+        if queue is not None:
+            where.append("queue = ?")
+            args.append(queue)
+        if state is not None:
+            where.append("state = ?")
+            args.append(JobState(state).value)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        with self._read("list jobs") as conn:
+            rows = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs {clause} ORDER BY id DESC LIMIT ?",
+                                (*args, limit)).fetchall()
+        return [_row_to_job(row) for row in rows]
+
+    def retry_dead(self, *, queue: str | None = None, job_ids: Iterable[int] | None = None,
+                   now: float) -> int:
+        where, args = ["state = 'dead'"], []
+        if queue is not None:
+            where.append("queue = ?")
+            args.append(queue)
+        ids = list(job_ids) if job_ids is not None else None
+        if ids is not None:
+            if not ids:
+                return 0
+            where.append(f"id IN ({','.join('?' * len(ids))})")
+            args.extend(ids)
+        with self._write("retry dead jobs") as conn:
+            cursor = conn.execute(
+                f"UPDATE jobs SET state = 'queued', attempts = 0, run_at = ?, finished_at = NULL "
+                f"WHERE {' AND '.join(where)}", (now, *args))
+            return cursor.rowcount
+
+    def purge(self, *, states: Sequence[JobState], finished_before: float,
+              queue: str | None = None) -> int:
+        queues = [queue] if queue is not None else self.queues()
+        removed = 0
+        with self._write("purge finished jobs") as conn:
+            for name in queues:
+                for state in states:
+                    state = JobState(state)
+                    if state not in (JobState.DONE, JobState.DEAD, JobState.CANCELLED):
+                        raise QueueError(f"only finished jobs can be purged, not {state.value} ones")
+                    cursor = conn.execute(
+                        "DELETE FROM jobs WHERE queue = ? AND state = ? AND finished_at < ?",
+                        (name, state.value, finished_before))
+                    removed += cursor.rowcount
+        return removed
+
+    def queues(self) -> list[str]:
+        with self._read("list queues") as conn:
+            return [row[0] for row in conn.execute("SELECT DISTINCT queue FROM counts ORDER BY queue")]
+
+    def executions(self, *, job_id: int | None = None, limit: int | None = None) -> list[dict]:
+        clause, args = ("WHERE job_id = ?", [job_id]) if job_id is not None else ("", [])
+        tail = " LIMIT ?" if limit is not None else ""
+        if limit is not None:
+            args.append(limit)
+        with self._read("list executions") as conn:
+            rows = conn.execute(
+                f"SELECT job_id, attempt, worker, started_at, finished_at, outcome, error "
+                f"FROM executions {clause} ORDER BY id{tail}", args).fetchall()
+        keys = ("job_id", "attempt", "worker", "started_at", "finished_at", "outcome", "error")
+        return [dict(zip(keys, row)) for row in rows]
+
+    # -- stats -----------------------------------------------------------------------------
+
+    def stats(self, queue: str, *, now: float, window: float = 60.0) -> Stats:
+        with self._read("read stats") as conn:
+            counts: dict[str, dict[str, int]] = {}
+            for tenant, state, n in conn.execute(
+                    "SELECT tenant, state, n FROM counts WHERE queue = ?", (queue,)):
+                counts.setdefault(tenant, {})[state] = n
+            named = any(counts)
+            per_tenant = {tenant: self._tenant_stats(conn, queue, tenant, by_state, now, window,
+                                                     with_durations=named)
+                          for tenant, by_state in counts.items()}
+            durations = self._durations(conn, queue, None, now, window)
+        return _combine(queue, per_tenant, durations, window)
+
+    @staticmethod
+    def _durations(conn: sqlite3.Connection, queue: str, tenant: str | None, now: float,
+                   window: float) -> list[float]:
+        """Run times of recent completions, sorted (a bounded sample, read by index)."""
+        tenant_clause = "AND tenant = ?" if tenant is not None else ""
+        args = [queue, now - max(window, _DURATION_HORIZON)]
+        if tenant is not None:
+            args.append(tenant)
+        return sorted(row[0] for row in conn.execute(
+            f"SELECT finished_at - started_at FROM jobs WHERE queue = ? AND state = 'done' "
+            f"AND finished_at >= ? AND started_at IS NOT NULL {tenant_clause} "
+            f"ORDER BY finished_at DESC LIMIT {_DURATION_SAMPLE}", args))
+
+    def _tenant_stats(self, conn: sqlite3.Connection, queue: str, tenant: str,
+                      by_state: dict[str, int], now: float, window: float, *,
+                      with_durations: bool) -> Stats:
+        queued = by_state.get("queued", 0)
+        delayed = 0
+        oldest = 0.0
+        if queued:
+            delayed = conn.execute(
+                "SELECT COUNT(*) FROM jobs WHERE state = 'queued' AND queue = ? AND tenant = ? "
+                "AND run_at > ?", (queue, tenant, now)).fetchone()[0]
+            first = conn.execute(
+                "SELECT MIN(run_at) FROM jobs WHERE state = 'queued' AND queue = ? AND tenant = ?",
+                (queue, tenant)).fetchone()[0]
+            if first is not None and first <= now:
+                oldest = now - first
+        arrivals, completions, failures = conn.execute(
+            "SELECT COALESCE(SUM(arrivals), 0), COALESCE(SUM(completions), 0), "
+            "COALESCE(SUM(failures), 0) FROM rates WHERE queue = ? AND tenant = ? AND second > ?",
+            (queue, tenant, now - window)).fetchone()
+        durations = self._durations(conn, queue, tenant, now, window) if with_durations else []
+        return Stats(queue=queue, runnable=queued - delayed, delayed=delayed,
+                     running=by_state.get("running", 0), dead=by_state.get("dead", 0),
+                     oldest_runnable_age=oldest, arrival_rate=arrivals / window,
+                     completion_rate=completions / window, failure_rate=failures / window,
+                     duration_p50=percentile(durations, 0.50), duration_p95=percentile(durations, 0.95),
+                     duration_p99=percentile(durations, 0.99), window=window)
+
+
+def _combine(queue: str, per_tenant: dict[str, Stats], durations: list[float],
+             window: float) -> Stats:
+    """Queue-wide stats from per-tenant ones (the untenanted share has key '')."""
+    parts = list(per_tenant.values())
+
+    def total(attr: str) -> Any:
+        return sum(getattr(p, attr) for p in parts)
+
+    tenants = {name: stats for name, stats in per_tenant.items() if name}
+    return Stats(queue=queue, runnable=total("runnable"), delayed=total("delayed"),
+                 running=total("running"), dead=total("dead"),
+                 oldest_runnable_age=max((p.oldest_runnable_age for p in parts), default=0.0),
+                 arrival_rate=total("arrival_rate"), completion_rate=total("completion_rate"),
+                 failure_rate=total("failure_rate"), duration_p50=percentile(durations, 0.50),
+                 duration_p95=percentile(durations, 0.95), duration_p99=percentile(durations, 0.99),
+                 window=window, tenants=tenants)
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split the DDL script into statements (triggers contain inner semicolons)."""
+    statements, buffer = [], []
+    for line in script.strip().splitlines():
+        if line.strip().startswith("--") or not line.strip():
+            continue
+        buffer.append(line)
+        joined = "\n".join(buffer)
+        if sqlite3.complete_statement(joined):
+            statements.append(joined)
+            buffer = []
+    return statements

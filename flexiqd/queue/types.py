@@ -1,0 +1,156 @@
+"""The queue's value types: what callers put in and get out of any backend."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class JobState(str, enum.Enum):
+    """Where a job is in its life.
+
+    queued -> running -> done | dead | queued (retry, release, lease expiry);
+    queued | running | dead -> cancelled.  A queued job whose ``run_at`` lies
+    in the future is *delayed*; only ``run_at <= now`` is *runnable*.
+    """
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
+FINISHED_STATES = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """One job to enqueue.  ``payload`` must be JSON-serialisable.
+
+    ``run_at`` (epoch seconds) wins over ``delay``; neither means "now".
+    ``timeout`` bounds one attempt's run time (None: no limit).
+    ``idempotency_key``: while a job with this key is queued or running, a
+    second enqueue with the same key returns that job instead of a new one.
+    """
+
+    task: str
+    payload: Any = None
+    queue: str = "default"
+    priority: int = 0
+    delay: float = 0.0
+    run_at: float | None = None
+    max_attempts: int = 3
+    timeout: float | None = None
+    idempotency_key: str | None = None
+    tenant: str | None = None
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job as stored.  ``attempts`` counts attempts started and not released."""
+
+    id: int
+    queue: str
+    task: str
+    payload: Any
+    priority: int
+    state: JobState
+    run_at: float
+    attempts: int
+    max_attempts: int
+    timeout: float | None
+    idempotency_key: str | None
+    tenant: str | None
+    lease_owner: str | None
+    lease_expires: float | None
+    enqueued_at: float
+    started_at: float | None
+    finished_at: float | None
+    result: Any = None
+    error: str | None = None
+
+
+class OutcomeKind(str, enum.Enum):
+    ACK = "ack"          # finished; ``result`` is kept
+    FAIL = "fail"        # raised; retried with backoff until max_attempts, then dead
+    DEAD = "dead"        # cannot ever succeed (unknown task, bad payload): dead at once
+    RELEASE = "release"  # not run to the end by choice (drain): runnable again, no attempt used
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a worker reports about one job it holds the lease of."""
+
+    job_id: int
+    kind: OutcomeKind
+    result: Any = None
+    error: str | None = None
+
+    @classmethod
+    def ack(cls, job_id: int, result: Any = None) -> "Outcome":
+        return cls(job_id, OutcomeKind.ACK, result=result)
+
+    @classmethod
+    def fail(cls, job_id: int, error: str) -> "Outcome":
+        return cls(job_id, OutcomeKind.FAIL, error=error)
+
+    @classmethod
+    def dead(cls, job_id: int, error: str) -> "Outcome":
+        return cls(job_id, OutcomeKind.DEAD, error=error)
+
+    @classmethod
+    def release(cls, job_id: int) -> "Outcome":
+        return cls(job_id, OutcomeKind.RELEASE)
+
+
+@dataclass(frozen=True)
+class ClaimRequest:
+    """Claim up to ``limit`` runnable jobs from ``queues`` (in that order of preference)."""
+
+    owner: str
+    queues: tuple[str, ...]
+    limit: int
+    lease_seconds: float = 30.0
+
+
+@dataclass(frozen=True)
+class Stats:
+    """What an autoscaler needs to know about one queue (or one tenant of it).
+
+    Rates are per second over the last ``window`` seconds; durations are in
+    seconds over recent completions (None when there were none).
+    ``oldest_runnable_age`` is the age of the oldest job that could run now,
+    counted from when it became runnable (its ``run_at``); 0 when none.
+    """
+
+    queue: str
+    runnable: int
+    delayed: int
+    running: int
+    dead: int
+    oldest_runnable_age: float
+    arrival_rate: float
+    completion_rate: float
+    failure_rate: float
+    duration_p50: float | None
+    duration_p95: float | None
+    duration_p99: float | None
+    window: float
+    tenants: dict[str, "Stats"] = field(default_factory=dict)
+
+    @property
+    def time_to_drain(self) -> float | None:
+        """Runnable depth / completion rate: None when nothing completes."""
+        if self.runnable == 0:
+            return 0.0
+        if self.completion_rate <= 0:
+            return None
+        return self.runnable / self.completion_rate
+
+    def as_dict(self) -> dict[str, Any]:
+        data = {k: v for k, v in self.__dict__.items() if k != "tenants"}
+        data["time_to_drain"] = self.time_to_drain
+        data["tenants"] = {name: t.as_dict() for name, t in self.tenants.items()}
+        return data

@@ -1,0 +1,53 @@
+"""Open a job store from its URL."""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import parse_qs, urlsplit
+
+from ..errors import StoreUnavailable
+from .backend import Backend
+
+DEFAULT_URL = "sqlite:////var/lib/flexiq/queue.db"
+URL_ENV = "FLEXIQ_URL"
+
+
+def default_url() -> str:
+    """``$FLEXIQ_URL``, else the packaged state directory's database."""
+    return os.environ.get(URL_ENV) or DEFAULT_URL
+
+
+def sqlite_path(url: str) -> str:
+    """The file of a ``sqlite:///relative`` or ``sqlite:////absolute`` URL."""
+    rest = url[len("sqlite:///"):].split("?", 1)[0]
+    if not rest:
+        raise StoreUnavailable(f"{url}: a sqlite URL needs a path, as in sqlite:////var/lib/flexiq/queue.db")
+    return rest
+
+
+def open_backend(url: str) -> Backend:
+    """A backend for ``url``: ``sqlite:///path[?synchronous=normal]`` or ``postgresql://...``."""
+    scheme = urlsplit(url).scheme
+    if scheme == "sqlite":
+        if not url.startswith("sqlite:///"):
+            raise StoreUnavailable(
+                f"{url}: a sqlite URL has three slashes before a relative path and four before "
+                f"an absolute one, as in sqlite:////var/lib/flexiq/queue.db")
+        from .sqlite import SQLiteBackend
+
+        options = {k: v[-1] for k, v in parse_qs(urlsplit(url).query).items()}
+        unknown = set(options) - {"synchronous", "busy_timeout"}
+        if unknown:
+            raise StoreUnavailable(f"{url}: unknown option {sorted(unknown)[0]!r} "
+                                   f"(known: synchronous, busy_timeout)")
+        try:
+            busy = float(options.get("busy_timeout", 5.0))
+        except ValueError:
+            raise StoreUnavailable(f"{url}: busy_timeout must be seconds, got "
+                                   f"{options['busy_timeout']!r}") from None
+        return SQLiteBackend(sqlite_path(url), synchronous=options.get("synchronous", "full"),
+                             busy_timeout=busy, url=url)
+    if scheme in ("postgresql", "postgres"):
+        raise StoreUnavailable(f"{url}: the PostgreSQL store is not available in this version")
+    raise StoreUnavailable(f"{url}: unknown store scheme {scheme or '(none)'!r}; "
+                           f"use sqlite:///path or postgresql://...")
