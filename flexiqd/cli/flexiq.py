@@ -1,0 +1,259 @@
+"""``flexiq``: the queue tool (enqueue, stats, jobs, dead letters) and the worker's entry point."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any, Sequence
+
+from ..durations import format_duration, parse_duration
+from ..errors import FlexiqdError
+from ..logs import setup_logging
+from ..queue.types import Job, JobState, NewJob, Stats
+from ..queue.url import URL_ENV, default_url, open_backend
+
+EXIT_OK = 0
+EXIT_ERROR = 1  # a user or store error, explained in one line
+EXIT_USAGE = 2  # bad command-line arguments (argparse's own code)
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _json_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
+def _queues(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    if not names:
+        raise argparse.ArgumentTypeError("give at least one queue name")
+    return names
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="flexiq", description=__doc__)
+    parser.add_argument("--url", default=None,
+                        help=f"the job store (default: ${URL_ENV}, else {default_url()})")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    enqueue = commands.add_parser("enqueue", help="add jobs")
+    enqueue.add_argument("task", help="the task's registered name, e.g. flexiqd.demo.sleep")
+    enqueue.add_argument("args", nargs="*", type=_json_value, help="positional arguments, each JSON")
+    enqueue.add_argument("--kwargs", type=_json_value, default=None, help="keyword arguments as a JSON object")
+    enqueue.add_argument("--queue", default="default")
+    enqueue.add_argument("--priority", type=int, default=0)
+    enqueue.add_argument("--delay", type=_duration, default=0.0, help="e.g. 30s, 5m")
+    enqueue.add_argument("--max-attempts", type=_positive_int, default=3)
+    enqueue.add_argument("--timeout", type=_duration, default=None)
+    enqueue.add_argument("--key", default=None, help="idempotency key")
+    enqueue.add_argument("--tenant", default=None)
+    enqueue.add_argument("--count", type=_positive_int, default=1, help="enqueue this many copies")
+
+    stats = commands.add_parser("stats", help="queue signals: depth, age, rates, durations")
+    stats.add_argument("--queue", action="append", help="only this queue (repeatable)")
+    stats.add_argument("--window", type=_duration, default=60.0)
+    stats.add_argument("--json", action="store_true")
+
+    jobs = commands.add_parser("jobs", help="list or show jobs")
+    jobs_commands = jobs.add_subparsers(dest="jobs_command", metavar="ACTION", required=True)
+    jobs_list = jobs_commands.add_parser("list")
+    jobs_list.add_argument("--queue")
+    jobs_list.add_argument("--state", choices=[s.value for s in JobState])
+    jobs_list.add_argument("--limit", type=_positive_int, default=50)
+    jobs_list.add_argument("--json", action="store_true")
+    jobs_show = jobs_commands.add_parser("show")
+    jobs_show.add_argument("id", type=int)
+    jobs_show.add_argument("--json", action="store_true")
+    jobs_cancel = jobs_commands.add_parser("cancel")
+    jobs_cancel.add_argument("id", type=int)
+
+    dead = commands.add_parser("dead-letter", help="jobs that failed for good")
+    dead_commands = dead.add_subparsers(dest="dead_command", metavar="ACTION", required=True)
+    dead_list = dead_commands.add_parser("list")
+    dead_list.add_argument("--queue")
+    dead_list.add_argument("--limit", type=_positive_int, default=50)
+    dead_list.add_argument("--json", action="store_true")
+    dead_retry = dead_commands.add_parser("retry")
+    dead_retry.add_argument("ids", nargs="*", type=int, help="job ids (default: all)")
+    dead_retry.add_argument("--queue")
+    dead_purge = dead_commands.add_parser("purge")
+    dead_purge.add_argument("--queue")
+    dead_purge.add_argument("--older-than", type=_duration, default=0.0)
+
+    worker = commands.add_parser("worker", help="run a worker in the foreground")
+    worker.add_argument("--app", required=True, help="module:attribute of the application's Queue")
+    worker.add_argument("--queues", type=_queues, default=("default",), help="comma-separated, in order")
+    worker.add_argument("--concurrency", type=_positive_int, default=4)
+    worker.add_argument("--lease", type=_duration, default=30.0, help="lease length (renewed while running)")
+    worker.add_argument("--drain-timeout", type=_duration, default=30.0,
+                        help="on SIGTERM, how long running jobs may finish before release")
+    worker.add_argument("--instance", default=None, help="this worker's name (systemd's %%i)")
+
+    bench = commands.add_parser("bench", help="benchmarks")
+    bench.add_argument("what", choices=["policies"])
+    bench.add_argument("rest", nargs=argparse.REMAINDER)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging(args.log_level)
+    try:
+        return _dispatch(args)
+    except FlexiqdError as exc:
+        print(f"flexiq: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "worker":
+        return _worker(args)
+    if args.command == "bench":
+        from ..sim.bench import main as bench_main
+
+        return bench_main([args.what, *args.rest])
+    backend = open_backend(args.url or default_url())
+    try:
+        if args.command == "enqueue":
+            return _enqueue(backend, args)
+        if args.command == "stats":
+            return _stats(backend, args)
+        if args.command == "jobs":
+            return _jobs(backend, args)
+        return _dead_letter(backend, args)
+    finally:
+        backend.close()
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from ..worker.main import run_worker
+    from ..worker.runtime import WorkerConfig
+
+    name = f"{os.uname().nodename}:{args.instance or 'worker'}:{os.getpid()}"
+    config = WorkerConfig(queues=args.queues, concurrency=args.concurrency, lease_seconds=args.lease,
+                          drain_timeout=args.drain_timeout, name=name)
+    return run_worker(args.app, config, url=args.url)
+
+
+def _enqueue(backend, args: argparse.Namespace) -> int:
+    if args.kwargs is not None and not isinstance(args.kwargs, dict):
+        raise FlexiqdError("--kwargs must be a JSON object, as in --kwargs '{\"seconds\": 2}'")
+    job = NewJob(task=args.task, payload={"args": args.args, "kwargs": args.kwargs or {}},
+                 queue=args.queue, priority=args.priority, delay=args.delay,
+                 max_attempts=args.max_attempts, timeout=args.timeout,
+                 idempotency_key=args.key, tenant=args.tenant)
+    ids = backend.enqueue([job] * args.count, now=time.time())
+    if len(ids) == 1:
+        print(ids[0])
+    else:
+        print(f"enqueued {len(ids)} jobs, ids {ids[0]}..{ids[-1]}")
+    return EXIT_OK
+
+
+def _stats(backend, args: argparse.Namespace) -> int:
+    now = time.time()
+    names = args.queue or backend.queues() or ["default"]
+    stats = [backend.stats(name, now=now, window=args.window) for name in names]
+    if args.json:
+        print(json.dumps({s.queue: s.as_dict() for s in stats}, indent=2))
+        return EXIT_OK
+    print(render_stats_table(stats))
+    return EXIT_OK
+
+
+def render_stats_table(stats: list[Stats]) -> str:
+    header = ("QUEUE", "RUNNABLE", "DELAYED", "RUNNING", "DEAD", "OLDEST", "DRAIN", "IN/s", "OUT/s",
+              "FAIL/s", "P50", "P95", "P99")
+    rows = [header]
+    for s in stats:
+        rows.append((s.queue, str(s.runnable), str(s.delayed), str(s.running), str(s.dead),
+                     format_duration(s.oldest_runnable_age), format_duration(s.time_to_drain),
+                     f"{s.arrival_rate:.1f}", f"{s.completion_rate:.1f}", f"{s.failure_rate:.2f}",
+                     format_duration(s.duration_p50), format_duration(s.duration_p95),
+                     format_duration(s.duration_p99)))
+        for tenant, t in sorted(s.tenants.items()):
+            rows.append((f"  {tenant}", str(t.runnable), str(t.delayed), str(t.running), str(t.dead),
+                         format_duration(t.oldest_runnable_age), format_duration(t.time_to_drain),
+                         f"{t.arrival_rate:.1f}", f"{t.completion_rate:.1f}", f"{t.failure_rate:.2f}",
+                         format_duration(t.duration_p50), format_duration(t.duration_p95),
+                         format_duration(t.duration_p99)))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def _job_dict(job: Job) -> dict:
+    data = dict(job.__dict__)
+    data["state"] = job.state.value
+    return data
+
+
+def _print_jobs(jobs: list[Job], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps([_job_dict(j) for j in jobs], indent=2))
+        return
+    print(f"{'ID':>8}  {'STATE':9}  {'QUEUE':12}  {'TASK':30}  ATTEMPTS  ERROR")
+    for j in jobs:
+        error = (j.error or "").strip().splitlines()[-1:] or [""]
+        print(f"{j.id:>8}  {j.state.value:9}  {j.queue:12.12}  {j.task:30.30}  "
+              f"{j.attempts}/{j.max_attempts:<6}  {error[0][:60]}")
+
+
+def _jobs(backend, args: argparse.Namespace) -> int:
+    if args.jobs_command == "list":
+        _print_jobs(backend.list_jobs(queue=args.queue, state=args.state, limit=args.limit), args.json)
+    elif args.jobs_command == "show":
+        job = backend.get(args.id)
+        if args.json:
+            print(json.dumps(_job_dict(job), indent=2))
+        else:
+            for key, value in _job_dict(job).items():
+                print(f"{key:16} {value}")
+            for row in backend.executions(job_id=job.id):
+                print(f"  attempt {row['attempt']} by {row['worker']}: {row['outcome']}")
+    else:
+        if not backend.cancel(args.id, now=time.time()):
+            raise FlexiqdError(f"job {args.id} has already finished; nothing to cancel")
+        print(f"cancelled job {args.id}")
+    return EXIT_OK
+
+
+def _dead_letter(backend, args: argparse.Namespace) -> int:
+    if args.dead_command == "list":
+        _print_jobs(backend.list_jobs(queue=args.queue, state=JobState.DEAD, limit=args.limit), args.json)
+    elif args.dead_command == "retry":
+        n = backend.retry_dead(queue=args.queue, job_ids=args.ids or None, now=time.time())
+        print(f"{n} dead jobs queued again")
+    else:
+        n = backend.purge(states=[JobState.DEAD], finished_before=time.time() - args.older_than,
+                          queue=args.queue)
+        print(f"{n} dead jobs purged")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
