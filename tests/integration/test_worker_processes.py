@@ -1,0 +1,88 @@
+"""Real worker processes against the real SQLite store: exactly-once, crash, drain.
+
+"Exactly once" is counted from executions (every start and end of a task is
+written to a log by the task itself), not from the store's own bookkeeping.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from flexiqd.queue.types import JobState
+
+from conftest import read_marks, wait_for
+
+
+@pytest.mark.slow
+def test_four_workers_drain_twenty_thousand_jobs_each_exactly_once(app, workers):
+    total = 20_000
+    ids = app.tasks["count"].map([()] * (total // 2)) + app.tasks["count_async"].map([()] * (total // 2))
+    procs = [workers.start(concurrency=8) for _ in range(4)]
+    wait_for(lambda: app.stats().runnable == 0 and app.stats().running == 0, 300, "the backlog to drain")
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    assert [proc.wait(timeout=60) for proc in procs] == [0, 0, 0, 0]
+
+    starts, ends = read_marks(workers.marks)
+    assert set(starts) == set(ids), "some job never ran"
+    assert [job for job, n in starts.items() if n != 1] == [], "some job ran more than once"
+    assert [job for job, n in ends.items() if n != 1] == []
+    done = app.backend.list_jobs(state=JobState.DONE, limit=total + 1)
+    assert len(done) == total
+    workers_used = {row["worker"] for row in app.backend.executions()}
+    assert len(workers_used) == 4, "the work was not shared by the four workers"
+
+
+def test_sigkill_mid_job_runs_it_again_after_its_lease(app, workers):
+    job_id = app.tasks["count"].enqueue(1.5)
+    victim = workers.start(concurrency=1, lease="1s")
+    wait_for(lambda: read_marks(workers.marks)[0][job_id] == 1, 30, "the job to start")
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert app.get(job_id).state is JobState.RUNNING  # leased to a dead worker
+
+    survivor = workers.start(concurrency=1, lease="1s")
+    wait_for(lambda: app.get(job_id).state is JobState.DONE, 30, "the job to run again and finish")
+    survivor.send_signal(signal.SIGTERM)
+    assert survivor.wait(timeout=30) == 0
+
+    starts, ends = read_marks(workers.marks)
+    assert starts[job_id] == 2 and ends[job_id] == 1  # killed once, then completed once
+    job = app.get(job_id)
+    assert job.attempts == 2  # the crash used an attempt
+    outcomes = [row["outcome"] for row in app.backend.executions(job_id=job_id)]
+    assert outcomes == ["lost", "ack"]
+
+
+def test_sigterm_mid_job_lets_running_jobs_finish_without_duplicates(app, workers):
+    ids = app.tasks["count"].map([(0.8,)] * 12)
+    first = workers.start(concurrency=4, drain="20s")
+    wait_for(lambda: sum(read_marks(workers.marks)[0].values()) >= 4, 30, "four jobs to start")
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=30) == 0
+    starts_after_drain, ends_after_drain = read_marks(workers.marks)
+    assert starts_after_drain == ends_after_drain, "the drain cut a running job short"
+    assert "draining" in workers.log_text(0)
+
+    second = workers.start(concurrency=4)
+    wait_for(lambda: all(app.get(i).state is JobState.DONE for i in ids), 60, "every job to finish")
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(timeout=30) == 0
+    starts, ends = read_marks(workers.marks)
+    assert sorted(starts) == sorted(ids)
+    assert set(starts.values()) == {1} and set(ends.values()) == {1}
+
+
+def test_drain_budget_spent_releases_the_job_without_using_an_attempt(app, workers):
+    job_id = app.tasks["count"].enqueue(30)
+    first = workers.start(concurrency=1, drain="0.5s")
+    wait_for(lambda: read_marks(workers.marks)[0][job_id] == 1, 30, "the long job to start")
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=30) == 0
+    job = app.get(job_id)
+    assert job.state is JobState.QUEUED and job.attempts == 0  # released, attempt not consumed
+    assert [row["outcome"] for row in app.backend.executions(job_id=job_id)] == ["release"]
+    starts, ends = read_marks(workers.marks)
+    assert starts[job_id] == 1 and ends[job_id] == 0  # interrupted, never completed twice

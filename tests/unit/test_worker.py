@@ -1,0 +1,241 @@
+"""The worker's claim loop in-process, on a real SQLite store in a temp dir."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from flexiqd import Queue
+from flexiqd.queue.types import JobState
+from flexiqd.worker.execution import current_job
+from flexiqd.worker.runtime import Worker, WorkerConfig
+
+
+class RecordingNotifier:
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def ready(self, status=None): self.messages.append("READY=1")
+    def status(self, text): self.messages.append(f"STATUS={text}")
+    def stopping(self, status=None): self.messages.append("STOPPING=1")
+    def watchdog(self): self.messages.append("WATCHDOG=1")
+    def extend_timeout(self, seconds): self.messages.append(f"EXTEND_TIMEOUT_USEC={int(seconds * 1e6)}")
+
+
+@pytest.fixture
+def queue(tmp_path):
+    q = Queue(f"sqlite:///{tmp_path / 'q.db'}")
+    yield q
+    q.close()
+
+
+def run_until(queue: Queue, predicate, *, config: WorkerConfig | None = None, timeout: float = 20.0,
+              before_stop=None) -> tuple[Worker, RecordingNotifier, int]:
+    """Run a worker on a fresh connection until ``predicate()``; then stop it and return."""
+    from flexiqd.queue.url import open_backend
+
+    notifier = RecordingNotifier()
+    backend = open_backend(queue.url)
+    worker = Worker(queue, backend, config or WorkerConfig(concurrency=4, idle_poll_max=0.05),
+                    notifier=notifier)
+
+    async def main() -> int:
+        runner = asyncio.create_task(worker.run())
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert time.monotonic() < deadline, "condition not reached in time"
+            assert not runner.done(), f"worker exited early with {runner.result()}"
+            await asyncio.sleep(0.02)
+        if before_stop:
+            before_stop(worker)
+        worker.request_stop()
+        return await runner
+
+    try:
+        code = asyncio.run(main())
+    finally:
+        backend.close()
+    return worker, notifier, code
+
+
+def state(queue: Queue, job_id: int) -> JobState:
+    return queue.get(job_id).state
+
+
+def test_runs_sync_and_async_tasks_and_stores_results(queue):
+    @queue.task("add")
+    def add(a, b):
+        return a + b
+
+    @queue.task("mul")
+    async def mul(a, b):
+        await asyncio.sleep(0)
+        return a * b
+
+    one, two = add.enqueue(2, 3), mul.enqueue(4, 5)
+    _, notifier, code = run_until(queue, lambda: state(queue, two) is JobState.DONE
+                                  and state(queue, one) is JobState.DONE)
+    assert code == 0
+    assert queue.get(one).result == 5 and queue.get(two).result == 20
+    assert notifier.messages[0] == "READY=1" and "STOPPING=1" in notifier.messages
+
+
+def test_never_runs_more_than_concurrency_jobs_at_once(queue):
+    running, peak, lock = [0], [0], threading.Lock()
+
+    @queue.task("slow")
+    def slow():
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+
+    ids = slow.map([()] * 20)
+    run_until(queue, lambda: all(state(queue, i) is JobState.DONE for i in ids),
+              config=WorkerConfig(concurrency=3, idle_poll_max=0.05))
+    assert peak[0] == 3
+
+
+def test_a_raising_task_is_retried_then_dead_lettered_with_its_error(queue):
+    @queue.task("boom", max_attempts=2)
+    def boom():
+        raise ValueError("bad input 42")
+
+    job_id = boom.enqueue()
+    # Retries wait a jittered backoff of up to 1 s after the first failure.
+    run_until(queue, lambda: state(queue, job_id) is JobState.DEAD)
+    job = queue.get(job_id)
+    assert job.attempts == 2 and "ValueError: bad input 42" in job.error
+    assert [r["outcome"] for r in queue.backend.executions(job_id=job_id)] == ["fail", "fail"]
+
+
+def test_unknown_task_and_malformed_payload_are_dead_at_once_with_the_reason(queue):
+    unknown = queue.enqueue("no.such.task")
+    from flexiqd.queue.types import NewJob
+
+    malformed = queue.enqueue_many([NewJob(task="known", payload=[1, 2])])[0]
+
+    @queue.task("known")
+    def known(*args):
+        return args
+
+    run_until(queue, lambda: state(queue, unknown) is JobState.DEAD and state(queue, malformed) is JobState.DEAD)
+    assert "unknown task 'no.such.task'" in queue.get(unknown).error
+    assert queue.get(unknown).attempts == 1
+    assert "payload" in queue.get(malformed).error
+
+
+def test_a_result_that_is_not_json_is_dead_not_retried(queue):
+    @queue.task("weird")
+    def weird():
+        return object()
+
+    job_id = weird.enqueue()
+    run_until(queue, lambda: state(queue, job_id) is JobState.DEAD)
+    assert "not JSON" in queue.get(job_id).error and queue.get(job_id).attempts == 1
+
+
+def test_timeouts_fail_the_job_and_free_the_slot_for_others(queue):
+    @queue.task("hang_async", timeout=0.2, max_attempts=1)
+    async def hang_async():
+        await asyncio.sleep(60)
+
+    @queue.task("hang_sync", timeout=0.2, max_attempts=1)
+    def hang_sync():
+        for _ in range(6000):  # pure Python: interruptible
+            time.sleep(0.01)
+
+    @queue.task("quick")
+    def quick():
+        return "ok"
+
+    hung = [hang_async.enqueue(), hang_sync.enqueue()]
+    after = quick.enqueue()
+    run_until(queue, lambda: state(queue, after) is JobState.DONE
+              and all(state(queue, i) is JobState.DEAD for i in hung),
+              config=WorkerConfig(concurrency=2, idle_poll_max=0.05))
+    for job_id in hung:
+        assert "timed out after 0.2s" in queue.get(job_id).error
+
+
+def test_current_job_is_visible_inside_tasks(queue):
+    seen = {}
+
+    @queue.task("who")
+    def who():
+        job = current_job()
+        seen["id"], seen["attempts"] = job.id, job.attempts
+
+    job_id = who.enqueue()
+    run_until(queue, lambda: state(queue, job_id) is JobState.DONE)
+    assert seen == {"id": job_id, "attempts": 1}
+
+
+def test_drain_finishes_jobs_within_budget_and_extends_systemds_timeout(queue):
+    started = threading.Event()
+
+    @queue.task("work")
+    def work():
+        started.set()
+        time.sleep(0.5)
+        return "finished"
+
+    job_id = work.enqueue()
+    _, notifier, code = run_until(queue, started.is_set,
+                                  config=WorkerConfig(concurrency=1, drain_timeout=10, idle_poll_max=0.05))
+    assert code == 0
+    assert state(queue, job_id) is JobState.DONE
+    assert any(m.startswith("EXTEND_TIMEOUT_USEC=") for m in notifier.messages)
+
+
+def test_drain_past_its_budget_releases_unfinished_jobs_without_using_an_attempt(queue):
+    started = threading.Event()
+
+    @queue.task("long")
+    async def long():
+        started.set()
+        await asyncio.sleep(60)
+
+    job_id = long.enqueue()
+    _, _, code = run_until(queue, started.is_set,
+                           config=WorkerConfig(concurrency=1, drain_timeout=0.2, idle_poll_max=0.05))
+    assert code == 0
+    job = queue.get(job_id)
+    assert job.state is JobState.QUEUED and job.attempts == 0 and job.lease_owner is None
+    assert [r["outcome"] for r in queue.backend.executions(job_id=job_id)] == ["release"]
+
+
+def test_pause_stops_claiming_and_resume_starts_again(queue):
+    from flexiqd.queue.url import open_backend
+
+    @queue.task("quick")
+    def quick():
+        return "ok"
+
+    job_id = quick.enqueue()
+    backend = open_backend(queue.url)
+    worker = Worker(queue, backend, WorkerConfig(concurrency=2, idle_poll_max=0.05), notifier=RecordingNotifier())
+    worker.pause()
+
+    async def main():
+        runner = asyncio.create_task(worker.run())
+        await asyncio.sleep(0.5)
+        while_paused = state(queue, job_id)
+        worker.resume()
+        deadline = time.monotonic() + 10
+        while state(queue, job_id) is not JobState.DONE and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        worker.request_stop()
+        await runner
+        return while_paused
+
+    try:
+        assert asyncio.run(main()) is JobState.QUEUED
+    finally:
+        backend.close()
+    assert state(queue, job_id) is JobState.DONE
