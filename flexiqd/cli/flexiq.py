@@ -7,13 +7,16 @@ import json
 import os
 import sys
 import time
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..durations import format_duration, parse_duration
 from ..errors import FlexiqdError
 from ..logs import setup_logging
 from ..queue.types import Job, JobState, NewJob, Stats
 from ..queue.url import URL_ENV, default_url, open_backend
+
+if TYPE_CHECKING:
+    from ..config import PoolConfig
 
 EXIT_OK = 0
 EXIT_ERROR = 1  # a user or store error, explained in one line
@@ -103,13 +106,19 @@ def build_parser() -> argparse.ArgumentParser:
     dead_purge.add_argument("--older-than", type=_duration, default=0.0)
 
     worker = commands.add_parser("worker", help="run a worker in the foreground")
-    worker.add_argument("--app", required=True, help="module:attribute of the application's Queue")
-    worker.add_argument("--queues", type=_queues, default=("default",), help="comma-separated, in order")
-    worker.add_argument("--concurrency", type=_positive_int, default=4)
-    worker.add_argument("--lease", type=_duration, default=30.0, help="lease length (renewed while running)")
-    worker.add_argument("--drain-timeout", type=_duration, default=30.0,
+    worker.add_argument("--app", help="module:attribute of the application's Queue "
+                                      "(default: the pool's, from the config file)")
+    worker.add_argument("--queues", type=_queues, default=None, help="comma-separated, in order")
+    worker.add_argument("--concurrency", type=_positive_int, default=None)
+    worker.add_argument("--lease", type=_duration, default=None, help="lease length (renewed while running)")
+    worker.add_argument("--drain-timeout", type=_duration, default=None,
                         help="on SIGTERM, how long running jobs may finish before release")
-    worker.add_argument("--instance", default=None, help="this worker's name (systemd's %%i)")
+    worker.add_argument("--instance", default=None,
+                        help="<pool>-<n>, systemd's %%i: without --app, the pool's settings come "
+                             "from the config file")
+    worker.add_argument("--config", default=None,
+                        help="the daemon's config file, for --instance (default: $FLEXIQD_CONFIG, "
+                             "else /etc/flexiqd/flexiqd.yaml)")
 
     bench = commands.add_parser("bench", help="benchmarks")
     bench.add_argument("what", choices=["policies"])
@@ -154,10 +163,38 @@ def _worker(args: argparse.Namespace) -> int:
     from ..worker.main import run_worker
     from ..worker.runtime import WorkerConfig
 
+    app, url = args.app, args.url
+    settings = {"queues": ("default",), "concurrency": 4, "lease_seconds": 30.0, "drain_timeout": 30.0}
+    if app is None:
+        pool, store = _pool_of_instance(args)
+        app, url = pool.app, url or store
+        settings = {"queues": pool.queues, "concurrency": pool.concurrency,
+                    "lease_seconds": pool.lease, "drain_timeout": pool.drain_timeout}
+    given = {"queues": args.queues, "concurrency": args.concurrency, "lease_seconds": args.lease,
+             "drain_timeout": args.drain_timeout}
+    settings.update({key: value for key, value in given.items() if value is not None})
     name = f"{os.uname().nodename}:{args.instance or 'worker'}:{os.getpid()}"
-    config = WorkerConfig(queues=args.queues, concurrency=args.concurrency, lease_seconds=args.lease,
-                          drain_timeout=args.drain_timeout, name=name)
-    return run_worker(args.app, config, url=args.url)
+    return run_worker(app, WorkerConfig(name=name, **settings), url=url)
+
+
+def _pool_of_instance(args: argparse.Namespace) -> tuple["PoolConfig", str]:
+    """The settings of the pool that worker ``--instance <pool>-<n>`` belongs to."""
+    from ..config import DEFAULT_CONFIG_PATH, load_config
+    from ..fleet.base import parse_instance
+
+    if not args.instance:
+        raise FlexiqdError("worker: give --app module:attribute, or --instance <pool>-<n> to take "
+                           "the pool's settings from the config file")
+    parsed = parse_instance(args.instance)
+    if parsed is None:
+        raise FlexiqdError(f"worker: --instance {args.instance!r} is not <pool>-<n>, as in default-3")
+    path = args.config or os.environ.get("FLEXIQD_CONFIG") or DEFAULT_CONFIG_PATH
+    config = load_config(path)
+    pool = config.pools.get(parsed[0])
+    if pool is None:
+        raise FlexiqdError(f"worker {args.instance}: {path} has no pool {parsed[0]!r} "
+                           f"(pools: {', '.join(sorted(config.pools)) or 'none'})")
+    return pool, config.store
 
 
 def _enqueue(backend, args: argparse.Namespace) -> int:

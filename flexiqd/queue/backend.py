@@ -71,6 +71,10 @@ class Backend(abc.ABC):
         """Treat every lease of ``owner`` as expired now (the owner died); return how many."""
 
     @abc.abstractmethod
+    def lease_owners(self) -> dict[str, int]:
+        """Running jobs per lease owner (cheap: reads only running jobs)."""
+
+    @abc.abstractmethod
     def cancel(self, job_id: int, *, now: float) -> bool:
         """Cancel a queued, running or dead job; False if it had already finished."""
 
@@ -86,7 +90,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def retry_dead(self, *, queue: str | None = None, job_ids: Iterable[int] | None = None,
                    now: float) -> int:
-        """Make dead jobs runnable again with fresh attempts; return how many."""
+        """Make dead jobs runnable again with fresh attempts; return how many.
+
+        A dead job whose idempotency key is held by a queued or running job (or
+        by a newer dead job revived in the same call) stays dead.
+        """
 
     @abc.abstractmethod
     def purge(self, *, states: Sequence[JobState], finished_before: float,

@@ -379,6 +379,12 @@ class SQLiteBackend(Backend):
                 "VALUES (?,?,?,?,?,?,?)", (job_id, attempts, lost_owner, started_at, now, "lost", error))
         return len(rows)
 
+    def lease_owners(self) -> dict[str, int]:
+        with self._read("list lease owners") as conn:
+            return dict(conn.execute(
+                "SELECT lease_owner, COUNT(*) FROM jobs WHERE state = 'running' "
+                "AND lease_expires IS NOT NULL GROUP BY lease_owner").fetchall())
+
     # -- management ------------------------------------------------------------------------
 
     def cancel(self, job_id: int, *, now: float) -> bool:
@@ -427,11 +433,21 @@ class SQLiteBackend(Backend):
                 return 0
             where.append(f"id IN ({','.join('?' * len(ids))})")
             args.extend(ids)
+        revive = "UPDATE jobs SET state = 'queued', attempts = 0, run_at = ?, finished_at = NULL WHERE "
         with self._write("retry dead jobs") as conn:
-            cursor = conn.execute(
-                f"UPDATE jobs SET state = 'queued', attempts = 0, run_at = ?, finished_at = NULL "
-                f"WHERE {' AND '.join(where)}", (now, *args))
-            return cursor.rowcount
+            retried = conn.execute(revive + " AND ".join(where + ["idempotency_key IS NULL"]),
+                                   (now, *args)).rowcount
+            # A key may be live again (re-enqueued after this job died) or shared by several
+            # dead jobs: reviving them all would run the same work twice (and break the unique
+            # index), so only the newest dead job of a free key comes back.
+            keyed = conn.execute(
+                f"SELECT id, idempotency_key FROM jobs WHERE {' AND '.join(where)} "
+                f"AND idempotency_key IS NOT NULL ORDER BY id DESC", args).fetchall()
+            for job_id, key in keyed:
+                retried += conn.execute(
+                    revive + "id = ? AND NOT EXISTS (SELECT 1 FROM jobs WHERE idempotency_key = ? "
+                    "AND state IN ('queued', 'running'))", (now, job_id, key)).rowcount
+            return retried
 
     def purge(self, *, states: Sequence[JobState], finished_before: float,
               queue: str | None = None) -> int:

@@ -1,0 +1,266 @@
+"""Read and validate ``/etc/flexiqd/flexiqd.yaml``.
+
+A file is accepted whole or rejected whole: every error names the dotted path
+of the bad key (``pools.default.max_workers``) and why; an unknown key also
+names the nearest valid one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any, Callable, Mapping
+
+import yaml
+
+from ..durations import parse_duration
+from ..errors import ConfigError
+from ..fleet.base import POOL_NAME
+from ..policy.config import Dependency, pool_policy_from_mapping
+from ..policy.errors import PolicyConfigError
+from .model import DEFAULT_STORE, DaemonConfig, FlexiqOptions, PoolConfig
+
+TOP_KEYS = ("store", "tick", "fleet", "dependencies", "pools")
+POOL_KEYS = ("app", "queues", "concurrency", "drain_timeout", "lease", "policy", "environment",
+             "resources", "min_workers", "max_workers", "scale_to_zero", "cpu_bound", "targets",
+             "behavior", "knee", "uses", "flexiq")
+POLICY_KEYS = ("min_workers", "max_workers", "scale_to_zero", "cpu_bound", "targets", "behavior", "knee")
+RESOURCE_KEYS = ("memory_max", "cpu_weight")
+DEPENDENCY_KEYS = ("capacity", "reserved")
+FLEXIQ_KEYS = ("target_queue_depth_per_worker", "target_utilisation", "tolerance",
+               "scale_up_window", "scale_down_window")
+# Policy options that are durations, so `5m` works where the policy wants seconds.
+DURATION_KEYS = {"age", "drain_time", "lead_time", "up_window", "down_window", "period",
+                 "settle_time", "reprobe_interval", "sample_max_age", "max_latency",
+                 "scale_up_window", "scale_down_window"}
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)?$", re.IGNORECASE)
+
+
+def load_config(path: str) -> DaemonConfig:
+    """Parse and validate the file at ``path``; ``ConfigError`` names what is wrong and where."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read it: {exc.strerror}") from None
+    return parse_config(text, path)
+
+
+def parse_config(text: str, path: str = "<config>") -> DaemonConfig:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{path}:{where}: not valid YAML: {problem}") from None
+    if data is None:
+        data = {}
+    try:
+        return _daemon(data, path)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def _fail(where: str, why: str) -> ConfigError:
+    return ConfigError(f"{where}: {why}")
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _fail(where, f"must be a mapping, got {_show(value)}")
+    return value
+
+
+def _known(mapping: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
+    for key in mapping:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(known)})"
+            raise _fail(f"{where}.{key}" if where else str(key), f"unknown key{hint}")
+
+
+def _show(value: Any) -> str:
+    return repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
+
+
+def _duration(value: Any, where: str) -> float:
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise _fail(where, str(exc)) from None
+
+
+def _int(value: Any, where: str, minimum: int, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(where, f"must be a whole number, got {_show(value)}")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+        raise _fail(where, f"must be {bound}, got {value}")
+    return value
+
+
+def _number(value: Any, where: str, low: float, high: float | None = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _fail(where, f"must be a number, got {_show(value)}")
+    if value < low or (high is not None and value > high):
+        raise _fail(where, f"must be between {low:g} and {high:g}, got {value}" if high is not None
+                    else f"must be at least {low:g}, got {value}")
+    return float(value)
+
+
+def _daemon(data: Any, path: str) -> DaemonConfig:
+    data = _mapping(data, "the file")
+    _known(data, TOP_KEYS, "")
+    store = data.get("store", DEFAULT_STORE)
+    if not isinstance(store, str) or "://" not in store and not store.startswith("sqlite:"):
+        raise _fail("store", f"must be a store URL such as {DEFAULT_STORE}, got {_show(store)}")
+    tick = _duration(data.get("tick", "1s"), "tick")
+    if tick <= 0:
+        raise _fail("tick", "must be more than 0s")
+    fleet = data.get("fleet", "systemd")
+    if fleet not in ("systemd", "process"):
+        raise _fail("fleet", f"must be 'systemd' or 'process', got {_show(fleet)}")
+    dependencies = {name: _dependency(name, value)
+                    for name, value in _mapping(data.get("dependencies") or {}, "dependencies").items()}
+    pools_data = data.get("pools")
+    if pools_data is None:
+        pools_data = {"default": {}}
+    pools = {str(name): _pool(str(name), value, dependencies)
+             for name, value in _mapping(pools_data, "pools").items()}
+    return DaemonConfig(path=path, store=store, tick=tick, fleet=fleet,
+                        dependencies=dependencies, pools=pools)
+
+
+def _dependency(name: str, value: Any) -> Dependency:
+    where = f"dependencies.{name}"
+    value = _mapping(value, where)
+    _known(value, DEPENDENCY_KEYS, where)
+    if "capacity" not in value:
+        raise _fail(f"{where}.capacity", "is required (connections, or requests per second)")
+    capacity = _number(value["capacity"], f"{where}.capacity", 0)
+    reserved = _number(value.get("reserved", 0), f"{where}.reserved", 0)
+    try:
+        return Dependency(name=name, capacity=capacity, reserved=reserved)
+    except PolicyConfigError as exc:
+        raise _fail(where, str(exc)) from None
+
+
+def _pool(name: str, value: Any, dependencies: Mapping[str, Dependency]) -> PoolConfig:
+    where = f"pools.{name}"
+    if not POOL_NAME.match(name):
+        raise _fail(where, "a pool name may hold only a-z, 0-9 and _")
+    value = _mapping(value if value is not None else {}, where)
+    _known(value, POOL_KEYS, where)
+    app = value.get("app", "flexiqd.demo:queue")
+    if not isinstance(app, str) or app.count(":") != 1 or not all(app.split(":")):
+        raise _fail(f"{where}.app", f"must be module:attribute, got {_show(app)}")
+    queues = value.get("queues", ["default"])
+    if isinstance(queues, str):
+        queues = [queues]
+    if not isinstance(queues, list) or not queues or not all(isinstance(q, str) and q for q in queues):
+        raise _fail(f"{where}.queues", f"must be a list of queue names, got {_show(queues)}")
+    kind = value.get("policy", "flexiqd")
+    if kind not in ("flexiqd", "flexiq"):
+        raise _fail(f"{where}.policy", f"must be 'flexiqd' or 'flexiq', got {_show(kind)}")
+    environment = _mapping(value.get("environment") or {}, f"{where}.environment")
+    for key, val in environment.items():
+        if not isinstance(key, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            raise _fail(f"{where}.environment.{key}", "is not a valid variable name")
+        if not isinstance(val, (str, int, float)) or isinstance(val, bool):
+            raise _fail(f"{where}.environment.{key}", f"must be a string, got {_show(val)}")
+    resources = _mapping(value.get("resources") or {}, f"{where}.resources")
+    _known(resources, RESOURCE_KEYS, f"{where}.resources")
+    memory_max = (_size(resources["memory_max"], f"{where}.resources.memory_max")
+                  if resources.get("memory_max") is not None else None)
+    cpu_weight = (_int(resources["cpu_weight"], f"{where}.resources.cpu_weight", 1, 10000)
+                  if resources.get("cpu_weight") is not None else None)
+    drain = _duration(value.get("drain_timeout", "30s"), f"{where}.drain_timeout")
+    lease = _duration(value.get("lease", "30s"), f"{where}.lease")
+    if lease <= 0:
+        raise _fail(f"{where}.lease", "must be more than 0s")
+    return PoolConfig(
+        name=name, app=app, queues=tuple(queues),
+        concurrency=_int(value.get("concurrency", 4), f"{where}.concurrency", 1, 10000),
+        drain_timeout=drain, lease=lease, policy_kind=kind,
+        policy=_policy(value, where, dependencies), flexiq=_flexiq(value.get("flexiq"), where),
+        environment={str(k): str(v) for k, v in environment.items()},
+        memory_max=memory_max, cpu_weight=cpu_weight)
+
+
+def _policy(value: Mapping[str, Any], where: str, dependencies: Mapping[str, Dependency]):
+    mapping: dict[str, Any] = {key: _with_durations(value[key], f"{where}.{key}")
+                               for key in POLICY_KEYS if key in value}
+    uses = value.get("uses")
+    if uses is not None:
+        uses = _mapping(uses, f"{where}.uses")
+        mapping["dependencies"] = []
+        for dep_name, use in uses.items():
+            if dep_name not in dependencies:
+                close = difflib.get_close_matches(str(dep_name), list(dependencies), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else " (declare it under dependencies:)"
+                raise _fail(f"{where}.uses.{dep_name}", f"no such dependency{hint}")
+            use = dict(_with_durations(_mapping(use, f"{where}.uses.{dep_name}"), f"{where}.uses.{dep_name}"))
+            mapping["dependencies"].append({"dependency": dep_name, **use})
+    try:
+        return pool_policy_from_mapping(mapping)
+    except PolicyConfigError as exc:
+        raise _fail(f"{where}.{_policy_field(exc.field, mapping)}", exc.why) from None
+
+
+def _policy_field(field: str, mapping: Mapping[str, Any]) -> str:
+    """The policy names its own fields: map ``dependencies[0].x`` back to ``uses.<name>.x``."""
+    match = re.match(r"^dependencies\[(\d+)\]\.?(.*)$", field)
+    if not match or "dependencies" not in mapping:
+        return field
+    dependency = mapping["dependencies"][int(match.group(1))]["dependency"]
+    return f"uses.{dependency}.{match.group(2)}" if match.group(2) else f"uses.{dependency}"
+
+
+def _with_durations(value: Any, where: str) -> Any:
+    """Turn duration strings under known duration keys into seconds, recursively."""
+    if isinstance(value, Mapping):
+        return {key: (_duration(val, f"{where}.{key}") if key in DURATION_KEYS and isinstance(val, str)
+                      else _with_durations(val, f"{where}.{key}")) for key, val in value.items()}
+    return value
+
+
+def _flexiq(value: Any, where: str) -> FlexiqOptions:
+    if value is None:
+        return FlexiqOptions()
+    where = f"{where}.flexiq"
+    value = _mapping(value, where)
+    _known(value, FLEXIQ_KEYS, where)
+    options = FlexiqOptions(
+        target_queue_depth_per_worker=value.get("target_queue_depth_per_worker", 15),
+        target_utilisation=value.get("target_utilisation", 0.75),
+        tolerance=value.get("tolerance", 0.1),
+        scale_up_window=_duration(value.get("scale_up_window", 0), f"{where}.scale_up_window"),
+        scale_down_window=_duration(value.get("scale_down_window", 300), f"{where}.scale_down_window"))
+    try:
+        # The compatibility policy validates its own options; one idle call runs that check.
+        from ..policy import compute_desired_workers
+
+        compute_desired_workers(0, 0, 1, min_workers=0, max_workers=1,
+                                target_queue_depth_per_worker=options.target_queue_depth_per_worker,
+                                target_utilisation=options.target_utilisation,
+                                tolerance=options.tolerance)
+    except ValueError as exc:
+        raise _fail(where, str(exc)) from None
+    return options
+
+
+def _size(value: Any, where: str) -> int:
+    """Bytes from ``512M``, ``2G``, ``1073741824`` (1024-based, as systemd reads them)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    match = _SIZE.match(str(value).strip())
+    if not match:
+        raise _fail(where, f"must be a size such as 512M or 2G, got {_show(value)}")
+    number, unit = float(match.group(1)), match.group(2).upper()
+    size = int(number * 1024 ** " KMGT".index(unit or " "))
+    if size <= 0:
+        raise _fail(where, "must be more than 0")
+    return size

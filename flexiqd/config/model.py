@@ -1,0 +1,69 @@
+"""The daemon's configuration as validated values (built by ``flexiqd.config.load``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from ..fleet.base import WorkerSpec
+from ..policy.config import Dependency, PoolPolicy
+
+DEFAULT_CONFIG_PATH = "/etc/flexiqd/flexiqd.yaml"
+DEFAULT_STORE = "sqlite:////var/lib/flexiq/queue.db"
+
+
+@dataclasses.dataclass(frozen=True)
+class FlexiqOptions:
+    """The flexiq autoscaler's options, for pools run with ``policy: flexiq``."""
+
+    target_queue_depth_per_worker: int = 15
+    target_utilisation: float = 0.75
+    tolerance: float = 0.1
+    scale_up_window: float = 0.0
+    scale_down_window: float = 300.0
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolConfig:
+    """One pool: what its workers run and how many of them there should be."""
+
+    name: str
+    app: str
+    queues: tuple[str, ...]
+    concurrency: int
+    drain_timeout: float
+    lease: float
+    policy_kind: str                    # "flexiqd" or "flexiq"
+    policy: PoolPolicy
+    flexiq: FlexiqOptions
+    environment: Mapping[str, str]
+    memory_max: int | None
+    cpu_weight: int | None
+
+    def worker_spec(self, store_url: str) -> WorkerSpec:
+        return WorkerSpec(pool=self.name, app=self.app, queues=self.queues,
+                          concurrency=self.concurrency, drain_timeout=self.drain_timeout,
+                          lease_seconds=self.lease, store_url=store_url,
+                          environment=dict(self.environment), memory_max=self.memory_max,
+                          cpu_weight=self.cpu_weight)
+
+    @property
+    def stop_timeout(self) -> float:
+        """systemd's TimeoutStopSec for this pool: the drain budget plus time to release."""
+        return self.drain_timeout + 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class DaemonConfig:
+    """The whole file."""
+
+    path: str
+    store: str
+    tick: float
+    fleet: str                          # "systemd" or "process"
+    dependencies: Mapping[str, Dependency]
+    pools: Mapping[str, PoolConfig]
+
+    def summary(self) -> dict[str, Any]:
+        return {"path": self.path, "store": self.store, "tick": self.tick, "fleet": self.fleet,
+                "pools": sorted(self.pools)}

@@ -1,0 +1,274 @@
+"""One tick of the control loop: read, decide, apply.  The only place that sequences I/O.
+
+    fleet.list -> recover orphaned leases -> queue stats -> decide_pools -> fleet.start/stop
+
+systemd (or the process fleet) is asked every tick which workers exist; the
+controller keeps only the policies' histories and the last decisions.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import os
+import time
+from typing import Any, Callable, Iterable
+
+import psutil
+
+from ..config.model import DaemonConfig, PoolConfig
+from ..errors import FleetError, QueueError
+from ..fleet.base import Fleet, WorkerInfo, WorkerState, parse_instance
+from ..queue.backend import Backend
+from .scaling import PoolDecision, PoolState, combine_metrics, decide_pools
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaleEvent:
+    """A change of a pool's desired count, kept for operators (flexiqctl events)."""
+
+    at: float
+    pool: str
+    previous: int
+    desired: int
+    reason: str
+    rationale: str
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolView:
+    """A pool as last seen: for STATUS=, flexiqctl status and the D-Bus API."""
+
+    pool: str
+    active: int
+    starting: int
+    draining: int
+    failed: int
+    max_workers: int
+    decision: PoolDecision | None
+    stats: Any | None
+
+
+def owner_parts(owner: str) -> tuple[str, str, int] | None:
+    """(host, instance, pid) of a worker's lease owner name ``host:instance:pid``."""
+    parts = owner.rsplit(":", 2)
+    if len(parts) != 3 or not parts[2].isdigit():
+        return None
+    return parts[0], parts[1], int(parts[2])
+
+
+def choose_victims(workers: Iterable[WorkerInfo], count: int, busy: dict[str, int]) -> list[WorkerInfo]:
+    """Whom to stop: workers still starting, then idle ones, then the newest."""
+    def order(worker: WorkerInfo) -> tuple:
+        return (worker.state is not WorkerState.STARTING, busy.get(worker.instance, 0) > 0,
+                -(worker.started_at or float("inf")), -worker.index)
+    return sorted(workers, key=order)[:max(0, count)]
+
+
+def free_indices(taken: set[int], count: int) -> list[int]:
+    """The ``count`` smallest worker numbers (from 1) not in use: instance names get reused."""
+    found, candidate = [], 1
+    while len(found) < count:
+        if candidate not in taken:
+            found.append(candidate)
+        candidate += 1
+    return found
+
+
+class Controller:
+    """Sizes every pool once per ``tick``.  Not thread-safe: one loop drives it."""
+
+    def __init__(self, config: DaemonConfig, backend: Backend, fleet: Fleet, *,
+                 host: str | None = None, clock: Callable[[], float] = time.time,
+                 pid_alive: Callable[[int], bool] = psutil.pid_exists, events: int = 1000) -> None:
+        self.config = config
+        self.backend = backend
+        self.fleet = fleet
+        self.host = host or os.uname().nodename
+        self.clock = clock
+        self.pid_alive = pid_alive
+        self.histories: dict[str, Any] = {}
+        self.views: dict[str, PoolView] = {}
+        self.events: collections.deque[ScaleEvent] = collections.deque(maxlen=events)
+        self._cpu = CpuSampler()
+        self.fleet.configure(p.worker_spec(config.store) for p in config.pools.values())
+
+    def reconfigure(self, config: DaemonConfig) -> None:
+        """Use a new config from the next tick; pools that stay keep their history."""
+        self.config = config
+        self.histories = {name: h for name, h in self.histories.items() if name in config.pools}
+        self.fleet.configure(p.worker_spec(config.store) for p in config.pools.values())
+
+    # -- the tick ---------------------------------------------------------------------------
+
+    def tick(self) -> dict[str, PoolDecision]:
+        now = self.clock()
+        try:
+            workers = self.fleet.list()
+        except FleetError as exc:
+            log.warning("Holding every pool: cannot list workers: %s", exc)
+            return {}
+        busy = self._recover_orphans(workers, now)
+        by_pool: dict[str, list[WorkerInfo]] = collections.defaultdict(list)
+        for worker in workers:
+            by_pool[worker.pool].append(worker)
+        self._forget_failed(workers)
+        self._stop_unconfigured(by_pool)
+
+        states, stats = {}, {}
+        for pool in self.config.pools.values():
+            mine = by_pool.get(pool.name, [])
+            stats[pool.name] = self._read_stats(pool, now)
+            states[pool.name] = PoolState(
+                pool=pool.name, active=_count(mine, WorkerState.ACTIVE),
+                starting=_count(mine, WorkerState.STARTING), draining=_count(mine, WorkerState.DRAINING),
+                metrics=self._metrics(pool, stats[pool.name], mine))
+        decisions = decide_pools(self.config, states, self.histories, now)
+        for name, decision in decisions.items():
+            self.histories[name] = decision.history
+            pool = self.config.pools[name]
+            self._apply(pool, decision, by_pool.get(name, []), busy, now)
+            mine = by_pool.get(name, [])
+            self.views[name] = PoolView(
+                pool=name, active=states[name].active, starting=states[name].starting,
+                draining=states[name].draining, failed=_count(mine, WorkerState.FAILED),
+                max_workers=pool.policy.max_workers, decision=decision, stats=stats[name])
+        self.views = {name: view for name, view in self.views.items() if name in self.config.pools}
+        return decisions
+
+    def _read_stats(self, pool: PoolConfig, now: float) -> list | None:
+        try:
+            return [self.backend.stats(queue, now=now) for queue in pool.queues]
+        except QueueError as exc:
+            # No information is not "no load": the policy holds the pool.
+            log.warning("Pool %s: cannot read queue stats, holding: %s", pool.name, exc)
+            return None
+
+    def _metrics(self, pool: PoolConfig, stats: list | None, workers: list[WorkerInfo]):
+        if stats is None:
+            return None
+        metrics = combine_metrics(stats)
+        if pool.policy.cpu_bound:
+            pids = [w.pid for w in workers if w.state is WorkerState.ACTIVE and w.pid]
+            metrics = dataclasses.replace(metrics, cpu_utilisation=self._cpu.sample(pids))
+        return metrics
+
+    def _apply(self, pool: PoolConfig, decision: PoolDecision, workers: list[WorkerInfo],
+               busy: dict[str, int], now: float) -> None:
+        if not decision.changed:
+            return
+        log.info("%s", decision.rationale)
+        self.events.append(ScaleEvent(now, pool.name, decision.current, decision.desired,
+                                      decision.reason, decision.rationale))
+        try:
+            if decision.desired > decision.current:
+                taken = {w.index for w in workers}
+                self.fleet.start(pool.worker_spec(self.config.store),
+                                 free_indices(taken, decision.desired - decision.current))
+            else:
+                candidates = [w for w in workers if w.state in (WorkerState.ACTIVE, WorkerState.STARTING)]
+                self.fleet.stop(choose_victims(candidates, decision.current - decision.desired, busy))
+        except FleetError as exc:
+            log.error("Pool %s: could not apply %d -> %d: %s", pool.name, decision.current,
+                      decision.desired, exc)
+
+    # -- workers that died --------------------------------------------------------------------
+
+    def _recover_orphans(self, workers: list[WorkerInfo], now: float) -> dict[str, int]:
+        """Release at once the leases of this host's workers whose process is gone.
+
+        Covers a worker unit that failed, one that systemd restarted on its own
+        (new pid, same name), and a SIGKILLed child process: no job waits for its
+        lease to expire.  Returns running jobs per live instance (for choosing
+        idle workers to stop).
+        """
+        try:
+            owners = self.backend.lease_owners()
+        except QueueError as exc:
+            log.warning("Cannot read lease owners: %s", exc)
+            return {}
+        live_pids = {w.pid for w in workers if w.pid and w.state is not WorkerState.FAILED}
+        busy: dict[str, int] = {}
+        for owner, running in owners.items():
+            parts = owner_parts(owner)
+            if parts is None or parts[0] != self.host or parse_instance(parts[1]) is None:
+                continue  # another host's worker, or one flexiqd does not manage
+            _, instance, pid = parts
+            if pid in live_pids or self.pid_alive(pid):
+                busy[instance] = busy.get(instance, 0) + running
+                continue
+            try:
+                recovered = self.backend.recover_owner(owner, now=now, reason=f"worker {instance} died")
+            except QueueError as exc:
+                log.warning("Could not release the jobs of dead worker %s: %s", instance, exc)
+                continue
+            log.warning("Worker %s (pid %d) is gone: released its %d jobs to run again.",
+                        instance, pid, recovered)
+        return busy
+
+    def _forget_failed(self, workers: list[WorkerInfo]) -> None:
+        for worker in workers:
+            if worker.state is WorkerState.FAILED:
+                log.warning("Worker %s failed; it will be replaced if the pool needs it.", worker.instance)
+                self.fleet.forget(worker)
+
+    def _stop_unconfigured(self, by_pool: dict[str, list[WorkerInfo]]) -> None:
+        for name, workers in by_pool.items():
+            if name in self.config.pools:
+                continue
+            running = [w for w in workers if w.state in (WorkerState.ACTIVE, WorkerState.STARTING)]
+            if running:
+                log.info("Pool %s is no longer configured: draining its %d workers.", name, len(running))
+                try:
+                    self.fleet.stop(running)
+                except FleetError as exc:
+                    log.error("Could not stop the workers of removed pool %s: %s", name, exc)
+
+    # -- reporting ------------------------------------------------------------------------------
+
+    def status_line(self) -> str:
+        """``default 3/10 age 2.1s ttd 4s; images 1/4 age 0ms ttd 0ms`` for STATUS=."""
+        from ..durations import format_duration
+
+        parts = []
+        for view in self.views.values():
+            running = view.active + view.starting
+            if view.stats is None:
+                parts.append(f"{view.pool} {running}/{view.max_workers} stats unavailable")
+                continue
+            metrics = combine_metrics(view.stats)
+            ttd = (metrics.runnable_depth / metrics.completion_rate if metrics.completion_rate
+                   else (0.0 if metrics.runnable_depth == 0 else None))
+            parts.append(f"{view.pool} {running}/{view.max_workers} age "
+                         f"{format_duration(metrics.oldest_runnable_age)} ttd {format_duration(ttd)}")
+        return "; ".join(parts) or "no pools"
+
+
+def _count(workers: list[WorkerInfo], state: WorkerState) -> int:
+    return sum(1 for w in workers if w.state is state)
+
+
+class CpuSampler:
+    """Mean CPU use (0..1 of one core) of a set of processes since the previous sample."""
+
+    def __init__(self) -> None:
+        self._processes: dict[int, psutil.Process] = {}
+
+    def sample(self, pids: list[int]) -> float | None:
+        values = []
+        for pid in pids:
+            process = self._processes.get(pid)
+            try:
+                if process is None:
+                    process = self._processes[pid] = psutil.Process(pid)
+                    process.cpu_percent(None)  # the first call only starts the measurement
+                    continue
+                values.append(process.cpu_percent(None) / 100.0)
+            except psutil.Error:
+                self._processes.pop(pid, None)
+        for gone in set(self._processes) - set(pids):
+            del self._processes[gone]
+        return sum(values) / len(values) if values else None

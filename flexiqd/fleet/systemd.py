@@ -1,0 +1,325 @@
+"""Workers as ``flexiq-worker@<pool>-<n>.service`` units, driven over systemd's D-Bus API.
+
+The only module that speaks to systemd.  ``Systemd`` mirrors the Manager's
+methods by their D-Bus names; ``SystemdFleet`` turns them into the fleet
+operations.  systemd is the source of truth: ``list()`` asks it every time,
+so a daemon restart adopts whatever runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from typing import Any, Callable, Iterable
+
+from ..errors import FleetError
+from .base import Fleet, WorkerInfo, WorkerSpec, WorkerState, instance_name, parse_instance
+
+log = logging.getLogger(__name__)
+
+DESTINATION = b"org.freedesktop.systemd1"
+MANAGER_PATH = b"/org/freedesktop/systemd1"
+MANAGER = b"org.freedesktop.systemd1.Manager"
+UNIT = b"org.freedesktop.systemd1.Unit"
+SERVICE = b"org.freedesktop.systemd1.Service"
+JOB = b"org.freedesktop.systemd1.Job"
+PROPERTIES = b"org.freedesktop.DBus.Properties"
+UNIT_PATH_PREFIX = b"/org/freedesktop/systemd1/unit"
+# Object paths of flexiq-worker@*.service ("-" and "@" escaped as systemd does).
+WORKER_PATH_PREFIX = UNIT_PATH_PREFIX + b"/flexiq_2dworker_40"
+
+TEMPLATE = "flexiq-worker@"
+UNIT_PATTERN = "flexiq-worker@*.service"
+DROPIN_ROOT = "/run/systemd/system"
+DROPIN_NAME = "50-flexiqd.conf"
+
+# ActiveState -> what the controller cares about.  "inactive" units are gone.
+_STATES = {"active": WorkerState.ACTIVE, "reloading": WorkerState.ACTIVE,
+           "activating": WorkerState.STARTING, "deactivating": WorkerState.DRAINING,
+           "failed": WorkerState.FAILED}
+
+
+def unit_name(pool: str, index: int) -> str:
+    return f"{TEMPLATE}{instance_name(pool, index)}.service"
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def open_bus(address: str | None = None):
+    """A connection to the system bus (or ``address``); FleetError when there is none."""
+    from pystemd.dbuslib import DBus, DBusAddress
+
+    try:
+        bus = DBusAddress(address.encode(), peer_to_peer=False) if address else DBus()
+        bus.open()
+    except Exception as exc:  # pystemd raises its own tree and plain OSErrors
+        where = address or os.environ.get("DBUS_SYSTEM_BUS_ADDRESS") or "the system bus"
+        raise FleetError(f"cannot connect to systemd over {where}: {exc}") from None
+    return bus
+
+
+class Systemd:
+    """systemd's Manager, by its D-Bus method names.  One thread at a time (sd-bus is not thread-safe)."""
+
+    def __init__(self, bus) -> None:
+        self.bus = bus
+
+    def _call(self, path: bytes, interface: bytes, method: str, signature: bytes, args: list) -> Any:
+        from pystemd.dbuslib import apply_signature
+
+        try:
+            reply = self.bus.call_method(DESTINATION, path, interface, method.encode(),
+                                         apply_signature(signature, args) if signature else [])
+        except Exception as exc:
+            raise FleetError(f"systemd {method}({', '.join(map(_text, args))}) failed: "
+                             f"{_dbus_error_text(exc)}") from None
+        return reply.body
+
+    def _manager(self, method: str, signature: bytes = b"", *args: Any) -> Any:
+        return self._call(MANAGER_PATH, MANAGER, method, signature, list(args))
+
+    def ListUnitsByPatterns(self, states: list[str], patterns: list[str]) -> list[tuple]:
+        return self._manager("ListUnitsByPatterns", b"asas", [s.encode() for s in states],
+                             [p.encode() for p in patterns])[0]
+
+    def StartUnit(self, name: str, mode: str = "replace") -> None:
+        self._manager("StartUnit", b"ss", name.encode(), mode.encode())
+
+    def StopUnit(self, name: str, mode: str = "replace") -> None:
+        self._manager("StopUnit", b"ss", name.encode(), mode.encode())
+
+    def KillUnit(self, name: str, whom: str, signum: int) -> None:
+        self._manager("KillUnit", b"ssi", name.encode(), whom.encode(), signum)
+
+    def ResetFailedUnit(self, name: str) -> None:
+        self._manager("ResetFailedUnit", b"s", name.encode())
+
+    def Reload(self) -> None:
+        self._manager("Reload")
+
+    def Subscribe(self) -> None:
+        self._manager("Subscribe")
+
+    def GetUnitByPID(self, pid: int) -> bytes:
+        return self._manager("GetUnitByPID", b"u", pid)[0]
+
+    def SetUnitProperties(self, name: str, runtime: bool, properties: list[tuple[str, bytes, Any]]) -> None:
+        """``properties``: (name, D-Bus signature, value), e.g. ("MemoryMax", b"t", 2**30)."""
+        from pystemd.dbuslib import apply_signature
+
+        args = apply_signature(b"sb", [name.encode(), runtime])
+        args += [(ord(b"a"), b"(sv)")]
+        for prop, sig, value in properties:
+            args += [(ord(b"r"), b"sv"), (ord(b"s"), prop.encode()), (ord(b"v"), sig)]
+            args += apply_signature(sig, [value])
+            args += [(-1, None), (-1, None)]
+        args += [(-1, None)]
+        try:
+            self.bus.call_method(DESTINATION, MANAGER_PATH, MANAGER, b"SetUnitProperties", args)
+        except Exception as exc:
+            raise FleetError(f"systemd SetUnitProperties({name}) failed: {_dbus_error_text(exc)}") from None
+
+    def unit_property(self, path: bytes, interface: bytes, prop: str, signature: bytes) -> Any:
+        try:
+            return self.bus.get_property(DESTINATION, path, interface, prop.encode(), signature)
+        except Exception as exc:
+            raise FleetError(f"systemd property {prop} of {_text(path)} unreadable: "
+                             f"{_dbus_error_text(exc)}") from None
+
+    def job_type_of_unit(self, path: bytes) -> str | None:
+        """The type of the job queued for a unit (``stop``, ``restart``, ...), or None."""
+        job_id, job_path = self.unit_property(path, UNIT, "Job", b"(uo)")
+        if not job_id:
+            return None
+        return _text(self.unit_property(job_path, JOB, "JobType", b"s"))
+
+
+def _dbus_error_text(exc: Exception) -> str:
+    name = getattr(exc, "err_name", None) or getattr(exc, "errno", None)
+    message = getattr(exc, "err_message", None)
+    if name or message:
+        return f"{_text(name) if name else ''}: {_text(message) if message else exc}".strip(": ")
+    return str(exc) or type(exc).__name__
+
+
+def unit_path(name: str) -> bytes:
+    from pystemd.dbuslib import path_encode
+
+    return path_encode(UNIT_PATH_PREFIX, name.encode())
+
+
+class SystemdFleet(Fleet):
+    """Workers as template instances.  Blocking calls; drive it from one thread."""
+
+    def __init__(self, systemd: Systemd, *, config_path: str | None = None,
+                 dropin_root: str = DROPIN_ROOT) -> None:
+        self.systemd = systemd
+        self.config_path = config_path
+        self.dropin_root = dropin_root
+        self._specs: dict[str, WorkerSpec] = {}
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def list(self) -> list[WorkerInfo]:
+        workers = []
+        for row in self.systemd.ListUnitsByPatterns([], [UNIT_PATTERN]):
+            name, active = _text(row[0]), _text(row[3])
+            parsed = parse_instance(name[len(TEMPLATE):-len(".service")])
+            state = _STATES.get(active)
+            if parsed is None or state is None:
+                continue
+            path = row[6]
+            pid = started = None
+            try:
+                pid = int(self.systemd.unit_property(path, SERVICE, "MainPID", b"u")) or None
+                usec = int(self.systemd.unit_property(path, UNIT, "ActiveEnterTimestamp", b"t"))
+                started = usec / 1e6 if usec else None
+            except FleetError:
+                pass  # the unit went away between the two calls; list it without details
+            workers.append(WorkerInfo(parsed[0], parsed[1], state, pid, started))
+        return workers
+
+    # -- changing ---------------------------------------------------------------------------
+
+    def configure(self, specs: Iterable[WorkerSpec]) -> None:
+        self._specs = {spec.pool: spec for spec in specs}
+
+    def dropin_text(self, spec: WorkerSpec) -> str:
+        """The per-instance drop-in of a pool's workers (template drop-ins cannot be per pool)."""
+        lines = ["# Written by flexiqd for this pool; replaced on every scale-up.", "[Service]",
+                 # The drain budget plus time to release what could not finish.
+                 f"TimeoutStopSec={int(spec.drain_timeout + 10)}s"]
+        if self.config_path:
+            lines.append(f'Environment="FLEXIQD_CONFIG={self.config_path}"')
+        for key, value in sorted(spec.environment.items()):
+            escaped = str(value).replace("\\", "\\\\").replace('"', '\\"')
+            lines.append(f'Environment="{key}={escaped}"')
+        return "\n".join(lines) + "\n"
+
+    def _write_dropins(self, spec: WorkerSpec, indices: list[int]) -> bool:
+        """Write the drop-ins; True when any changed (systemd must then reload)."""
+        text = self.dropin_text(spec)
+        changed = False
+        for index in indices:
+            folder = os.path.join(self.dropin_root, f"{unit_name(spec.pool, index)}.d")
+            path = os.path.join(folder, DROPIN_NAME)
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    if handle.read() == text:
+                        continue
+            except OSError:
+                pass
+            try:
+                os.makedirs(folder, exist_ok=True)
+                with open(path + ".tmp", "w", encoding="utf-8") as handle:
+                    handle.write(text)
+                os.replace(path + ".tmp", path)
+            except OSError as exc:
+                raise FleetError(f"cannot write the drop-in {path}: {exc.strerror}") from None
+            changed = True
+        return changed
+
+    def start(self, spec: WorkerSpec, indices: Iterable[int]) -> None:
+        indices = list(indices)
+        if not indices:
+            return
+        self._specs[spec.pool] = spec
+        # One Reload for the whole batch: it costs ~100 ms with many units loaded.
+        if self._write_dropins(spec, indices):
+            self.systemd.Reload()
+        for index in indices:
+            name = unit_name(spec.pool, index)
+            self.systemd.StartUnit(name, "replace")
+            self._apply_limits(spec, name)
+            log.info("Starting %s.", name)
+
+    def _apply_limits(self, spec: WorkerSpec, name: str) -> None:
+        properties = []
+        if spec.memory_max is not None:
+            properties.append(("MemoryMax", b"t", spec.memory_max))
+        if spec.cpu_weight is not None:
+            properties.append(("CPUWeight", b"t", spec.cpu_weight))
+        if properties:
+            self.systemd.SetUnitProperties(name, True, properties)
+
+    def stop(self, workers: Iterable[WorkerInfo]) -> None:
+        for worker in workers:
+            name = unit_name(worker.pool, worker.index)
+            try:
+                # Stop claiming now (SIGUSR1), then drain under the unit's stop timeout.
+                self.systemd.KillUnit(name, "main", signal.SIGUSR1)
+            except FleetError as exc:
+                log.debug("Could not pause %s before stopping it: %s", name, exc)
+            self.systemd.StopUnit(name, "replace")
+            log.info("Stopping %s (draining).", name)
+
+    def forget(self, worker: WorkerInfo) -> None:
+        try:
+            self.systemd.ResetFailedUnit(unit_name(worker.pool, worker.index))
+        except FleetError as exc:
+            log.debug("reset-failed of %s: %s", worker.instance, exc)
+
+    def stop_all(self) -> None:
+        """Ask every worker unit to stop (each drains in its own time); do not wait."""
+        self.stop([w for w in self.list() if w.state is not WorkerState.FAILED])
+
+
+def own_job_type(systemd: Systemd) -> str | None:
+    """Why systemd is stopping this process's unit: ``stop``, ``restart``, ... or None."""
+    try:
+        return systemd.job_type_of_unit(systemd.GetUnitByPID(os.getpid()))
+    except FleetError as exc:
+        log.warning("Could not read this unit's pending job: %s", exc)
+        return None
+
+
+class UnitWatcher:
+    """Calls ``on_change`` whenever a worker unit changes state (subscribed signals).
+
+    Uses its own bus connection, driven by the asyncio loop's reader: never make
+    a blocking call on it after ``start`` (signals would queue up inside sd-bus).
+    """
+
+    def __init__(self, on_change: Callable[[], None], address: str | None = None) -> None:
+        self._on_change = on_change
+        self._address = address
+        self._bus = None
+        self._callback = None  # pystemd needs us to keep a reference
+
+    def start(self, loop) -> None:
+        self._bus = open_bus(self._address)
+        Systemd(self._bus).Subscribe()
+        prefix = WORKER_PATH_PREFIX
+        notify = self._on_change
+
+        def on_signal(msg, error=None, userdata=None):
+            try:
+                msg.process_reply(True)
+                path = msg.headers.get("Path") or msg.headers.get(b"Path") or b""
+                if isinstance(path, str):
+                    path = path.encode()
+                if path.startswith(prefix) or msg.is_signal(MANAGER, b"JobRemoved"):
+                    notify()
+            except Exception:  # exceptions here are lost by pystemd; log them ourselves
+                log.exception("Error while handling a systemd signal.")
+
+        self._callback = on_signal
+        self._bus.match_signal(DESTINATION, None, PROPERTIES, b"PropertiesChanged", on_signal, None)
+        self._bus.match_signal(DESTINATION, MANAGER_PATH, MANAGER, b"JobRemoved", on_signal, None)
+        loop.add_reader(self._bus.get_fd(), self._process)
+
+    def _process(self) -> None:
+        # Drain everything queued: one readable event may carry many messages.
+        while True:
+            message = self._bus.process()
+            if message.is_empty():
+                break
+
+    def stop(self, loop) -> None:
+        if self._bus is not None:
+            loop.remove_reader(self._bus.get_fd())
+            self._bus.close()
+            self._bus = None
