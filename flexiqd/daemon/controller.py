@@ -112,10 +112,12 @@ class Controller:
             log.warning("Holding every pool: cannot list workers: %s", exc)
             return {}
         busy = self._recover_orphans(workers, now)
+        failed = collections.Counter(w.pool for w in workers if w.state is WorkerState.FAILED)
+        self._forget_failed(workers)  # their leases are recovered; their numbers are free again
         by_pool: dict[str, list[WorkerInfo]] = collections.defaultdict(list)
         for worker in workers:
-            by_pool[worker.pool].append(worker)
-        self._forget_failed(workers)
+            if worker.state is not WorkerState.FAILED:
+                by_pool[worker.pool].append(worker)
         self._stop_unconfigured(by_pool)
 
         states, stats = {}, {}
@@ -131,10 +133,9 @@ class Controller:
             self.histories[name] = decision.history
             pool = self.config.pools[name]
             self._apply(pool, decision, by_pool.get(name, []), busy, now)
-            mine = by_pool.get(name, [])
             self.views[name] = PoolView(
                 pool=name, active=states[name].active, starting=states[name].starting,
-                draining=states[name].draining, failed=_count(mine, WorkerState.FAILED),
+                draining=states[name].draining, failed=failed.get(name, 0),
                 max_workers=pool.policy.max_workers, decision=decision, stats=stats[name])
         self.views = {name: view for name, view in self.views.items() if name in self.config.pools}
         return decisions

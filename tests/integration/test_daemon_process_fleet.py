@@ -1,0 +1,112 @@
+"""flexiqd with the process fleet (no systemd): scale up on a burst, reload, drain on stop."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+
+from flexiqd.queue.types import JobState
+
+from conftest import APPS, REPO, read_marks, wait_for
+
+CONFIG = """
+store: {store}
+tick: 200ms
+fleet: process
+pools:
+  default:
+    app: counting_app:queue
+    concurrency: 2
+    min_workers: 1
+    max_workers: 6
+    drain_timeout: 20s
+    targets: {{age: 2s, lead_time: 1s}}
+    behavior: {{down_window: 2s, up_limit: {{workers: 6, percent: 100, period: 1s}},
+               down_limit: {{workers: 6, percent: 100, period: 1s}}}}
+{extra}"""
+
+
+def start_daemon(tmp_path, store, marks, extra=""):
+    config = tmp_path / "flexiqd.yaml"
+    config.write_text(CONFIG.format(store=store, extra=extra))
+    env = dict(os.environ, FLEXIQ_TEST_MARKS=str(marks), PYTHONPATH=os.pathsep.join([str(APPS), str(REPO)]))
+    env.pop("NOTIFY_SOCKET", None)
+    log = open(tmp_path / "daemon.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "flexiqd.cli.daemon", "--config", str(config)],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(tmp_path))
+    return proc, config, tmp_path / "daemon.log"
+
+
+def worker_pids(daemon_pid: int) -> list[int]:
+    import psutil
+
+    return [child.pid for child in psutil.Process(daemon_pid).children() if child.is_running()]
+
+
+def test_burst_scales_up_then_stop_drains_every_worker_without_duplicates(tmp_path, store, app, workers):
+    daemon, _, log = start_daemon(tmp_path, store, workers.marks)
+    try:
+        wait_for(lambda: len(worker_pids(daemon.pid)) == 1, 30, "the minimum worker")
+        ids = app.tasks["count"].map([(0.3,)] * 120)
+        wait_for(lambda: len(worker_pids(daemon.pid)) >= 3, 30, "a scale-up to at least 3 workers")
+        wait_for(lambda: app.stats().runnable == 0, 60, "the burst to be claimed")
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=60) == 0
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+    text = log.read_text()
+    assert re.search(r"default 1 -> [2-6]: ", text), "no scale-up was logged with its rationale"
+    starts, ends = read_marks(workers.marks)
+    finished = [i for i in ids if app.get(i).state is JobState.DONE]
+    assert set(starts.values()) <= {1}, "a job ran twice"
+    assert sorted(ends) == sorted(finished), "a started job was neither finished nor released"
+    leftover = [app.get(i) for i in ids if i not in finished]
+    assert all(job.state is JobState.QUEUED and job.attempts == 0 for job in leftover)
+
+
+def test_reload_rejects_a_broken_file_and_applies_a_good_one(tmp_path, store, app, workers):
+    daemon, config, log = start_daemon(tmp_path, store, workers.marks)
+    try:
+        wait_for(lambda: len(worker_pids(daemon.pid)) == 1, 30, "the minimum worker")
+        good = config.read_text()
+        config.write_text(good + "    max_wrkers: 3\n")
+        daemon.send_signal(signal.SIGHUP)
+        wait_for(lambda: "Reload rejected" in log.read_text(), 10, "the reload to be rejected")
+        assert "did you mean 'max_workers'" in log.read_text()
+        assert daemon.poll() is None and len(worker_pids(daemon.pid)) == 1
+
+        config.write_text(good + "  second:\n    app: counting_app:queue\n    queues: [second]\n"
+                                 "    min_workers: 2\n")
+        daemon.send_signal(signal.SIGHUP)
+        wait_for(lambda: len(worker_pids(daemon.pid)) == 3, 30, "the new pool's two workers")
+        assert "Reloaded" in log.read_text()
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=60) == 0
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+
+
+def test_a_worker_killed_mid_job_is_replaced_and_its_job_runs_again_at_once(tmp_path, store, app, workers):
+    daemon, _, log = start_daemon(tmp_path, store, workers.marks)
+    try:
+        wait_for(lambda: len(worker_pids(daemon.pid)) == 1, 30, "the minimum worker")
+        job_id = app.tasks["count"].enqueue(1.0)
+        wait_for(lambda: read_marks(workers.marks)[0][job_id] == 1, 30, "the job to start")
+        victim = worker_pids(daemon.pid)[0]
+        os.kill(victim, signal.SIGKILL)
+        # The lease is 30 s: finishing well before that proves it was released on the death.
+        wait_for(lambda: app.get(job_id).state is JobState.DONE, 15, "the job to run again")
+        assert "is gone: released its 1 jobs" in log.read_text()
+        assert victim not in worker_pids(daemon.pid) and len(worker_pids(daemon.pid)) >= 1
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=60) == 0
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+    starts, ends = read_marks(workers.marks)
+    assert starts[job_id] == 2 and ends[job_id] == 1

@@ -1,0 +1,43 @@
+"""A fake fleet for controller tests: remembers what it was asked, changes state on request."""
+
+from __future__ import annotations
+
+from flexiqd.fleet.base import Fleet, WorkerInfo, WorkerState
+
+
+class FakeFleet(Fleet):
+    def __init__(self) -> None:
+        self.workers: dict[tuple[str, int], WorkerInfo] = {}
+        self.started: list[tuple[str, int]] = []
+        self.stopped: list[tuple[str, int]] = []
+        self.forgotten: list[tuple[str, int]] = []
+        self.specs = {}
+        self.next_pid = 1000
+
+    def add(self, pool: str, index: int, state: WorkerState = WorkerState.ACTIVE,
+            pid: int | None = None, started_at: float | None = None) -> WorkerInfo:
+        self.next_pid += 1
+        info = WorkerInfo(pool, index, state, pid or self.next_pid, started_at)
+        self.workers[(pool, index)] = info
+        return info
+
+    def list(self):
+        return list(self.workers.values())
+
+    def configure(self, specs):
+        self.specs = {spec.pool: spec for spec in specs}
+
+    def start(self, spec, indices):
+        for index in indices:
+            self.started.append((spec.pool, index))
+            self.add(spec.pool, index, WorkerState.STARTING)
+
+    def stop(self, workers):
+        for worker in workers:
+            self.stopped.append((worker.pool, worker.index))
+            self.workers[(worker.pool, worker.index)] = WorkerInfo(
+                worker.pool, worker.index, WorkerState.DRAINING, worker.pid, worker.started_at)
+
+    def forget(self, worker):
+        self.forgotten.append((worker.pool, worker.index))
+        self.workers.pop((worker.pool, worker.index), None)
