@@ -113,12 +113,41 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--lease", type=_duration, default=None, help="lease length (renewed while running)")
     worker.add_argument("--drain-timeout", type=_duration, default=None,
                         help="on SIGTERM, how long running jobs may finish before release")
+    worker.add_argument("--batch-size", type=_positive_int, default=None,
+                        help="claim at most this many jobs at once (default: as many as free slots)")
     worker.add_argument("--instance", default=None,
                         help="<pool>-<n>, systemd's %%i: without --app, the pool's settings come "
                              "from the config file")
     worker.add_argument("--config", default=None,
                         help="the daemon's config file, for --instance (default: $FLEXIQD_CONFIG, "
                              "else /etc/flexiqd/flexiqd.yaml)")
+
+    autoscale = commands.add_parser(
+        "autoscale", help="run one autoscaled pool of workers in the foreground (flexiq's interface)")
+    autoscale.add_argument("--app", required=True, help="module:attribute of the application's Queue")
+    autoscale.add_argument("--min-workers", type=int, default=1)
+    autoscale.add_argument("--max-workers", type=int, default=10)
+    autoscale.add_argument("--target-queue-depth", type=int, default=15,
+                           help="flexiq policy: runnable jobs per worker")
+    autoscale.add_argument("--target-utilisation", type=float, default=0.75)
+    autoscale.add_argument("--scale-up-window", type=_duration, default=0.0)
+    autoscale.add_argument("--scale-down-window", type=_duration, default=300.0)
+    autoscale.add_argument("--tolerance", type=float, default=0.1)
+    autoscale.add_argument("--poll-interval", type=_duration, default=5.0)
+    autoscale.add_argument("--drain-timeout", type=_duration, default=30.0)
+    autoscale.add_argument("--concurrency", type=_positive_int, default=4)
+    autoscale.add_argument("--queues", type=_queues, default=("default",))
+    autoscale.add_argument("--batch-size", type=_positive_int, default=None)
+    autoscale.add_argument("--policy", choices=["flexiq", "flexiqd"], default="flexiq",
+                           help="flexiq's formula (default) or flexiqd's age/drain-time policy")
+    autoscale.add_argument("--target-age", type=_duration, default=30.0,
+                           help="flexiqd policy: how long the oldest job may wait")
+    autoscale.add_argument("--target-drain-time", type=_duration, default=None,
+                           help="flexiqd policy: how soon the backlog should drain")
+    autoscale.add_argument("--scale-to-zero", action="store_true")
+    autoscale.add_argument("--cpu-bound", action="store_true")
+    autoscale.add_argument("--fleet", choices=["process", "systemd"], default="process")
+    autoscale.add_argument("--pool", default="autoscale", help="the pool's name (unit names use it)")
 
     bench = commands.add_parser("bench", help="benchmarks")
     bench.add_argument("what", choices=["policies"])
@@ -142,6 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "worker":
         return _worker(args)
+    if args.command == "autoscale":
+        return _autoscale(args)
     if args.command == "bench":
         from ..sim.bench import main as bench_main
 
@@ -164,14 +195,16 @@ def _worker(args: argparse.Namespace) -> int:
     from ..worker.runtime import WorkerConfig
 
     app, url = args.app, args.url
-    settings = {"queues": ("default",), "concurrency": 4, "lease_seconds": 30.0, "drain_timeout": 30.0}
+    settings = {"queues": ("default",), "concurrency": 4, "lease_seconds": 30.0, "drain_timeout": 30.0,
+                "batch_size": None}
     if app is None:
         pool, store = _pool_of_instance(args)
         app, url = pool.app, url or store
         settings = {"queues": pool.queues, "concurrency": pool.concurrency,
-                    "lease_seconds": pool.lease, "drain_timeout": pool.drain_timeout}
+                    "lease_seconds": pool.lease, "drain_timeout": pool.drain_timeout,
+                    "batch_size": pool.batch_size}
     given = {"queues": args.queues, "concurrency": args.concurrency, "lease_seconds": args.lease,
-             "drain_timeout": args.drain_timeout}
+             "drain_timeout": args.drain_timeout, "batch_size": args.batch_size}
     settings.update({key: value for key, value in given.items() if value is not None})
     name = f"{os.uname().nodename}:{args.instance or 'worker'}:{os.getpid()}"
     return run_worker(app, WorkerConfig(name=name, **settings), url=url)
@@ -195,6 +228,26 @@ def _pool_of_instance(args: argparse.Namespace) -> tuple["PoolConfig", str]:
         raise FlexiqdError(f"worker {args.instance}: {path} has no pool {parsed[0]!r} "
                            f"(pools: {', '.join(sorted(config.pools)) or 'none'})")
     return pool, config.store
+
+
+def _autoscale(args: argparse.Namespace) -> int:
+    from ..autoscale import AutoscaleConfig, serve_autoscaler
+    from ..queue.api import Queue
+
+    config = AutoscaleConfig(
+        app=args.app, min_workers=args.min_workers, max_workers=args.max_workers,
+        target_queue_depth_per_worker=args.target_queue_depth, target_utilisation=args.target_utilisation,
+        scale_up_window=args.scale_up_window, scale_down_window=args.scale_down_window,
+        tolerance=args.tolerance, poll_interval=args.poll_interval, drain_timeout=args.drain_timeout,
+        concurrency=args.concurrency, queues=args.queues, batch_size=args.batch_size, policy=args.policy,
+        target_age=args.target_age, target_drain_time=args.target_drain_time,
+        scale_to_zero=args.scale_to_zero, cpu_bound=args.cpu_bound, fleet=args.fleet, pool=args.pool)
+    queue = Queue(args.url or default_url())
+    try:
+        serve_autoscaler(queue, config)
+    finally:
+        queue.close()
+    return EXIT_OK
 
 
 def _enqueue(backend, args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ from ..policy.errors import PolicyConfigError
 from .model import DEFAULT_STORE, DaemonConfig, FlexiqOptions, PoolConfig
 
 TOP_KEYS = ("store", "tick", "fleet", "dependencies", "pools")
-POOL_KEYS = ("app", "queues", "concurrency", "drain_timeout", "lease", "policy", "environment",
+POOL_KEYS = ("app", "queues", "concurrency", "batch_size", "drain_timeout", "lease", "policy", "environment",
              "resources", "min_workers", "max_workers", "scale_to_zero", "cpu_bound", "targets",
              "behavior", "knee", "uses", "flexiq")
 POLICY_KEYS = ("min_workers", "max_workers", "scale_to_zero", "cpu_bound", "targets", "behavior", "knee")
@@ -187,7 +187,9 @@ def _pool(name: str, value: Any, dependencies: Mapping[str, Dependency]) -> Pool
         drain_timeout=drain, lease=lease, policy_kind=kind,
         policy=_policy(value, where, dependencies), flexiq=_flexiq(value.get("flexiq"), where),
         environment={str(k): str(v) for k, v in environment.items()},
-        memory_max=memory_max, cpu_weight=cpu_weight)
+        memory_max=memory_max, cpu_weight=cpu_weight,
+        batch_size=(_int(value["batch_size"], f"{where}.batch_size", 1)
+                    if value.get("batch_size") is not None else None))
 
 
 def _policy(value: Mapping[str, Any], where: str, dependencies: Mapping[str, Dependency]):

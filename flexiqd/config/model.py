@@ -39,13 +39,14 @@ class PoolConfig:
     environment: Mapping[str, str]
     memory_max: int | None
     cpu_weight: int | None
+    batch_size: int | None = None
 
     def worker_spec(self, store_url: str) -> WorkerSpec:
         return WorkerSpec(pool=self.name, app=self.app, queues=self.queues,
                           concurrency=self.concurrency, drain_timeout=self.drain_timeout,
                           lease_seconds=self.lease, store_url=store_url,
                           environment=dict(self.environment), memory_max=self.memory_max,
-                          cpu_weight=self.cpu_weight)
+                          cpu_weight=self.cpu_weight, batch_size=self.batch_size)
 
     @property
     def stop_timeout(self) -> float:

@@ -37,6 +37,7 @@ class WorkerSpec:
     environment: Mapping[str, str] = dataclasses.field(default_factory=dict)
     memory_max: int | None = None     # bytes
     cpu_weight: int | None = None     # 1..10000
+    batch_size: int | None = None     # most jobs a worker claims at once
 
 
 @dataclasses.dataclass(frozen=True)

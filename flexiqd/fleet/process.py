@@ -44,7 +44,8 @@ def worker_command(spec: WorkerSpec, index: int) -> list[str]:
     return [sys.executable, "-m", "flexiqd.cli.flexiq", "--url", spec.store_url, "worker",
             "--app", spec.app, "--queues", ",".join(spec.queues),
             "--concurrency", str(spec.concurrency), "--lease", f"{spec.lease_seconds:g}",
-            "--drain-timeout", f"{spec.drain_timeout:g}", "--instance", instance_name(spec.pool, index)]
+            "--drain-timeout", f"{spec.drain_timeout:g}", "--instance", instance_name(spec.pool, index),
+            *(["--batch-size", str(spec.batch_size)] if spec.batch_size else [])]
 
 
 class ProcessFleet(Fleet):

@@ -48,6 +48,7 @@ class WorkerConfig:
     drain_timeout: float = 30.0
     idle_poll_min: float = 0.05
     idle_poll_max: float = 0.5
+    batch_size: int | None = None  # most jobs claimed at once (None: as many as free slots)
     name: str = dataclasses.field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
 
     def __post_init__(self) -> None:
@@ -148,6 +149,8 @@ class Worker:
                           self.config.name, self.config.concurrency)
                 return EXIT_STUCK
             free = 0 if self._paused else self._free_slots()
+            if self.config.batch_size:
+                free = min(free, self.config.batch_size)
             outcomes, self._outcomes = self._outcomes, []
             claimed: list[Job] = []
             if free > 0 or outcomes:

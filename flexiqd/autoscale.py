@@ -1,0 +1,253 @@
+"""flexiq's autoscaler interface, kept so its users move over unchanged.
+
+``Autoscaler(queue, app=..., max_workers=...)`` runs one pool of workers on
+this machine -- child processes by default, systemd units with
+``fleet="systemd"`` -- sized by the flexiq formula (``policy="flexiq"``, the
+default here: same options, same rationale strings, without its defects) or by
+flexiqd's own policy (``policy="flexiqd"``).  It is the daemon's controller
+underneath, so both behave alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import tempfile
+import threading
+import time
+from typing import Any
+
+import yaml
+
+from .config import DaemonConfig, parse_config
+from .daemon.controller import Controller
+from .errors import ConfigError
+from .fleet.base import WorkerInfo, WorkerState
+from .fleet.process import ProcessFleet
+from .queue.api import Queue
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoscaleConfig:
+    """Every option of flexiq's autoscaler, and flexiqd's policy options beside them."""
+
+    app: str
+    min_workers: int = 1
+    max_workers: int = 10
+    target_queue_depth_per_worker: int = 15
+    target_utilisation: float = 0.75
+    scale_up_window: float = 0.0
+    scale_down_window: float = 300.0
+    tolerance: float = 0.1
+    poll_interval: float = 5.0
+    drain_timeout: float = 30.0
+    concurrency: int = 4
+    queues: tuple[str, ...] = ("default",)
+    batch_size: int | None = None
+    # flexiqd's own
+    policy: str = "flexiq"
+    target_age: float = 30.0
+    target_drain_time: float | None = None
+    scale_to_zero: bool = False
+    cpu_bound: bool = False
+    fleet: str = "process"
+    pool: str = "autoscale"
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaleDecision:
+    """One tick, as flexiq reports it."""
+
+    pending: int
+    running: int
+    current_workers: int
+    desired_workers: int
+    rationale: str
+
+
+def daemon_config(config: AutoscaleConfig, store: str) -> DaemonConfig:
+    """The daemon's config for this one pool (validated like a config file)."""
+    pool: dict[str, Any] = {
+        "app": config.app, "queues": list(config.queues), "concurrency": config.concurrency,
+        "drain_timeout": config.drain_timeout, "policy": config.policy,
+        "min_workers": config.min_workers, "max_workers": config.max_workers,
+        "scale_to_zero": config.scale_to_zero, "cpu_bound": config.cpu_bound,
+        "targets": {"age": config.target_age, "utilisation": config.target_utilisation,
+                    "lead_time": min(10.0, config.target_age / 2),
+                    **({"drain_time": config.target_drain_time} if config.target_drain_time else {})},
+        "behavior": {"up_window": config.scale_up_window, "down_window": config.scale_down_window,
+                     "tolerance": config.tolerance},
+        "flexiq": {"target_queue_depth_per_worker": config.target_queue_depth_per_worker,
+                   "target_utilisation": config.target_utilisation, "tolerance": config.tolerance,
+                   "scale_up_window": config.scale_up_window,
+                   "scale_down_window": config.scale_down_window},
+    }
+    if config.batch_size is not None:
+        pool["batch_size"] = config.batch_size
+    text = yaml.safe_dump({"store": store, "tick": config.poll_interval, "fleet": config.fleet,
+                           "pools": {config.pool: pool}})
+    try:
+        return parse_config(text, "autoscale options")
+    except ConfigError as exc:
+        # Name the option as the caller spelled it, not as the generated file does.
+        raise ConfigError(str(exc).replace(f"autoscale options: pools.{config.pool}.", "option ")
+                          .replace("autoscale options: ", "option ")) from None
+
+
+class ProcessManager:
+    """flexiq's process manager, over one pool of the process fleet."""
+
+    def __init__(self, fleet: ProcessFleet, controller: Controller, pool: str) -> None:
+        self._fleet = fleet
+        self._controller = controller
+        self._pool = pool
+        self._known: set[int] = set()
+
+    def _spec(self):
+        config = self._controller.config
+        return config.pools[self._pool].worker_spec(config.store)
+
+    def spawn_worker(self) -> int:
+        taken = {w.index for w in self._fleet.list() if w.pool == self._pool}
+        index = next(i for i in range(1, len(taken) + 2) if i not in taken)
+        pid = self._fleet.spawn(self._spec(), index)
+        self._known.add(pid)
+        return pid
+
+    def terminate_worker(self, pid: int, timeout: float | None = None) -> None:
+        """Drain-stop the worker with this pid and wait until it exited."""
+        for worker in self._fleet.list():
+            if worker.pid == pid and worker.state is WorkerState.ACTIVE:
+                self._fleet.stop([worker])
+        deadline = time.monotonic() + (timeout if timeout is not None else self._spec().drain_timeout + 10)
+        while pid in self.live_pids() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def reap_dead(self) -> list[int]:
+        """Pids of this pool's workers that exited since the last call."""
+        live = set(self.live_pids())
+        dead = sorted(self._known - live)
+        self._known = live
+        return dead
+
+    def count_live(self) -> int:
+        return len(self.live_pids())
+
+    def live_pids(self) -> list[int]:
+        workers = [w for w in self._fleet.list() if w.pool == self._pool and w.state is not WorkerState.FAILED]
+        pids = [w.pid for w in workers if w.pid]
+        self._known |= set(pids)
+        return pids
+
+    def shutdown(self) -> None:
+        """Drain every worker of the pool and wait for all of them."""
+        self._fleet.shutdown(self._pool)
+
+    def kill_all(self) -> None:
+        self._fleet.kill_all()
+
+
+class Autoscaler:
+    """Sizes one pool of workers for ``queue``.  ``tick`` may be called by hand or by ``start``."""
+
+    def __init__(self, queue: Queue, config: AutoscaleConfig | None = None, **options: Any) -> None:
+        if config is None:
+            if "app" not in options:
+                raise ConfigError("Autoscaler needs app='module:attribute' (the workers' Queue)")
+            config = AutoscaleConfig(**{k: tuple(v) if k == "queues" else v for k, v in options.items()})
+        self.config = config
+        self.queue = queue
+        self._daemon_config = daemon_config(config, queue.url)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if config.fleet == "systemd":
+            self._fleet = self._systemd_fleet()
+        else:
+            self._fleet = ProcessFleet()
+        self.controller = Controller(self._daemon_config, queue.backend, self._fleet)
+        self.process_manager = ProcessManager(self._fleet, self.controller, config.pool) \
+            if isinstance(self._fleet, ProcessFleet) else None
+
+    def _systemd_fleet(self):
+        from .fleet.systemd import Systemd, SystemdFleet, open_bus
+
+        # Worker units read their pool from a config file: write this pool's where they can.
+        folder = "/run/flexiqd" if os.access("/run", os.W_OK) else tempfile.gettempdir()
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"autoscale-{self.config.pool}.yaml")
+        with open(path, "w", encoding="utf-8") as handle:
+            yaml.safe_dump({"store": self._daemon_config.store,
+                            "pools": {self.config.pool: {"app": self.config.app,
+                                                         "queues": list(self.config.queues),
+                                                         "concurrency": self.config.concurrency,
+                                                         "drain_timeout": self.config.drain_timeout}}},
+                           handle)
+        return SystemdFleet(Systemd(open_bus()), config_path=path)
+
+    def tick(self) -> ScaleDecision:
+        """One decision, applied; returns what was decided."""
+        with self._lock:
+            decision = self.controller.tick().get(self.config.pool)
+        if decision is None:  # the fleet could not be listed: nothing was decided
+            current = self.current_workers()
+            return ScaleDecision(0, 0, current, current, "stable: fleet unavailable, holding")
+        rationale = decision.rationale.split(": ", 1)[1] if ": " in decision.rationale else decision.rationale
+        return ScaleDecision(pending=decision.pending or 0, running=decision.running or 0,
+                             current_workers=decision.current, desired_workers=decision.desired,
+                             rationale=rationale)
+
+    def current_workers(self) -> int:
+        return sum(1 for w in self._fleet.list()
+                   if w.pool == self.config.pool and w.state in (WorkerState.ACTIVE, WorkerState.STARTING))
+
+    def start(self) -> None:
+        """Tick every ``poll_interval`` on a background thread until ``stop``."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="flexiq-autoscaler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                decision = self.tick()
+                log.info("autoscale: pending=%d running=%d workers=%d -> %d (%s)", decision.pending,
+                         decision.running, decision.current_workers, decision.desired_workers,
+                         decision.rationale)
+            except Exception:  # a bad tick must not end autoscaling; the next one retries
+                log.exception("autoscale: tick failed")
+            self._stop.wait(self.config.poll_interval)
+
+    def stop(self) -> None:
+        """Stop ticking, then drain every worker (they finish or release their jobs) and wait."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        with self._lock:
+            if isinstance(self._fleet, ProcessFleet):
+                self._fleet.shutdown(self.config.pool)
+            else:
+                self._fleet.stop([w for w in self._fleet.list() if w.pool == self.config.pool
+                                  and w.state in (WorkerState.ACTIVE, WorkerState.STARTING)])
+
+
+def serve_autoscaler(queue: Queue, config: AutoscaleConfig | None = None, **options: Any) -> None:
+    """Run the autoscaler in the foreground; return once SIGTERM/SIGINT arrived and every worker drained."""
+    autoscaler = Autoscaler(queue, config, **options)
+    stop = threading.Event()
+    previous = {signum: signal.signal(signum, lambda *_: stop.set()) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        autoscaler.start()
+        while not stop.wait(0.5):
+            pass
+    finally:
+        autoscaler.stop()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
