@@ -34,5 +34,9 @@ class TaskError(FlexiqdError):
     """A task could not be registered, found or loaded."""
 
 
+class ControlError(FlexiqdError):
+    """An operator's request cannot be done (unknown pool, a count out of range, ...)."""
+
+
 class FleetError(FlexiqdError):
     """Starting, stopping or listing workers failed."""

@@ -19,6 +19,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="validate the config file (or FILE) and exit: 0 valid, 1 invalid")
     parser.add_argument("--fleet", choices=["systemd", "process"], default=None,
                         help="where workers run (default: the config's 'fleet', else systemd)")
+    parser.add_argument("--no-api", action="store_true",
+                        help="do not offer the D-Bus API (flexiqctl) -- for machines without a system bus")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     return parser
@@ -45,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(args.log_level)
     from ..daemon.service import DaemonOptions, run_daemon
 
-    return run_daemon(DaemonOptions(config_path=args.config, fleet=args.fleet))
+    return run_daemon(DaemonOptions(config_path=args.config, fleet=args.fleet, serve_api=not args.no_api))
 
 
 if __name__ == "__main__":

@@ -18,24 +18,14 @@ from typing import Any, Callable, Iterable
 import psutil
 
 from ..config.model import DaemonConfig, PoolConfig
-from ..errors import FleetError, QueueError
+from ..errors import ControlError, FleetError, QueueError
 from ..fleet.base import Fleet, WorkerInfo, WorkerState, parse_instance
 from ..queue.backend import Backend
+from .events import EventLog
+from .overrides import Override, apply_override
 from .scaling import PoolDecision, PoolState, combine_metrics, decide_pools
 
 log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True)
-class ScaleEvent:
-    """A change of a pool's desired count, kept for operators (flexiqctl events)."""
-
-    at: float
-    pool: str
-    previous: int
-    desired: int
-    reason: str
-    rationale: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +73,7 @@ class Controller:
 
     def __init__(self, config: DaemonConfig, backend: Backend, fleet: Fleet, *,
                  host: str | None = None, clock: Callable[[], float] = time.time,
-                 pid_alive: Callable[[int], bool] = psutil.pid_exists, events: int = 1000) -> None:
+                 pid_alive: Callable[[int], bool] = psutil.pid_exists, events: EventLog | None = None) -> None:
         self.config = config
         self.backend = backend
         self.fleet = fleet
@@ -92,7 +82,8 @@ class Controller:
         self.pid_alive = pid_alive
         self.histories: dict[str, Any] = {}
         self.views: dict[str, PoolView] = {}
-        self.events: collections.deque[ScaleEvent] = collections.deque(maxlen=events)
+        self.events = events if events is not None else EventLog()
+        self.overrides: dict[str, Override] = {}
         self._cpu = CpuSampler()
         self.fleet.configure(p.worker_spec(config.store) for p in config.pools.values())
 
@@ -100,6 +91,7 @@ class Controller:
         """Use a new config from the next tick; pools that stay keep their history."""
         self.config = config
         self.histories = {name: h for name, h in self.histories.items() if name in config.pools}
+        self.overrides = {name: o for name, o in self.overrides.items() if name in config.pools}
         self.fleet.configure(p.worker_spec(config.store) for p in config.pools.values())
 
     # -- the tick ---------------------------------------------------------------------------
@@ -131,6 +123,14 @@ class Controller:
         decisions = decide_pools(self.config, states, self.histories, now)
         for name, decision in decisions.items():
             self.histories[name] = decision.history
+            override = self.overrides.get(name)
+            if override is not None:
+                if override.expired(now):
+                    log.info("Pool %s: the operator's pin ended; the policy decides again.", name)
+                    del self.overrides[name]
+                else:
+                    decision = apply_override(decision, override, self.config.pools[name], now)
+                    decisions[name] = decision
             pool = self.config.pools[name]
             self._apply(pool, decision, by_pool.get(name, []), busy, now)
             self.views[name] = PoolView(
@@ -162,8 +162,8 @@ class Controller:
         if not decision.changed:
             return
         log.info("%s", decision.rationale)
-        self.events.append(ScaleEvent(now, pool.name, decision.current, decision.desired,
-                                      decision.reason, decision.rationale))
+        self.events.record(now, pool.name, decision.current, decision.desired, decision.reason,
+                           decision.rationale)
         try:
             if decision.desired > decision.current:
                 taken = {w.index for w in workers}
@@ -227,6 +227,61 @@ class Controller:
                     self.fleet.stop(running)
                 except FleetError as exc:
                     log.error("Could not stop the workers of removed pool %s: %s", name, exc)
+
+    # -- operators' requests (flexiqctl, over D-Bus) ------------------------------------------------
+
+    def _pool(self, name: str) -> PoolConfig:
+        pool = self.config.pools.get(name)
+        if pool is None:
+            raise ControlError(f"no pool named {name!r} (pools: {', '.join(sorted(self.config.pools)) or 'none'})")
+        return pool
+
+    def pin(self, name: str, workers: int, seconds: float | None) -> None:
+        """Hold pool ``name`` at ``workers`` for ``seconds`` (None: until ``unpin``)."""
+        pool = self._pool(name)
+        if not 0 <= workers <= pool.policy.max_workers:
+            raise ControlError(f"pool {name}: {workers} workers is outside 0..{pool.policy.max_workers} "
+                               f"(its max_workers)")
+        if seconds is not None and seconds <= 0:
+            raise ControlError(f"pool {name}: a pin must last more than 0s, got {seconds:g}s")
+        until = None if seconds is None else self.clock() + seconds
+        self.overrides[name] = Override(pinned=workers, until=until,
+                                        paused=self.overrides.get(name, Override()).paused)
+        log.info("Pool %s pinned at %d workers%s by an operator.", name, workers,
+                 f" for {seconds:g}s" if seconds else "")
+
+    def unpin(self, name: str) -> None:
+        self._pool(name)
+        override = self.overrides.pop(name, None)
+        if override is not None and override.paused:
+            self.overrides[name] = Override(paused=True)
+        log.info("Pool %s unpinned: the policy decides again.", name)
+
+    def drain(self, name: str) -> None:
+        """Drain every worker of the pool and keep it at zero until ``unpin``."""
+        self._pool(name)
+        self.overrides[name] = Override(pinned=0, until=None)
+        log.info("Pool %s: draining every worker by an operator's request.", name)
+
+    def pause(self, name: str) -> None:
+        """Workers stop claiming (nothing is killed) and the pool is held as it is."""
+        self._pool(name)
+        current = self.overrides.get(name, Override())
+        self.overrides[name] = dataclasses.replace(current, paused=True)
+        self.fleet.pause(self._workers_of(name), True)
+        log.info("Pool %s paused: its workers claim nothing new.", name)
+
+    def resume(self, name: str) -> None:
+        self._pool(name)
+        current = self.overrides.pop(name, Override())
+        if current.pinned is not None:
+            self.overrides[name] = dataclasses.replace(current, paused=False)
+        self.fleet.pause(self._workers_of(name), False)
+        log.info("Pool %s resumed.", name)
+
+    def _workers_of(self, name: str) -> list[WorkerInfo]:
+        return [w for w in self.fleet.list() if w.pool == name
+                and w.state in (WorkerState.ACTIVE, WorkerState.STARTING)]
 
     # -- reporting ------------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import signal
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
@@ -20,6 +21,7 @@ from ..fleet.base import Fleet
 from ..notify import Notifier, watchdog_interval
 from ..queue.url import open_backend
 from .controller import Controller
+from .events import EventLog
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,21 @@ class DaemonOptions:
     config_path: str
     fleet: str | None = None          # overrides the config's "fleet"
     bus_address: str | None = None    # the system bus by default
+    serve_api: bool = True            # offer org.flexiq.flexiqd1 on the bus
+    state_dir: str | None = None      # where the event history is kept ($STATE_DIRECTORY)
+
+
+def state_dir(options: DaemonOptions, config: DaemonConfig) -> str | None:
+    """$STATE_DIRECTORY (systemd's StateDirectory=), else the SQLite store's folder."""
+    if options.state_dir:
+        return options.state_dir
+    if os.environ.get("STATE_DIRECTORY"):
+        return os.environ["STATE_DIRECTORY"].split(":")[0]
+    if config.store.startswith("sqlite:///"):
+        from ..queue.url import sqlite_path
+
+        return os.path.dirname(os.path.abspath(sqlite_path(config.store)))
+    return None
 
 
 class Daemon:
@@ -48,6 +65,7 @@ class Daemon:
         self.fleet: Fleet | None = None
         self._systemd = None
         self._watcher = None
+        self.api = None                   # the D-Bus service, once serving
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flexiqd-io")
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
@@ -95,7 +113,9 @@ class Daemon:
         kind = self.options.fleet or self.config.fleet
         backend = await self.io(open_backend, self.config.store)
         self.fleet = await self.io(self._make_fleet, kind)
-        self.controller = Controller(self.config, backend, self.fleet)
+        folder = state_dir(self.options, self.config)
+        events = EventLog(os.path.join(folder, "events.jsonl") if folder else None)
+        self.controller = Controller(self.config, backend, self.fleet, events=events)
         # Adopt: the first tick lists what systemd already runs and sizes from there.
         await self.io(self.controller.tick)
         if self._systemd is not None:
@@ -107,6 +127,13 @@ class Daemon:
             except FlexiqdError as exc:
                 log.warning("Not following unit changes (polling every tick instead): %s", exc)
                 self._watcher = None
+        if self.options.serve_api:
+            from .dbus_api import serve_api
+
+            try:
+                self.api = await serve_api(self, self.options.bus_address)
+            except FlexiqdError as exc:
+                log.warning("Not offering the D-Bus API (flexiqctl will not reach this daemon): %s", exc)
         pools = ", ".join(f"{v.pool} ({v.active + v.starting} running)" for v in self.controller.views.values())
         log.info("flexiqd ready with %s fleet; pools: %s.", kind, pools or "none")
         self.notifier.ready(self.controller.status_line())
@@ -192,6 +219,8 @@ class Daemon:
 
     async def _shutdown(self, loop: asyncio.AbstractEventLoop) -> None:
         self.notifier.stopping("stopping")
+        if self.api is not None:
+            await self.api.close()
         if self._watcher is not None:
             self._watcher.stop(loop)
         try:

@@ -88,6 +88,10 @@ class Fleet(abc.ABC):
         """Drain-stop: ask each to stop claiming, then to stop within its drain budget."""
 
     @abc.abstractmethod
+    def pause(self, workers: Iterable[WorkerInfo], paused: bool) -> None:
+        """Ask workers to stop claiming (``paused``) or to claim again.  Nothing is killed."""
+
+    @abc.abstractmethod
     def forget(self, worker: WorkerInfo) -> None:
         """Acknowledge a FAILED worker (its leases were recovered) so ``list`` drops it."""
 

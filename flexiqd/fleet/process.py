@@ -118,6 +118,12 @@ class ProcessFleet(Fleet):
                 self._failed[key] = WorkerInfo(key[0], key[1], WorkerState.FAILED, child.proc.pid)
         return workers + list(self._failed.values())
 
+    def pause(self, workers: Iterable[WorkerInfo], paused: bool) -> None:
+        for worker in workers:
+            child = self._children.get((worker.pool, worker.index))
+            if child is not None and child.proc.poll() is None:
+                child.proc.send_signal(signal.SIGUSR1 if paused else signal.SIGUSR2)
+
     def forget(self, worker: WorkerInfo) -> None:
         self._failed.pop((worker.pool, worker.index), None)
 

@@ -68,6 +68,7 @@ class Systemd:
         self.bus = bus
 
     def _call(self, path: bytes, interface: bytes, method: str, signature: bytes, args: list) -> Any:
+        """The reply's body: the value itself for one out-argument (as pystemd returns it)."""
         from pystemd.dbuslib import apply_signature
 
         try:
@@ -83,7 +84,7 @@ class Systemd:
 
     def ListUnitsByPatterns(self, states: list[str], patterns: list[str]) -> list[tuple]:
         return self._manager("ListUnitsByPatterns", b"asas", [s.encode() for s in states],
-                             [p.encode() for p in patterns])[0]
+                             [p.encode() for p in patterns]) or []
 
     def StartUnit(self, name: str, mode: str = "replace") -> None:
         self._manager("StartUnit", b"ss", name.encode(), mode.encode())
@@ -104,7 +105,7 @@ class Systemd:
         self._manager("Subscribe")
 
     def GetUnitByPID(self, pid: int) -> bytes:
-        return self._manager("GetUnitByPID", b"u", pid)[0]
+        return self._manager("GetUnitByPID", b"u", pid)
 
     def SetUnitProperties(self, name: str, runtime: bool, properties: list[tuple[str, bytes, Any]]) -> None:
         """``properties``: (name, D-Bus signature, value), e.g. ("MemoryMax", b"t", 2**30)."""
@@ -255,6 +256,11 @@ class SystemdFleet(Fleet):
                 log.debug("Could not pause %s before stopping it: %s", name, exc)
             self.systemd.StopUnit(name, "replace")
             log.info("Stopping %s (draining).", name)
+
+    def pause(self, workers: Iterable[WorkerInfo], paused: bool) -> None:
+        for worker in workers:
+            self.systemd.KillUnit(unit_name(worker.pool, worker.index), "main",
+                                  signal.SIGUSR1 if paused else signal.SIGUSR2)
 
     def forget(self, worker: WorkerInfo) -> None:
         try:

@@ -38,6 +38,10 @@ class FakeFleet(Fleet):
             self.workers[(worker.pool, worker.index)] = WorkerInfo(
                 worker.pool, worker.index, WorkerState.DRAINING, worker.pid, worker.started_at)
 
+    def pause(self, workers, paused):
+        self.paused = getattr(self, "paused", [])
+        self.paused.extend(((w.pool, w.index), paused) for w in workers)
+
     def forget(self, worker):
         self.forgotten.append((worker.pool, worker.index))
         self.workers.pop((worker.pool, worker.index), None)

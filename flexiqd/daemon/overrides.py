@@ -1,0 +1,36 @@
+"""Operators' overrides of the policy (pin, drain, pause), applied to a decision.  Pure."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..config.model import PoolConfig
+from .scaling import PoolDecision
+
+
+@dataclasses.dataclass(frozen=True)
+class Override:
+    """``pinned``: hold this count (None: the policy decides) until ``until`` (None: until unpinned).
+    ``paused``: workers claim nothing and the pool is held at its current count."""
+
+    pinned: int | None = None
+    until: float | None = None
+    paused: bool = False
+
+    def expired(self, now: float) -> bool:
+        return self.pinned is not None and self.until is not None and now >= self.until and not self.paused
+
+
+def apply_override(decision: PoolDecision, override: Override, pool: PoolConfig, now: float) -> PoolDecision:
+    """The decision the fleet should follow; the policy's own stays in the rationale."""
+    if override.paused:
+        desired, reason, why = decision.current, "Paused", "paused by an operator: holding"
+    elif override.pinned is not None:
+        desired, reason = override.pinned, "Pinned"
+        left = "" if override.until is None else f" for {override.until - now:.0f}s more"
+        why = f"pinned at {override.pinned} by an operator{left}"
+    else:
+        return decision
+    rationale = (f"{pool.name} {decision.current} -> {desired}: {reason}: {why} "
+                 f"(the policy wanted {decision.desired}: {decision.reason})")
+    return dataclasses.replace(decision, desired=desired, reason=reason, rationale=rationale)

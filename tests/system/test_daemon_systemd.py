@@ -1,0 +1,128 @@
+"""flexiqd as a unit under the real systemd: scaling, draining, crashes, restarts, reload, watchdog.
+
+Each test installs and starts flexiqd afresh in the shared sandbox.  Waits poll
+for a state with a deadline; counts of executions come from the tasks' own marks.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .flexiqd_install import (CONFIG, DAEMON, REPO, done_count, enqueue, install, main_pids, marks,
+                              stats, workers)
+from .sandbox import Sandbox
+
+
+@pytest.fixture
+def flexiqd(sandbox: Sandbox) -> Sandbox:
+    install(sandbox)
+    sandbox.wait_for(lambda: len(workers(sandbox)) == 1, 30, what="the minimum worker unit")
+    yield sandbox
+    sandbox.run(f"systemctl stop {DAEMON} 'flexiq-worker@*'; true", timeout=120)
+
+
+def test_ready_only_after_the_fleet_is_adopted_and_status_says_so(flexiqd):
+    props = flexiqd.unit_properties(DAEMON, "Type", "ActiveState", "StatusText", "NotifyAccess")
+    assert props["Type"] == "notify" and props["ActiveState"] == "active"
+    flexiqd.wait_for(lambda: flexiqd.unit_property(DAEMON, "StatusText").startswith("default 1/6 age"),
+                     10, what="a STATUS= summary line")
+    assert workers(flexiqd) == ["flexiq-worker@default-1.service"]
+    assert flexiqd.unit_property("flexiq-worker@default-1.service", "User") == "flexiq"
+
+
+def test_a_burst_scales_up_then_drains_back_with_every_job_run_exactly_once(flexiqd):
+    enqueue(flexiqd, 1.0, 60)
+    flexiqd.wait_for(lambda: len(workers(flexiqd)) >= 3, 30, what="a scale-up to 3+ worker units")
+    flexiqd.wait_for(lambda: done_count(flexiqd) == 60, 120, interval=0.5, what="all 60 jobs to finish")
+    flexiqd.wait_for(lambda: len(workers(flexiqd)) == 1, 60, interval=0.5, what="the drain back to 1 worker")
+    starts, ends = marks(flexiqd)
+    assert len(starts) == 60 and set(starts.values()) == {1} and set(ends.values()) == {1}
+    journal = flexiqd.journal(DAEMON)
+    assert "default 1 -> " in journal and "-> 1: " in journal  # each change logged with its rationale
+
+
+def test_scale_in_mid_job_drains_without_duplicates_or_losses(flexiqd):
+    enqueue(flexiqd, 3.0, 12)  # long enough that scale-in happens while jobs run
+    flexiqd.wait_for(lambda: len(workers(flexiqd)) >= 3, 30, what="a scale-up")
+    flexiqd.wait_for(lambda: done_count(flexiqd) == 12, 120, interval=0.5, what="all 12 jobs to finish")
+    flexiqd.wait_for(lambda: len(workers(flexiqd)) == 1, 60, interval=0.5, what="the scale-in")
+    starts, ends = marks(flexiqd)
+    assert len(starts) == 12 and set(starts.values()) == {1} and set(ends.values()) == {1}
+
+
+def test_a_worker_killed_with_sigkill_has_its_job_released_and_run_again_once(flexiqd):
+    enqueue(flexiqd, 2.0, 1)
+    flexiqd.wait_for(lambda: sum(marks(flexiqd)[0].values()) == 1, 30, what="the job to start")
+    unit = workers(flexiqd)[0]
+    flexiqd.systemctl("kill", "--signal=KILL", unit)
+    # Leases last 30 s: a finish well within that proves the daemon released the job on the death.
+    flexiqd.wait_for(lambda: done_count(flexiqd) == 1, 20, interval=0.3, what="the job to run again")
+    starts, ends = marks(flexiqd)
+    (job_id,) = starts
+    assert starts[job_id] == 2 and ends[job_id] == 1
+    assert "released its 1 jobs" in flexiqd.journal(DAEMON)
+
+
+@pytest.mark.parametrize("how", ["systemctl restart", "kill -9"])
+def test_the_daemon_restarting_leaves_workers_running_and_adopts_them(flexiqd, how):
+    enqueue(flexiqd, 4.0, 6)
+    flexiqd.wait_for(lambda: len(workers(flexiqd)) >= 2, 30, what="a scale-up")
+    before = main_pids(flexiqd, workers(flexiqd))
+    daemon_pid = flexiqd.unit_property(DAEMON, "MainPID")
+    if how == "kill -9":
+        flexiqd.run(["kill", "-9", daemon_pid])
+    else:
+        flexiqd.systemctl("restart", DAEMON)
+    flexiqd.wait_for(lambda: flexiqd.unit_property(DAEMON, "MainPID") not in ("0", daemon_pid)
+                     and flexiqd.unit_property(DAEMON, "ActiveState") == "active", 30,
+                     what="a new daemon process")
+    after = main_pids(flexiqd, list(before))
+    assert after == before, "a worker was restarted along with the daemon"
+    flexiqd.wait_for(lambda: done_count(flexiqd) == 6, 60, interval=0.5, what="all jobs to finish")
+    starts, ends = marks(flexiqd)
+    assert len(starts) == 6 and set(starts.values()) == {1} and set(ends.values()) == {1}
+
+
+def test_stopping_the_daemon_drains_and_stops_the_fleet(flexiqd):
+    enqueue(flexiqd, 2.0, 4)
+    flexiqd.wait_for(lambda: sum(marks(flexiqd)[0].values()) >= 2, 30, what="jobs to start")
+    flexiqd.systemctl("stop", DAEMON)
+    flexiqd.wait_for(lambda: workers(flexiqd, "active,activating,deactivating") == [], 60,
+                     what="every worker unit to stop")
+    starts, ends = marks(flexiqd)
+    assert starts == ends, "a running job was cut short instead of drained"
+    assert all(n == 1 for n in starts.values())
+    state = stats(flexiqd)
+    assert state["running"] == 0 and state["runnable"] + done_count(flexiqd) == 4  # nothing lost
+
+
+def test_a_broken_reload_keeps_the_old_config_and_says_why(flexiqd):
+    flexiqd.write_file("/etc/flexiqd/flexiqd.yaml", CONFIG + "    max_wrkers: 3\n")
+    flexiqd.systemctl("reload", DAEMON)
+    flexiqd.wait_for(lambda: "config rejected" in flexiqd.unit_property(DAEMON, "StatusText"), 10,
+                     what="STATUS= to report the rejected config")
+    status = flexiqd.unit_property(DAEMON, "StatusText")
+    assert "did you mean 'max_workers'" in status
+    assert flexiqd.unit_property(DAEMON, "ActiveState") == "active"
+    assert "Reload rejected" in flexiqd.journal(DAEMON)
+
+
+def test_a_reload_adding_a_pool_starts_its_workers(flexiqd):
+    extra = ("  second:\n    app: counting_app:queue\n    queues: [second]\n    min_workers: 2\n"
+             f"    environment: {{PYTHONPATH: {REPO / 'tests' / 'apps'}}}\n")
+    flexiqd.write_file("/etc/flexiqd/flexiqd.yaml", CONFIG + extra)
+    flexiqd.systemctl("reload", DAEMON)
+    flexiqd.wait_for(lambda: [w for w in workers(flexiqd) if "@second-" in w] ==
+                     ["flexiq-worker@second-1.service", "flexiq-worker@second-2.service"], 30,
+                     what="the new pool's two workers")
+
+
+def test_the_watchdog_restarts_a_hung_daemon(sandbox: Sandbox):
+    install(sandbox, daemon_dropin="[Service]\nWatchdogSec=3s\n")
+    sandbox.wait_for(lambda: len(workers(sandbox)) == 1, 30, what="the minimum worker unit")
+    pid = sandbox.unit_property(DAEMON, "MainPID")
+    sandbox.run(["kill", "-STOP", pid])  # the loop stops pinging: a hang, as systemd sees it
+    sandbox.wait_for(lambda: sandbox.unit_property(DAEMON, "NRestarts") != "0", 30,
+                     what="systemd to restart the daemon on its watchdog")
+    assert "watchdog" in sandbox.journal(DAEMON).lower()
+    sandbox.run(f"systemctl stop {DAEMON} 'flexiq-worker@*'; true", timeout=120)
