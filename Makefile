@@ -9,7 +9,7 @@ APT_PACKAGES := python3-venv python3-pip python3-setuptools python3-wheel \
 	systemd-container dbus
 PYTEST_ARGS ?=
 
-.PHONY: test deps venv unit system bench clean
+.PHONY: test deps venv unit system demo bench clean
 
 deps:
 	@missing=""; for p in $(APT_PACKAGES); do \
@@ -37,6 +37,23 @@ unit: venv
 
 system: venv
 	$(PY) -m pytest $(PYTEST_ARGS) tests/system
+
+# Queue benchmark against flexiq 2.1.0 and huey 3.5.4 (bench/README.md). The peers come
+# from PyPI into their own venv, never into .venv; BENCH_ARGS=--quick for a smoke run.
+BENCH_VENV := bench/.work/venv
+BENCH_ARGS ?=
+
+bench: deps
+	@test -x $(BENCH_VENV)/bin/python || /usr/bin/python3 -m venv --system-site-packages $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install -q flexiq==2.1.0 huey==3.5.4
+	$(BENCH_VENV)/bin/python -m pip install -q --no-deps --no-build-isolation -e .
+	$(BENCH_VENV)/bin/python bench/queue_bench.py $(BENCH_ARGS)
+
+# The main job: flexiqd, its SQLite queue and the demo app in a throw-away systemd
+# container; a burst of jobs, the fleet scaling up live and draining back.
+# `make demo HOST=1` uses this machine's own systemd instead (and leaves flexiqd running).
+demo: venv
+	$(PY) demo/demo.py $(if $(HOST),--host,)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

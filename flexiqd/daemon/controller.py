@@ -50,6 +50,17 @@ def owner_parts(owner: str) -> tuple[str, str, int] | None:
     return parts[0], parts[1], int(parts[2])
 
 
+def process_exists(pid: int) -> bool:
+    """Whether a process with this pid exists, even one we may not signal or see in /proc."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def choose_victims(workers: Iterable[WorkerInfo], count: int, busy: dict[str, int]) -> list[WorkerInfo]:
     """Whom to stop: workers still starting, then idle ones, then the newest."""
     def order(worker: WorkerInfo) -> tuple:
@@ -73,7 +84,7 @@ class Controller:
 
     def __init__(self, config: DaemonConfig, backend: Backend, fleet: Fleet, *,
                  host: str | None = None, clock: Callable[[], float] = time.time,
-                 pid_alive: Callable[[int], bool] = psutil.pid_exists, events: EventLog | None = None) -> None:
+                 pid_alive: Callable[[int], bool] = process_exists, events: EventLog | None = None) -> None:
         self.config = config
         self.backend = backend
         self.fleet = fleet
@@ -85,6 +96,7 @@ class Controller:
         self.events = events if events is not None else EventLog()
         self.overrides: dict[str, Override] = {}
         self._cpu = CpuSampler()
+        self._warned_p99: set[str] = set()
         self.fleet.configure(p.worker_spec(config.store) for p in config.pools.values())
 
     def reconfigure(self, config: DaemonConfig) -> None:
@@ -152,6 +164,7 @@ class Controller:
         if stats is None:
             return None
         metrics = combine_metrics(stats)
+        self._check_drain_budget(pool, metrics.duration_p99)
         if pool.policy.cpu_bound:
             pids = [w.pid for w in workers if w.state is WorkerState.ACTIVE and w.pid]
             metrics = dataclasses.replace(metrics, cpu_utilisation=self._cpu.sample(pids))
@@ -175,6 +188,17 @@ class Controller:
         except FleetError as exc:
             log.error("Pool %s: could not apply %d -> %d: %s", pool.name, decision.current,
                       decision.desired, exc)
+
+    def _check_drain_budget(self, pool: PoolConfig, p99: float | None) -> None:
+        """Warn (once, until it is fixed) when a scale-in would have to release p99 jobs."""
+        if p99 is not None and p99 > pool.drain_timeout:
+            if pool.name not in self._warned_p99:
+                self._warned_p99.add(pool.name)
+                log.warning("Pool %s: p99 job duration %.1fs exceeds drain_timeout %.0fs: a scale-in "
+                            "will release long jobs to run again; raise drain_timeout.",
+                            pool.name, p99, pool.drain_timeout)
+        else:
+            self._warned_p99.discard(pool.name)
 
     # -- workers that died --------------------------------------------------------------------
 

@@ -126,3 +126,18 @@ def test_the_watchdog_restarts_a_hung_daemon(sandbox: Sandbox):
                      what="systemd to restart the daemon on its watchdog")
     assert "watchdog" in sandbox.journal(DAEMON).lower()
     sandbox.run(f"systemctl stop {DAEMON} 'flexiq-worker@*'; true", timeout=120)
+
+
+def test_per_pool_settings_reach_the_worker_units(sandbox: Sandbox):
+    config = CONFIG.replace("    drain_timeout: 20s\n",
+                            "    drain_timeout: 45s\n    resources: {memory_max: 300M, cpu_weight: 250}\n")
+    install(sandbox, config)
+    unit = "flexiq-worker@default-1.service"
+    sandbox.wait_for(lambda: workers(sandbox) == [unit], 30, what="the minimum worker unit")
+    props = sandbox.unit_properties(unit, "TimeoutStopUSec", "MemoryMax", "CPUWeight", "KillMode", "Environment")
+    assert props["TimeoutStopUSec"] == "55s"          # drain budget + 10 s, from the runtime drop-in
+    assert props["MemoryMax"] == str(300 * 1024 ** 2)  # through SetUnitProperties
+    assert props["CPUWeight"] == "250"
+    assert props["KillMode"] == "mixed"
+    assert "FLEXIQ_TEST_MARKS=/var/lib/flexiq/marks" in props["Environment"]
+    sandbox.run(f"systemctl stop {DAEMON} 'flexiq-worker@*'; true", timeout=120)

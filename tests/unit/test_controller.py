@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from flexiqd.config import parse_config
@@ -173,3 +175,28 @@ def test_status_line_summarises_each_pool(backend):
     controller.tick()
     assert controller.status_line().startswith("default ")
     assert "/8 age 2.1s ttd" in controller.status_line()
+
+
+def test_a_p99_above_the_drain_budget_is_warned_about_once(backend, caplog):
+    controller, fleet, clock = make(backend, "pools:\n  default:\n    drain_timeout: 5s\n")
+    fleet.add("default", 1, started_at=clock.now)
+    ids = backend.enqueue([NewJob(task="t")] * 3, now=clock.now - 20)
+    backend.claim(ClaimRequest(f"{HOST}:default-1:1", ("default",), 3), now=clock.now - 20)
+    from flexiqd.queue.types import Outcome
+
+    backend.settle(f"{HOST}:default-1:1", [Outcome.ack(i) for i in ids], now=clock.now - 1)  # 19 s jobs
+    controller.tick()
+    controller.tick()
+    warnings = [r for r in caplog.records if "exceeds drain_timeout" in r.getMessage()]
+    assert len(warnings) == 1 and "p99 job duration 19.0s" in warnings[0].getMessage()
+
+
+def test_process_exists_sees_processes_it_may_not_signal_and_not_the_gone():
+    import subprocess
+
+    from flexiqd.daemon.controller import process_exists
+
+    assert process_exists(1) and process_exists(os.getpid())
+    child = subprocess.Popen(["true"])
+    child.wait()
+    assert not process_exists(child.pid)
