@@ -185,7 +185,14 @@ class SQLiteBackend(Backend):
             if self._conn is None:
                 raise QueueError(f"the queue database {self.path} is closed")
             try:
-                yield self._conn
+                # One read transaction, so the several SELECTs of stats() see one snapshot:
+                # without it a concurrent enqueue between reading `counts` and counting
+                # delayed jobs makes `runnable` come out wrong, even negative.
+                self._conn.execute("BEGIN")
+                try:
+                    yield self._conn
+                finally:
+                    self._conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 raise self._translate(exc, operation) from None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from urllib.parse import parse_qs, urlsplit
 
@@ -35,7 +36,8 @@ def open_backend(url: str) -> Backend:
                 f"an absolute one, as in sqlite:////var/lib/flexiq/queue.db")
         from .sqlite import SQLiteBackend
 
-        options = {k: v[-1] for k, v in parse_qs(urlsplit(url).query).items()}
+        # keep_blank_values: "?busy_timeout=" or a bare "?synchronus" must be refused, not dropped.
+        options = {k: v[-1] for k, v in parse_qs(urlsplit(url).query, keep_blank_values=True).items()}
         unknown = set(options) - {"synchronous", "busy_timeout"}
         if unknown:
             raise StoreUnavailable(f"{url}: unknown option {sorted(unknown)[0]!r} "
@@ -43,8 +45,10 @@ def open_backend(url: str) -> Backend:
         try:
             busy = float(options.get("busy_timeout", 5.0))
         except ValueError:
+            busy = math.nan
+        if not 0 <= busy < math.inf:
             raise StoreUnavailable(f"{url}: busy_timeout must be seconds, got "
-                                   f"{options['busy_timeout']!r}") from None
+                                   f"{options['busy_timeout']!r}")
         return SQLiteBackend(sqlite_path(url), synchronous=options.get("synchronous", "full"),
                              busy_timeout=busy, url=url)
     if scheme in ("postgresql", "postgres"):

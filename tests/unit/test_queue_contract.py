@@ -1,0 +1,697 @@
+"""The contract every job-store backend keeps, run on each one (see conftest.BACKENDS).
+
+Time is always the ``now=`` argument: nothing here sleeps or reads a clock.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from flexiqd.errors import JobNotFound, PayloadError, QueueError
+from flexiqd.queue import ClaimRequest, JobState, NewJob, Outcome
+
+T0 = 1_700_000_000.0
+LEASE = 30.0
+
+
+def enqueue(backend, n=1, *, now=T0, **fields):
+    return backend.enqueue([NewJob(task="t", payload=i, **fields) for i in range(n)], now=now)
+
+
+def claim(backend, owner="w1", limit=100, *, now=T0, queues=("default",), lease=LEASE):
+    return backend.claim(ClaimRequest(owner=owner, queues=tuple(queues), limit=limit,
+                                      lease_seconds=lease), now=now)
+
+
+def ids_of(jobs):
+    return [job.id for job in jobs]
+
+
+def all_jobs(backend):
+    return backend.list_jobs(limit=1_000_000)
+
+
+def outcomes(backend, job_id):
+    return [row["outcome"] for row in backend.executions(job_id=job_id)]
+
+
+# -- enqueue -------------------------------------------------------------------------------
+
+def test_enqueue_one_stores_every_field(backend):
+    [job_id] = backend.enqueue([NewJob(task="mail.send", payload={"to": ["a@b"], "n": 1.5},
+                                       queue="mail", priority=3, max_attempts=5, timeout=12.5,
+                                       idempotency_key="k1", tenant="acme")], now=T0)
+    job = backend.get(job_id)
+    assert (job.id, job.queue, job.task, job.payload) == (job_id, "mail", "mail.send",
+                                                          {"to": ["a@b"], "n": 1.5})
+    assert (job.priority, job.state, job.run_at, job.attempts, job.max_attempts) == (
+        3, JobState.QUEUED, T0, 0, 5)
+    assert (job.timeout, job.idempotency_key, job.tenant) == (12.5, "k1", "acme")
+    assert (job.lease_owner, job.lease_expires, job.started_at, job.finished_at) == (None,) * 4
+    assert job.enqueued_at == T0
+    assert (job.result, job.error) == (None, None)
+
+
+def test_enqueue_batch_returns_distinct_ids_in_order(backend):
+    ids = backend.enqueue([NewJob(task="t", payload={"i": i}) for i in range(50)], now=T0)
+    assert len(ids) == len(set(ids)) == 50
+    assert ids == sorted(ids)
+    assert [backend.get(job_id).payload for job_id in ids] == [{"i": i} for i in range(50)]
+    assert backend.stats("default", now=T0).runnable == 50
+
+
+def test_enqueue_nothing_is_a_no_op(backend):
+    assert backend.enqueue([], now=T0) == []
+    assert all_jobs(backend) == []
+
+
+@pytest.mark.parametrize("bad", [object(), {1, 2}, b"bytes", float("nan"), {"x": float("inf")}],
+                         ids=["object", "set", "bytes", "nan", "nested-inf"])
+def test_a_batch_with_one_payload_that_is_not_json_stores_nothing(backend, bad):
+    enqueue(backend, 2)
+    with pytest.raises(PayloadError, match="not JSON"):
+        backend.enqueue([NewJob(task="t", payload=1), NewJob(task="t", payload=bad),
+                         NewJob(task="t", payload=3)], now=T0 + 1)
+    assert len(all_jobs(backend)) == 2
+    stats = backend.stats("default", now=T0 + 1)
+    assert stats.runnable == 2
+    assert stats.arrival_rate * stats.window == pytest.approx(2)
+
+
+@pytest.mark.parametrize("bad", [NewJob(task="t", max_attempts=0), NewJob(task="")],
+                         ids=["no-attempts", "no-task"])
+def test_a_batch_with_one_invalid_job_stores_nothing(backend, bad):
+    with pytest.raises(QueueError):
+        backend.enqueue([NewJob(task="t"), bad], now=T0)
+    assert all_jobs(backend) == []
+
+
+def test_run_at_wins_over_delay_and_delay_is_from_now(backend):
+    delayed, scheduled, negative = backend.enqueue(
+        [NewJob(task="t", delay=10), NewJob(task="t", delay=10, run_at=T0 + 99),
+         NewJob(task="t", delay=-5)], now=T0)
+    assert backend.get(delayed).run_at == T0 + 10
+    assert backend.get(scheduled).run_at == T0 + 99
+    assert backend.get(negative).run_at == T0
+
+
+# -- claim ---------------------------------------------------------------------------------
+
+def test_claim_order_is_priority_then_run_at_then_id(backend):
+    spec = [(0, 5.0), (1, 9.0), (0, 1.0), (1, 2.0), (-1, 0.0), (0, 1.0), (1, 2.0), (2, 50.0)]
+    ids = backend.enqueue([NewJob(task="t", priority=p, run_at=T0 + r) for p, r in spec], now=T0)
+    expected = [job_id for job_id, _ in sorted(zip(ids, spec), key=lambda x: (-x[1][0], x[1][1], x[0]))]
+    now = T0 + 100
+    one_by_one = [job.id for _ in ids for job in claim(backend, limit=1, now=now)]
+    assert one_by_one == expected
+
+
+def test_claim_returns_its_batch_in_claim_order(backend):
+    ids = backend.enqueue([NewJob(task="t", priority=i % 3, run_at=T0 - i) for i in range(12)], now=T0)
+    by_order = sorted(ids, key=lambda job_id: (-(ids.index(job_id) % 3), -ids.index(job_id)))
+    assert ids_of(claim(backend, limit=12)) == by_order
+
+
+def test_claim_leases_and_counts_an_attempt(backend):
+    [job_id] = enqueue(backend)
+    [job] = claim(backend, "w1", now=T0 + 2, lease=15)
+    assert job.id == job_id
+    assert (job.state, job.lease_owner, job.lease_expires, job.attempts, job.started_at) == (
+        JobState.RUNNING, "w1", T0 + 17, 1, T0 + 2)
+    assert backend.get(job_id) == job
+
+
+def test_claim_respects_its_limit_and_never_hands_out_a_job_twice(backend):
+    ids = enqueue(backend, 10)
+    first = claim(backend, "w1", limit=3)
+    second = claim(backend, "w2", limit=4)
+    third = claim(backend, "w3", limit=100)
+    assert [len(first), len(second), len(third)] == [3, 4, 3]
+    assert sorted(ids_of(first + second + third)) == ids
+    assert claim(backend, "w4") == []
+    assert claim(backend, "w4", limit=0) == []
+
+
+def test_claim_prefers_queues_in_the_order_given_and_ignores_others(backend):
+    low = enqueue(backend, 3, queue="low")
+    high = enqueue(backend, 2, queue="high", now=T0 + 1)
+    other = enqueue(backend, 2, queue="other")
+    got = claim(backend, limit=4, queues=("high", "low"), now=T0 + 2)
+    assert ids_of(got) == high + low[:2]
+    assert {backend.get(job_id).state for job_id in other} == {JobState.QUEUED}
+
+
+def test_delayed_jobs_are_not_claimable_nor_runnable_before_run_at(backend):
+    [job_id] = enqueue(backend, delay=60)
+    assert claim(backend, now=T0 + 59.999) == []
+    stats = backend.stats("default", now=T0 + 59.999)
+    assert (stats.runnable, stats.delayed, stats.oldest_runnable_age) == (0, 1, 0.0)
+    stats = backend.stats("default", now=T0 + 60)
+    assert (stats.runnable, stats.delayed) == (1, 0)
+    assert ids_of(claim(backend, now=T0 + 60)) == [job_id]
+
+
+# -- leases --------------------------------------------------------------------------------
+
+def test_an_expired_lease_makes_the_job_runnable_again_with_the_attempt_counted(backend):
+    [job_id] = enqueue(backend, max_attempts=3)
+    claim(backend, "w1", lease=10)
+    assert backend.recover_expired(now=T0 + 10) == 0  # valid through its expiry instant
+    assert backend.recover_expired(now=T0 + 10.5) == 1
+    job = backend.get(job_id)
+    assert (job.state, job.attempts, job.lease_owner, job.lease_expires) == (JobState.QUEUED, 1, None, None)
+    assert "w1" in job.error and "expired" in job.error
+    assert backend.recover_expired(now=T0 + 11) == 0  # idempotent
+    stats = backend.stats("default", now=T0 + 11)
+    assert (stats.runnable, stats.running) == (1, 0)
+    [again] = claim(backend, "w2", now=T0 + 11)
+    assert (again.id, again.attempts, again.lease_owner) == (job_id, 2, "w2")
+
+
+def test_claim_recovers_expired_leases_itself(backend):
+    [job_id] = enqueue(backend)
+    claim(backend, "w1", lease=10)
+    assert claim(backend, "w2", now=T0 + 10) == []  # w1's lease is still live
+    [job] = claim(backend, "w2", now=T0 + 11)
+    assert (job.id, job.lease_owner, job.attempts) == (job_id, "w2", 2)
+    assert [(r["worker"], r["outcome"]) for r in backend.executions(job_id=job_id)] == [("w1", "lost")]
+
+
+def test_an_expired_lease_out_of_attempts_is_dead_lettered_with_its_error(backend):
+    [job_id] = enqueue(backend, max_attempts=2)
+    for owner, now in (("w1", T0), ("w2", T0 + 20)):
+        assert ids_of(claim(backend, owner, now=now, lease=10)) == [job_id]
+    assert backend.recover_expired(now=T0 + 31) == 1
+    job = backend.get(job_id)
+    assert (job.state, job.attempts, job.finished_at) == (JobState.DEAD, 2, T0 + 31)
+    assert "expired" in job.error and "w2" in job.error
+    assert claim(backend, "w3", now=T0 + 40) == []
+    stats = backend.stats("default", now=T0 + 40)
+    assert (stats.dead, stats.runnable, stats.running) == (1, 0, 0)
+    assert outcomes(backend, job_id) == ["lost", "lost"]
+
+
+def test_renew_keeps_a_lease_alive_past_its_original_expiry(backend):
+    [job_id] = enqueue(backend)
+    claim(backend, "w1", lease=30)
+    assert backend.renew("w1", [job_id], 30, now=T0 + 20) == [job_id]
+    assert backend.get(job_id).lease_expires == T0 + 50
+    assert backend.recover_expired(now=T0 + 45) == 0
+    assert claim(backend, "w2", now=T0 + 45) == []
+    assert backend.settle("w1", [Outcome.ack(job_id)], now=T0 + 48) == [job_id]
+    assert backend.get(job_id).state is JobState.DONE
+
+
+def test_renew_returns_only_the_ids_still_held(backend):
+    mine, theirs, done, expired, queued = enqueue(backend, 5)
+    claim(backend, "w1", limit=1)                       # mine
+    claim(backend, "w2", limit=1)                       # theirs
+    claim(backend, "w1", limit=1)                       # done
+    claim(backend, "w1", limit=1, lease=5)              # expired
+    backend.settle("w1", [Outcome.ack(done)], now=T0 + 1)
+    held = backend.renew("w1", [mine, theirs, done, expired, queued, 999_999], 30, now=T0 + 10)
+    assert held == [mine]
+    assert backend.get(theirs).lease_expires == T0 + LEASE
+    assert backend.get(expired).lease_expires == T0 + 5
+    assert backend.renew("w1", [], 30, now=T0 + 10) == []
+
+
+# -- settle --------------------------------------------------------------------------------
+
+def test_ack_finishes_the_job_and_keeps_its_result(backend):
+    [job_id] = enqueue(backend)
+    claim(backend, "w1")
+    assert backend.settle("w1", [Outcome.ack(job_id, {"ok": [1, 2]})], now=T0 + 4) == [job_id]
+    job = backend.get(job_id)
+    assert (job.state, job.result, job.error, job.finished_at) == (JobState.DONE, {"ok": [1, 2]}, None, T0 + 4)
+    assert (job.lease_owner, job.lease_expires) == (None, None)
+    assert claim(backend, "w2", now=T0 + 100) == []
+    assert backend.cancel(job_id, now=T0 + 5) is False
+
+
+def test_release_makes_the_job_runnable_at_once_without_using_an_attempt(backend):
+    [job_id] = enqueue(backend, max_attempts=1)
+    for i in range(5):
+        now = T0 + i
+        [job] = claim(backend, f"w{i}", now=now)
+        assert (job.id, job.attempts) == (job_id, 1)
+        assert backend.settle(f"w{i}", [Outcome.release(job_id)], now=now) == [job_id]
+        job = backend.get(job_id)
+        assert (job.state, job.attempts, job.lease_owner) == (JobState.QUEUED, 0, None)
+        assert job.run_at <= now
+        assert backend.stats("default", now=now).runnable == 1
+    assert outcomes(backend, job_id) == ["release"] * 5
+
+
+def test_fail_retries_later_with_backoff_then_dead_letters_keeping_the_error(backend):
+    [job_id] = enqueue(backend, max_attempts=3)
+    now = T0
+    for attempt in (1, 2):
+        [job] = claim(backend, "w1", now=now)
+        assert job.attempts == attempt
+        assert backend.settle("w1", [Outcome.fail(job_id, f"boom {attempt}")], now=now) == [job_id]
+        job = backend.get(job_id)
+        assert job.state is JobState.QUEUED
+        assert now < job.run_at <= now + 300  # backed off, bounded
+        assert job.error == f"boom {attempt}"
+        assert claim(backend, "w2", now=now) == []
+        stats = backend.stats("default", now=now)
+        assert (stats.runnable, stats.delayed, stats.running) == (0, 1, 0)
+        now = job.run_at
+    claim(backend, "w1", now=now)
+    assert backend.settle("w1", [Outcome.fail(job_id, "boom 3")], now=now) == [job_id]
+    job = backend.get(job_id)
+    assert (job.state, job.attempts, job.error, job.finished_at) == (JobState.DEAD, 3, "boom 3", now)
+    assert backend.stats("default", now=now + 1000).dead == 1
+    assert claim(backend, "w1", now=now + 1000) == []
+    assert outcomes(backend, job_id) == ["fail", "fail", "fail"]
+
+
+def test_dead_outcome_dead_letters_at_once(backend):
+    [job_id] = enqueue(backend, max_attempts=10)
+    claim(backend, "w1")
+    assert backend.settle("w1", [Outcome.dead(job_id, "unknown task t")], now=T0 + 1) == [job_id]
+    job = backend.get(job_id)
+    assert (job.state, job.attempts, job.error) == (JobState.DEAD, 1, "unknown task t")
+
+
+def test_settling_a_job_held_by_another_owner_is_ignored(backend):
+    [job_id] = enqueue(backend)
+    claim(backend, "w1")
+    for outcome in (Outcome.ack(job_id), Outcome.fail(job_id, "x"), Outcome.dead(job_id, "x"),
+                    Outcome.release(job_id)):
+        assert backend.settle("w2", [outcome], now=T0 + 1) == []
+    job = backend.get(job_id)
+    assert (job.state, job.lease_owner, job.attempts) == (JobState.RUNNING, "w1", 1)
+    assert backend.executions(job_id=job_id) == []
+
+
+def test_settling_queued_unknown_or_finished_jobs_is_ignored(backend):
+    done, queued = enqueue(backend, 2)
+    claim(backend, "w1", limit=1)
+    assert backend.settle("w1", [Outcome.ack(done)], now=T0 + 1) == [done]
+    assert backend.settle("w1", [Outcome.ack(done), Outcome.ack(queued), Outcome.ack(12345)],
+                          now=T0 + 2) == []
+    assert backend.get(queued).state is JobState.QUEUED
+    assert outcomes(backend, done) == ["ack"]
+    assert backend.settle("w1", [], now=T0 + 2) == []
+
+
+def test_after_expiry_and_reclaim_the_second_owners_ack_wins(backend):
+    [job_id] = enqueue(backend)
+    claim(backend, "w1", lease=10)
+    [job] = claim(backend, "w2", now=T0 + 11, lease=10)
+    assert job.id == job_id
+    # w1 comes back late: its ack is dropped, whatever the order of the two acks.
+    assert backend.settle("w1", [Outcome.ack(job_id, "from w1")], now=T0 + 12) == []
+    assert backend.renew("w1", [job_id], 30, now=T0 + 12) == []
+    assert backend.get(job_id).state is JobState.RUNNING
+    assert backend.settle("w2", [Outcome.ack(job_id, "from w2")], now=T0 + 13) == [job_id]
+    assert backend.settle("w1", [Outcome.ack(job_id, "from w1")], now=T0 + 14) == []
+    job = backend.get(job_id)
+    assert (job.state, job.result, job.attempts) == (JobState.DONE, "from w2", 2)
+    assert [(r["worker"], r["outcome"], r["attempt"]) for r in backend.executions(job_id=job_id)] == [
+        ("w1", "lost", 1), ("w2", "ack", 2)]
+    stats = backend.stats("default", now=T0 + 14)
+    assert stats.completion_rate * stats.window == pytest.approx(1)
+
+
+def test_a_late_ack_counts_until_the_lease_is_recovered(backend):
+    kept, lost = enqueue(backend, 2)
+    claim(backend, "w1", lease=10)
+    # Expired but not yet recovered: nobody else has the job, so the work done is kept.
+    assert backend.settle("w1", [Outcome.ack(kept)], now=T0 + 20) == [kept]
+    assert backend.recover_expired(now=T0 + 21) == 1
+    # Recovered: the job is queued again and the late ack must not finish it under its new run.
+    assert backend.settle("w1", [Outcome.ack(lost)], now=T0 + 22) == []
+    assert (backend.get(kept).state, backend.get(lost).state) == (JobState.DONE, JobState.QUEUED)
+
+
+def test_an_outcome_repeated_in_one_call_is_applied_once(backend):
+    [job_id] = enqueue(backend)
+    claim(backend, "w1")
+    assert backend.settle("w1", [Outcome.ack(job_id, 1), Outcome.ack(job_id, 2),
+                                 Outcome.fail(job_id, "late")], now=T0 + 1) == [job_id]
+    job = backend.get(job_id)
+    assert (job.state, job.result, job.error) == (JobState.DONE, 1, None)
+    assert outcomes(backend, job_id) == ["ack"]
+    stats = backend.stats("default", now=T0 + 1)
+    assert stats.completion_rate * stats.window == pytest.approx(1)
+    assert stats.failure_rate == 0
+
+
+def test_a_result_that_is_not_json_settles_nothing(backend):
+    first, second = enqueue(backend, 2)
+    claim(backend, "w1")
+    with pytest.raises(PayloadError):
+        backend.settle("w1", [Outcome.ack(first), Outcome.ack(second, object())], now=T0 + 1)
+    assert {backend.get(j).state for j in (first, second)} == {JobState.RUNNING}
+    assert backend.executions() == []
+
+
+def test_settle_and_claim_settles_then_claims_in_one_call(backend):
+    first, second, third = enqueue(backend, 3)
+    claim(backend, "w1", limit=1)
+    request = ClaimRequest(owner="w1", queues=("default",), limit=2, lease_seconds=LEASE)
+    settled, claimed = backend.settle_and_claim("w1", [Outcome.ack(first)], request, now=T0 + 1)
+    assert settled == [first]
+    assert ids_of(claimed) == [second, third]
+    assert backend.get(first).state is JobState.DONE
+    settled, claimed = backend.settle_and_claim(
+        "w1", [Outcome.ack(second), Outcome.ack(first)], None, now=T0 + 2)
+    assert (settled, claimed) == ([second], [])
+    # Settling someone else's job settles nothing; the claim still happens (nothing is left).
+    settled, claimed = backend.settle_and_claim(
+        "w2", [Outcome.ack(third)], ClaimRequest(owner="w2", queues=("default",), limit=2), now=T0 + 3)
+    assert (settled, claimed) == ([], [])
+    assert backend.get(third).lease_owner == "w1"
+
+
+def test_settle_and_claim_hands_a_released_job_to_the_same_call(backend):
+    [job_id] = enqueue(backend, max_attempts=1)
+    claim(backend, "w1")
+    request = ClaimRequest(owner="w2", queues=("default",), limit=1)
+    settled, claimed = backend.settle_and_claim("w1", [Outcome.release(job_id)], request, now=T0 + 1)
+    assert settled == [job_id]
+    assert [(j.id, j.lease_owner, j.attempts) for j in claimed] == [(job_id, "w2", 1)]
+
+
+# -- recovery, cancel, idempotency ---------------------------------------------------------
+
+def test_recover_owner_requeues_only_that_owners_jobs(backend):
+    a, b, c = enqueue(backend, 3, max_attempts=2)
+    claim(backend, "w1", limit=2)
+    claim(backend, "w2", limit=1)
+    assert backend.recover_owner("w1", now=T0 + 1, reason="worker stopped") == 2
+    for job_id in (a, b):
+        job = backend.get(job_id)
+        assert (job.state, job.attempts, job.lease_owner) == (JobState.QUEUED, 1, None)
+        assert "worker stopped" in job.error
+    assert backend.get(c).lease_owner == "w2"
+    assert backend.recover_owner("w1", now=T0 + 2, reason="again") == 0
+    rows = backend.executions()
+    assert sorted((r["job_id"], r["worker"], r["outcome"], r["attempt"]) for r in rows) == [
+        (a, "w1", "lost", 1), (b, "w1", "lost", 1)]
+    assert all("worker stopped" in r["error"] and r["finished_at"] == T0 + 1 for r in rows)
+    stats = backend.stats("default", now=T0 + 2)
+    assert (stats.runnable, stats.running) == (2, 1)
+
+
+def test_lease_owners_counts_running_jobs_per_owner(backend):
+    assert backend.lease_owners() == {}
+    a, b, c, d = enqueue(backend, 4, max_attempts=1)
+    claim(backend, "w1", limit=2)
+    claim(backend, "w2", limit=1, lease=5)
+    assert backend.lease_owners() == {"w1": 2, "w2": 1}
+    backend.settle("w1", [Outcome.ack(a)], now=T0 + 1)
+    assert backend.lease_owners() == {"w1": 1, "w2": 1}
+    backend.recover_expired(now=T0 + 6)  # w2's lease ran out: its job is dead (no attempts left)
+    backend.cancel(b, now=T0 + 7)
+    assert backend.lease_owners() == {}
+    assert backend.get(c).state is JobState.DEAD
+    assert backend.get(d).state is JobState.QUEUED
+
+
+def test_recover_owner_dead_letters_jobs_out_of_attempts(backend):
+    [job_id] = enqueue(backend, max_attempts=1)
+    claim(backend, "w1")
+    assert backend.recover_owner("w1", now=T0 + 1, reason="killed") == 1
+    job = backend.get(job_id)
+    assert (job.state, job.attempts) == (JobState.DEAD, 1)
+    assert "killed" in job.error
+
+
+def test_cancel(backend):
+    queued, running, dead, done, spare = enqueue(backend, 5, max_attempts=1)
+    claim(backend, "w1", limit=4)
+    backend.settle("w1", [Outcome.dead(dead, "bad"), Outcome.ack(done), Outcome.release(queued)],
+                   now=T0 + 1)
+    for job_id in (queued, running, dead):
+        assert backend.cancel(job_id, now=T0 + 2) is True
+        job = backend.get(job_id)
+        assert (job.state, job.lease_owner, job.finished_at) == (JobState.CANCELLED, None, T0 + 2)
+    assert backend.cancel(done, now=T0 + 2) is False
+    assert backend.cancel(queued, now=T0 + 3) is False
+    assert backend.get(done).state is JobState.DONE
+    with pytest.raises(JobNotFound):
+        backend.cancel(424242, now=T0)
+    # The holder of a cancelled job cannot settle it afterwards.
+    assert backend.settle("w1", [Outcome.ack(running)], now=T0 + 4) == []
+    assert backend.get(running).state is JobState.CANCELLED
+    assert ids_of(claim(backend, "w2", now=T0 + 5)) == [spare]
+    stats = backend.stats("default", now=T0 + 5)
+    assert (stats.runnable, stats.delayed, stats.running, stats.dead) == (0, 0, 1, 0)
+
+
+def test_get_unknown_job(backend):
+    with pytest.raises(JobNotFound):
+        backend.get(1)
+
+
+def test_a_live_idempotency_key_returns_the_existing_job(backend):
+    [first] = backend.enqueue([NewJob(task="t", payload=1, idempotency_key="k")], now=T0)
+    again = backend.enqueue([NewJob(task="t", payload=2, idempotency_key="k"),
+                             NewJob(task="t", payload=3, idempotency_key="other"),
+                             NewJob(task="t", payload=4, idempotency_key="other")], now=T0 + 1)
+    assert again[0] == first
+    assert again[1] == again[2] != first
+    claim(backend, "w1", limit=1)  # running still holds the key
+    assert backend.enqueue([NewJob(task="t", idempotency_key="k")], now=T0 + 2) == [first]
+    assert len(all_jobs(backend)) == 2
+    assert backend.get(first).payload == 1
+    stats = backend.stats("default", now=T0 + 2)
+    assert stats.arrival_rate * stats.window == pytest.approx(2)
+
+
+@pytest.mark.parametrize("ending", ["ack", "dead", "cancel"])
+def test_a_finished_jobs_idempotency_key_is_free_again(backend, ending):
+    [first] = backend.enqueue([NewJob(task="t", idempotency_key="k")], now=T0)
+    claim(backend, "w1")
+    if ending == "cancel":
+        backend.cancel(first, now=T0 + 1)
+    else:
+        backend.settle("w1", [Outcome.ack(first) if ending == "ack" else Outcome.dead(first, "x")],
+                       now=T0 + 1)
+    [second] = backend.enqueue([NewJob(task="t", idempotency_key="k")], now=T0 + 2)
+    assert second != first
+    assert backend.get(second).state is JobState.QUEUED
+    assert backend.enqueue([NewJob(task="t", idempotency_key="k")], now=T0 + 3) == [second]
+
+
+# -- dead letters, purge, listings ---------------------------------------------------------
+
+def _dead_jobs(backend, n, queue="default", now=T0):
+    ids = enqueue(backend, n, queue=queue, max_attempts=1, now=now)
+    claim(backend, "w1", queues=(queue,), now=now)
+    backend.settle("w1", [Outcome.fail(job_id, "boom") for job_id in ids], now=now)
+    return ids
+
+
+def test_retry_dead_makes_dead_jobs_runnable_with_fresh_attempts(backend):
+    dead = _dead_jobs(backend, 3)
+    other_queue = _dead_jobs(backend, 1, queue="q2")
+    [live] = enqueue(backend)
+    assert backend.retry_dead(job_ids=[dead[0], live, 99999], now=T0 + 10) == 1
+    assert backend.retry_dead(queue="default", now=T0 + 20) == 2
+    assert backend.retry_dead(job_ids=[], now=T0 + 20) == 0
+    for job_id in dead:
+        job = backend.get(job_id)
+        assert (job.state, job.attempts, job.finished_at) == (JobState.QUEUED, 0, None)
+    assert backend.get(dead[0]).run_at == T0 + 10
+    assert backend.get(other_queue[0]).state is JobState.DEAD
+    stats = backend.stats("default", now=T0 + 20)
+    assert (stats.runnable, stats.dead) == (4, 0)
+    assert sorted(ids_of(claim(backend, "w2", now=T0 + 20))) == sorted(dead + [live])
+    assert backend.retry_dead(now=T0 + 30) == 1
+
+
+def test_retry_dead_skips_a_job_whose_idempotency_key_is_live_again(backend):
+    [old] = backend.enqueue([NewJob(task="t", idempotency_key="k", max_attempts=1)], now=T0)
+    [plain] = _dead_jobs(backend, 1)
+    claim(backend, "w1")
+    backend.settle("w1", [Outcome.dead(old, "bad")], now=T0 + 1)
+    [new] = backend.enqueue([NewJob(task="t", idempotency_key="k")], now=T0 + 2)
+    assert backend.retry_dead(now=T0 + 3) == 1
+    assert backend.get(plain).state is JobState.QUEUED
+    assert backend.get(old).state is JobState.DEAD
+    assert backend.enqueue([NewJob(task="t", idempotency_key="k")], now=T0 + 4) == [new]
+
+
+def test_retry_dead_of_two_dead_jobs_sharing_a_key_revives_one(backend):
+    ids = []
+    for i in range(2):
+        ids += backend.enqueue([NewJob(task="t", idempotency_key="k", max_attempts=1)], now=T0 + i)
+        claim(backend, "w1", now=T0 + i)
+        backend.settle("w1", [Outcome.dead(ids[-1], "bad")], now=T0 + i)
+    assert backend.retry_dead(now=T0 + 5) == 1
+    assert sorted(backend.get(j).state.value for j in ids) == ["dead", "queued"]
+
+
+def test_purge_deletes_only_finished_jobs_finished_before_the_cutoff(backend):
+    done_old, done_new, dead_old, cancelled_old, running, queued = enqueue(backend, 6, max_attempts=1)
+    claim(backend, "w1", limit=5)
+    backend.settle("w1", [Outcome.ack(done_old), Outcome.dead(dead_old, "x")], now=T0 + 10)
+    backend.cancel(cancelled_old, now=T0 + 10)
+    backend.settle("w1", [Outcome.ack(done_new)], now=T0 + 100)
+    assert backend.purge(states=[JobState.DONE], finished_before=T0 + 50) == 1
+    assert backend.purge(states=[JobState.DEAD, JobState.CANCELLED], finished_before=T0 + 50) == 2
+    for job_id in (done_old, dead_old, cancelled_old):
+        with pytest.raises(JobNotFound):
+            backend.get(job_id)
+    assert {backend.get(j).state for j in (done_new, running, queued)} == {
+        JobState.DONE, JobState.RUNNING, JobState.QUEUED}
+    with pytest.raises(QueueError):
+        backend.purge(states=[JobState.QUEUED], finished_before=T0 + 1000)
+    assert len(all_jobs(backend)) == 3
+    stats = backend.stats("default", now=T0 + 100)
+    assert (stats.runnable, stats.running, stats.dead) == (1, 1, 0)
+
+
+def test_list_jobs_newest_first_with_filters_and_queues(backend):
+    a = enqueue(backend, 3, queue="a")
+    b = enqueue(backend, 2, queue="b")
+    claim(backend, "w1", limit=1, queues=("a",))
+    assert ids_of(all_jobs(backend)) == list(reversed(a + b))
+    assert ids_of(backend.list_jobs(queue="a")) == list(reversed(a))
+    assert ids_of(backend.list_jobs(queue="a", state=JobState.RUNNING)) == [a[0]]
+    assert ids_of(backend.list_jobs(limit=2)) == [b[1], b[0]]
+    assert backend.queues() == ["a", "b"]
+
+
+def test_executions_record_who_ran_what(backend):
+    acked, failed, released, lost = enqueue(backend, 4, max_attempts=2)
+    claim(backend, "w1", limit=2, now=T0 + 1)
+    claim(backend, "w2", limit=2, now=T0 + 2, lease=5)
+    backend.settle("w1", [Outcome.ack(acked), Outcome.fail(failed, "E1")], now=T0 + 3)
+    backend.settle("w2", [Outcome.release(released)], now=T0 + 4)
+    backend.recover_expired(now=T0 + 8)
+    rows = {row["job_id"]: row for row in backend.executions()}
+    assert rows[acked] == dict(job_id=acked, attempt=1, worker="w1", started_at=T0 + 1,
+                               finished_at=T0 + 3, outcome="ack", error=None)
+    assert rows[failed] == dict(job_id=failed, attempt=1, worker="w1", started_at=T0 + 1,
+                                finished_at=T0 + 3, outcome="fail", error="E1")
+    assert rows[released] == dict(job_id=released, attempt=1, worker="w2", started_at=T0 + 2,
+                                  finished_at=T0 + 4, outcome="release", error=None)
+    assert {k: rows[lost][k] for k in ("attempt", "worker", "started_at", "finished_at", "outcome")} == dict(
+        attempt=1, worker="w2", started_at=T0 + 2, finished_at=T0 + 8, outcome="lost")
+    assert len(backend.executions()) == 4
+    assert len(backend.executions(limit=2)) == 2
+    assert backend.executions(job_id=acked) == [rows[acked]]
+
+
+# -- stats ---------------------------------------------------------------------------------
+
+def test_stats_counts_runnable_delayed_running_and_dead(backend):
+    enqueue(backend, 4)
+    enqueue(backend, 3, delay=100)
+    _dead_jobs(backend, 2)          # claims all 6 runnable: 4 + the 2 dead ones
+    backend.recover_owner("w1", now=T0, reason="restart")  # the 4 are runnable again
+    claim(backend, "w2", limit=1)
+    enqueue(backend, 5, queue="elsewhere")
+    stats = backend.stats("default", now=T0 + 1)
+    assert (stats.queue, stats.runnable, stats.delayed, stats.running, stats.dead) == (
+        "default", 3, 3, 1, 2)
+    stats = backend.stats("default", now=T0 + 100)
+    assert (stats.runnable, stats.delayed) == (6, 0)
+
+
+def test_stats_of_an_unknown_queue_are_empty(backend):
+    stats = backend.stats("nothing", now=T0, window=30)
+    assert (stats.runnable, stats.delayed, stats.running, stats.dead) == (0, 0, 0, 0)
+    assert (stats.arrival_rate, stats.completion_rate, stats.failure_rate) == (0, 0, 0)
+    assert (stats.duration_p50, stats.duration_p95, stats.duration_p99) == (None, None, None)
+    assert (stats.oldest_runnable_age, stats.time_to_drain, stats.window) == (0.0, 0.0, 30)
+    assert stats.tenants == {}
+
+
+def test_oldest_runnable_age_counts_from_run_at_not_enqueue_time(backend):
+    enqueue(backend, delay=100)                # runnable from T0+100
+    enqueue(backend, now=T0 + 120, delay=0)    # runnable from T0+120
+    enqueue(backend, delay=1000)               # still delayed
+    assert backend.stats("default", now=T0 + 50).oldest_runnable_age == 0.0
+    assert backend.stats("default", now=T0 + 150).oldest_runnable_age == pytest.approx(50)
+    claim(backend, "w1", limit=1, now=T0 + 150)
+    assert backend.stats("default", now=T0 + 160).oldest_runnable_age == pytest.approx(40)
+
+
+def test_rates_count_events_inside_the_window_only(backend):
+    ids = enqueue(backend, 30, now=T0)
+    enqueue(backend, 6, now=T0 + 30)
+    claim(backend, "w1", now=T0 + 30)
+    backend.settle("w1", [Outcome.ack(j) for j in ids[:10]], now=T0 + 40)
+    backend.settle("w1", [Outcome.fail(ids[10], "x"), Outcome.dead(ids[11], "y"),
+                          Outcome.release(ids[12])], now=T0 + 40)
+    stats = backend.stats("default", now=T0 + 45, window=60)
+    assert stats.arrival_rate == pytest.approx(36 / 60)
+    assert stats.completion_rate == pytest.approx(10 / 60)
+    assert stats.failure_rate == pytest.approx(2 / 60)
+    stats = backend.stats("default", now=T0 + 45, window=10)
+    assert stats.arrival_rate == 0
+    assert stats.completion_rate == pytest.approx(10 / 10)
+    # A window of 60 s holds 60 s of events: those of T0 count at T0+59, not at T0+60.
+    assert backend.stats("default", now=T0 + 59, window=60).arrival_rate == pytest.approx(36 / 60)
+    assert backend.stats("default", now=T0 + 60, window=60).arrival_rate == pytest.approx(6 / 60)
+    stats = backend.stats("default", now=T0 + 80, window=60)
+    assert stats.arrival_rate == pytest.approx(6 / 60)
+    stats = backend.stats("default", now=T0 + 200, window=60)
+    assert (stats.arrival_rate, stats.completion_rate, stats.failure_rate) == (0, 0, 0)
+
+
+def test_duration_percentiles_come_from_recent_completions(backend):
+    ids = enqueue(backend, 101)
+    assert len(claim(backend, "w1", limit=101, now=T0)) == 101
+    for i in range(100):  # durations 1..100 s, completed in a shuffled order
+        index = (i * 37) % 100
+        backend.settle("w1", [Outcome.ack(ids[index])], now=T0 + index + 1)
+    # A dead job's run time is not a completion's: it would move every percentile.
+    backend.settle("w1", [Outcome.dead(ids[100], "x")], now=T0 + 101)
+    stats = backend.stats("default", now=T0 + 101)
+    assert (stats.duration_p50, stats.duration_p95, stats.duration_p99) == (50, 95, 99)
+    assert backend.stats("default", now=T0 + 101 + 100_000).duration_p50 is None
+
+
+def test_time_to_drain_is_runnable_over_completion_rate(backend):
+    ids = enqueue(backend, 20)
+    claim(backend, "w1", limit=5)
+    backend.settle("w1", [Outcome.ack(j) for j in ids[:5]], now=T0 + 10)
+    stats = backend.stats("default", now=T0 + 10, window=10)
+    assert stats.runnable == 15
+    assert stats.completion_rate == pytest.approx(0.5)
+    assert stats.time_to_drain == pytest.approx(30)
+    assert backend.stats("default", now=T0 + 1000).time_to_drain is None
+    assert stats.as_dict()["time_to_drain"] == pytest.approx(30)
+
+
+def test_stats_per_tenant_and_their_sum(backend):
+    enqueue(backend, 3, tenant="acme")
+    enqueue(backend, 2, tenant="acme", delay=50)
+    enqueue(backend, 4, tenant="globex", now=T0 - 20)
+    enqueue(backend, 1)  # no tenant
+    running = claim(backend, "w1", limit=5, now=T0)  # 4 globex (oldest) + 1 acme
+    acme_running = [j for j in running if j.tenant == "acme"]
+    backend.settle("w1", [Outcome.ack(j.id) for j in running if j.tenant == "globex"], now=T0 + 2)
+    stats = backend.stats("default", now=T0 + 5, window=60)
+    assert set(stats.tenants) == {"acme", "globex"}
+    acme, globex = stats.tenants["acme"], stats.tenants["globex"]
+    assert (acme.runnable, acme.delayed, acme.running, acme.dead) == (2, 2, len(acme_running), 0)
+    assert (globex.runnable, globex.delayed, globex.running) == (0, 0, 0)
+    assert acme.oldest_runnable_age == pytest.approx(5)
+    assert globex.oldest_runnable_age == 0
+    assert acme.arrival_rate == pytest.approx(5 / 60)
+    assert globex.completion_rate == pytest.approx(4 / 60)
+    assert globex.duration_p50 == pytest.approx(2)
+    assert acme.duration_p50 is None
+    assert (stats.runnable, stats.delayed, stats.running) == (3, 2, 1)
+    assert stats.arrival_rate == pytest.approx(10 / 60)
+    assert stats.completion_rate == pytest.approx(4 / 60)
+    assert stats.duration_p50 == pytest.approx(2)
+
+
+def test_stats_as_dict_is_plain_data(backend):
+    enqueue(backend, 2, tenant="a")
+    data = backend.stats("default", now=T0 + 1).as_dict()
+    assert data["runnable"] == 2 and data["tenants"]["a"]["runnable"] == 2
+    assert data["time_to_drain"] is None
+    assert all(not isinstance(v, float) or math.isfinite(v) for v in data.values())

@@ -1,0 +1,477 @@
+"""The SQLite store's own behaviour: its files, its locks, its URLs and its query plans.
+
+Every failure must surface as a ``QueueError`` (``StoreUnavailable`` when the
+store cannot be used) whose one-line message names the database and the
+problem; a ``sqlite3`` exception reaching the caller is a bug.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import re
+import shutil
+import sqlite3
+import tempfile
+import threading
+
+import pytest
+
+from flexiqd.errors import QueueError, StoreUnavailable
+from flexiqd.queue import ClaimRequest, JobState, NewJob, Outcome, default_url, open_backend
+from flexiqd.queue.sqlite import SQLiteBackend
+from flexiqd.queue.sqlite_schema import SCHEMA_VERSION
+
+T0 = 1_700_000_000.0
+NOBODY = 65534
+
+
+def url_of(path, **options):
+    query = "&".join(f"{k}={v}" for k, v in options.items())
+    return f"sqlite:///{path}" + (f"?{query}" if query else "")
+
+
+def make_database(path, jobs=1):
+    store = SQLiteBackend(str(path), synchronous="normal")
+    store.enqueue([NewJob(task="t", payload=i) for i in range(jobs)], now=T0)
+    store.close()
+
+
+@contextlib.contextmanager
+def unprivileged():
+    """Run the block as an ordinary user, as the packaged daemon does.
+
+    Root ignores file modes (os.access says root may write a 0444 file, and it
+    can), so as root the block runs with real and effective ids of ``nobody``;
+    the saved id stays 0 so the test can become root again afterwards.
+    """
+    if os.geteuid() != 0:
+        yield
+        return
+    try:
+        os.setresgid(NOBODY, NOBODY, 0)
+        os.setresuid(NOBODY, NOBODY, 0)
+    except PermissionError:
+        os.setresgid(0, 0, 0)
+        pytest.skip("running as root without CAP_SETUID: cannot test file modes root ignores")
+    try:
+        yield
+    finally:
+        os.setresuid(0, 0, 0)
+        os.setresgid(0, 0, 0)
+
+
+@pytest.fixture
+def open_dir():
+    """A directory any user may enter (pytest's tmp_path is private to its owner)."""
+    path = tempfile.mkdtemp(prefix="flexiq-perm-")
+    os.chmod(path, 0o755)
+    yield path
+    os.chmod(path, 0o755)
+    shutil.rmtree(path)
+
+
+# -- opening -------------------------------------------------------------------------------
+
+def test_a_missing_directory_is_named(tmp_path):
+    path = tmp_path / "nope" / "queue.db"
+    with pytest.raises(StoreUnavailable, match=r"directory .*nope does not exist") as info:
+        open_backend(url_of(path))
+    assert str(path) in str(info.value)
+    assert not (tmp_path / "nope").exists()
+
+
+def test_root_may_write_a_read_only_file_so_the_check_needs_another_user(open_dir):
+    path = os.path.join(open_dir, "queue.db")
+    make_database(path)
+    os.chmod(path, 0o444)
+    if os.geteuid() == 0:
+        assert os.access(path, os.W_OK)  # why unprivileged() drops root below
+    with unprivileged():
+        assert not os.access(path, os.W_OK)
+        with pytest.raises(StoreUnavailable, match="read-only") as info:
+            open_backend(url_of(path))
+    assert path in str(info.value)
+
+
+def test_a_new_database_in_a_read_only_directory(open_dir):
+    os.chmod(open_dir, 0o555)
+    path = os.path.join(open_dir, "queue.db")
+    with unprivileged():
+        with pytest.raises(StoreUnavailable, match="not writable") as info:
+            open_backend(url_of(path))
+    assert path in str(info.value)
+    assert not os.path.exists(path)
+
+
+def test_a_writable_database_in_a_read_only_directory(open_dir):
+    # WAL needs to create queue.db-wal and -shm beside the file.
+    path = os.path.join(open_dir, "queue.db")
+    make_database(path)
+    os.chmod(path, 0o666)
+    os.chmod(open_dir, 0o555)
+    with unprivileged():
+        with pytest.raises(StoreUnavailable) as info:
+            open_backend(url_of(path)).enqueue([NewJob(task="t")], now=T0)
+    assert path in str(info.value)
+    assert "read-only" in str(info.value) or "cannot open" in str(info.value)
+
+
+def _random_bytes(path):
+    path.write_bytes(random.Random(7).randbytes(16384))
+
+
+def _text(path):
+    path.write_text("queue: default\nworkers: 4\n" * 100)
+
+
+def _garbled_header(path):
+    make_database(path, jobs=50)
+    data = bytearray(path.read_bytes())
+    data[16:100] = random.Random(3).randbytes(84)
+    path.write_bytes(bytes(data))
+
+
+def _garbled_schema(path):
+    make_database(path, jobs=50)
+    data = bytearray(path.read_bytes())
+    data[100:4096] = random.Random(5).randbytes(3996)
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("spoil", [_random_bytes, _text, _garbled_header, _garbled_schema],
+                         ids=["random-bytes", "text", "garbled-header", "garbled-schema"])
+def test_a_corrupt_database_is_named_as_such(tmp_path, spoil):
+    path = tmp_path / "queue.db"
+    spoil(path)
+    with pytest.raises(StoreUnavailable, match="corrupt") as info:
+        open_backend(url_of(path))
+    assert str(path) in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_corrupt_pages_found_after_opening_never_leak_sqlite_errors(tmp_path):
+    path = tmp_path / "queue.db"
+    store = SQLiteBackend(str(path), synchronous="normal")
+    ids = store.enqueue([NewJob(task="t", payload="x" * 60, tenant="a", delay=i % 2)
+                         for i in range(3000)], now=T0)
+    store.claim(ClaimRequest("w1", ("default",), 500), now=T0 + 5)
+    store.close()
+    data = bytearray(path.read_bytes())
+    rng = random.Random(1)
+    page = 4096
+    for number in range(2, len(data) // page, 3):  # spare page 1: the schema still reads
+        data[number * page:(number + 1) * page] = rng.randbytes(page)
+    path.write_bytes(bytes(data))
+
+    store = SQLiteBackend(str(path))
+    calls = {
+        "enqueue": lambda: store.enqueue([NewJob(task="t")], now=T0 + 10),
+        "claim": lambda: store.claim(ClaimRequest("w2", ("default",), 50), now=T0 + 100),
+        "settle": lambda: store.settle("w1", [Outcome.ack(i) for i in ids[:100]], now=T0 + 10),
+        "settle_and_claim": lambda: store.settle_and_claim(
+            "w1", [Outcome.fail(ids[0], "x")], ClaimRequest("w1", ("default",), 5), now=T0 + 10),
+        "renew": lambda: store.renew("w1", ids[:100], 10, now=T0 + 10),
+        "recover_expired": lambda: store.recover_expired(now=T0 + 1000),
+        "recover_owner": lambda: store.recover_owner("w1", now=T0 + 10, reason="x"),
+        "lease_owners": store.lease_owners,
+        "cancel": lambda: store.cancel(ids[2000], now=T0 + 10),
+        "get": lambda: store.get(ids[1500]),
+        "list_jobs": lambda: store.list_jobs(limit=5000),
+        "retry_dead": lambda: store.retry_dead(now=T0 + 10),
+        "purge": lambda: store.purge(states=[JobState.DONE], finished_before=T0 + 100),
+        "stats": lambda: store.stats("default", now=T0 + 10),
+        "queues": store.queues,
+        "executions": store.executions,
+    }
+    unavailable = []
+    for name, call in calls.items():
+        try:
+            call()
+        except StoreUnavailable as exc:
+            assert str(path) in str(exc) and "corrupt" in str(exc), (name, exc)
+            unavailable.append(name)
+        except Exception as exc:  # noqa: BLE001 -- anything else is the bug looked for
+            pytest.fail(f"{name} raised {type(exc).__name__}: {exc}")
+    assert {"claim", "stats", "list_jobs"} <= set(unavailable)
+    store.close()
+
+
+def test_a_directory_in_place_of_the_file(tmp_path):
+    (tmp_path / "queue.db").mkdir()
+    with pytest.raises(StoreUnavailable, match="cannot open") as info:
+        open_backend(url_of(tmp_path / "queue.db"))
+    assert str(tmp_path / "queue.db") in str(info.value)
+
+
+def test_a_full_disk_mid_batch_stores_nothing_and_the_store_carries_on(sqlite_backend):
+    sqlite_backend.enqueue([NewJob(task="t")], now=T0)
+    with sqlite_backend._read("fill") as conn:  # the file may not grow past a few pages
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        conn.execute(f"PRAGMA max_page_count = {pages + 5}")
+    with pytest.raises(QueueError, match="full") as info:
+        sqlite_backend.enqueue([NewJob(task="t", payload="x" * 1000) for _ in range(200)], now=T0)
+    assert sqlite_backend.path in str(info.value)
+    assert len(sqlite_backend.list_jobs(limit=1000)) == 1
+    stats = sqlite_backend.stats("default", now=T0)
+    assert (stats.runnable, stats.arrival_rate * stats.window) == (1, 1)
+    assert len(sqlite_backend.enqueue([NewJob(task="t")], now=T0)) == 1
+
+
+def test_a_newer_schema_is_refused_and_left_alone(tmp_path):
+    path = tmp_path / "queue.db"
+    make_database(path)
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(StoreUnavailable, match="upgrade flexiqd") as info:
+        open_backend(url_of(path))
+    assert str(path) in str(info.value)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
+
+
+def test_reopening_keeps_the_jobs(tmp_path):
+    path = tmp_path / "queue.db"
+    make_database(path, jobs=3)
+    store = open_backend(url_of(path))
+    assert store.stats("default", now=T0).runnable == 3
+    store.close()
+    store.close()  # idempotent
+    with pytest.raises(QueueError, match="closed"):
+        store.enqueue([NewJob(task="t")], now=T0)
+    with pytest.raises(QueueError, match="closed"):
+        store.stats("default", now=T0)
+
+
+# -- locks ---------------------------------------------------------------------------------
+
+@pytest.fixture
+def locked(tmp_path):
+    """A database another connection holds a write transaction on."""
+    path = tmp_path / "queue.db"
+    make_database(path, jobs=2)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    yield path
+    holder.execute("ROLLBACK")
+    holder.close()
+
+
+def test_a_database_locked_past_the_busy_timeout_is_unavailable(locked):
+    store = open_backend(url_of(locked, busy_timeout=0.2))
+    writes = {
+        "enqueue": lambda: store.enqueue([NewJob(task="t")], now=T0),
+        "claim": lambda: store.claim(ClaimRequest("w1", ("default",), 1), now=T0),
+        "recover_expired": lambda: store.recover_expired(now=T0),
+    }
+    for name, write in writes.items():
+        with pytest.raises(StoreUnavailable, match="locked") as info:
+            write()
+        assert str(locked) in str(info.value) and "0.2s" in str(info.value), name
+    # Readers are not blocked by a writer (WAL): the autoscaler still sees its signals.
+    assert store.stats("default", now=T0).runnable == 2
+    store.close()
+
+
+def test_the_lock_going_away_lets_the_store_carry_on(tmp_path):
+    path = tmp_path / "queue.db"
+    make_database(path, jobs=1)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    store = open_backend(url_of(path, busy_timeout=0.2))
+    with pytest.raises(StoreUnavailable, match="locked"):
+        store.enqueue([NewJob(task="t")], now=T0)
+    holder.execute("ROLLBACK")
+    holder.close()
+    assert len(store.enqueue([NewJob(task="t")], now=T0)) == 1
+    assert store.stats("default", now=T0).runnable == 2
+    store.close()
+
+
+def test_creating_a_database_someone_else_holds_locked(tmp_path):
+    path = tmp_path / "queue.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA journal_mode = WAL")
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("CREATE TABLE other (x)")
+    with pytest.raises(StoreUnavailable, match="locked") as info:
+        open_backend(url_of(path, busy_timeout=0.2))
+    assert str(path) in str(info.value)
+    holder.execute("ROLLBACK")
+    holder.close()
+
+
+# -- URLs ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("url, message", [
+    ("mysql://localhost/q", "unknown store scheme 'mysql'"),
+    ("/var/lib/flexiq/queue.db", "unknown store scheme"),
+    ("", "unknown store scheme"),
+    ("sqlite://queue.db", "three slashes"),
+    ("sqlite:///", "needs a path"),
+    ("sqlite:///?synchronous=normal", "needs a path"),
+    ("sqlite:///{dir}/q.db?journal=wal", "unknown option 'journal'"),
+    ("sqlite:///{dir}/q.db?synchronus", "unknown option 'synchronus'"),
+    ("sqlite:///{dir}/q.db?synchronous=fast", "synchronous='fast'"),
+    ("sqlite:///{dir}/q.db?synchronous=", "synchronous=''"),
+    ("sqlite:///{dir}/q.db?busy_timeout=soon", "busy_timeout must be seconds"),
+    ("sqlite:///{dir}/q.db?busy_timeout=", "busy_timeout must be seconds"),
+    ("sqlite:///{dir}/q.db?busy_timeout=nan", "busy_timeout must be seconds"),
+    ("sqlite:///{dir}/q.db?busy_timeout=inf", "busy_timeout must be seconds"),
+    ("sqlite:///{dir}/q.db?busy_timeout=-1", "busy_timeout must be seconds"),
+    ("postgresql://localhost/flexiq", "not available"),
+])
+def test_bad_urls_are_refused_with_the_url_in_the_message(tmp_path, url, message):
+    url = url.format(dir=tmp_path)
+    with pytest.raises(StoreUnavailable) as info:
+        open_backend(url)
+    assert message in str(info.value)
+    assert str(info.value).startswith(url) or url in str(info.value)
+    assert not (tmp_path / "q.db").exists()
+
+
+def test_url_options_reach_the_store(tmp_path):
+    store = open_backend(url_of(tmp_path / "q.db", synchronous="NORMAL", busy_timeout=0.5))
+    assert store.busy_timeout == 0.5
+    assert store.url.endswith("?synchronous=NORMAL&busy_timeout=0.5")
+    with store._read("check") as conn:
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    store.close()
+    store = open_backend(url_of(tmp_path / "q.db"))
+    with store._read("check") as conn:
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL: durable by default
+    store.close()
+
+
+def test_relative_and_default_urls(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    open_backend("sqlite:///relative.db").close()
+    assert (tmp_path / "relative.db").exists()
+    monkeypatch.delenv("FLEXIQ_URL", raising=False)
+    assert default_url() == "sqlite:////var/lib/flexiq/queue.db"
+    monkeypatch.setenv("FLEXIQ_URL", "sqlite:////srv/q.db")
+    assert default_url() == "sqlite:////srv/q.db"
+
+
+# -- several connections -------------------------------------------------------------------
+
+@pytest.mark.parametrize("before_statement", [1, 2, 3, 4, 5])
+def test_stats_read_one_snapshot_while_another_process_writes(tmp_path, before_statement):
+    path = tmp_path / "queue.db"
+    reader = SQLiteBackend(str(path), synchronous="normal")
+    writer = SQLiteBackend(str(path), synchronous="normal")
+    reader.enqueue([NewJob(task="t") for _ in range(5)], now=T0)
+    statements = []
+
+    def between_statements(sql):
+        # Another process commits 10 delayed jobs while stats() is half-way through its reads.
+        statements.append(sql)
+        if len(statements) == before_statement:
+            writer.enqueue([NewJob(task="t", delay=100) for _ in range(10)], now=T0)
+
+    reader._conn.set_trace_callback(between_statements)
+    stats = reader.stats("default", now=T0)
+    reader._conn.set_trace_callback(None)
+    assert len(statements) >= before_statement
+    assert (stats.runnable, stats.delayed) in {(5, 0), (5, 10)}
+    stats = reader.stats("default", now=T0)
+    assert (stats.runnable, stats.delayed) == (5, 10)
+    reader.close()
+    writer.close()
+
+
+def test_workers_in_several_processes_and_threads_run_each_job_exactly_once(tmp_path):
+    path = tmp_path / "queue.db"
+    stores = [SQLiteBackend(str(path), synchronous="normal") for _ in range(2)]
+    ids = stores[0].enqueue([NewJob(task="t", payload=i) for i in range(300)], now=T0)
+    ran: dict[str, list[int]] = {}
+    errors = []
+
+    def work(store, owner):
+        mine = ran.setdefault(owner, [])
+        try:
+            claimed = store.claim(ClaimRequest(owner, ("default",), 7), now=T0)
+            while claimed:
+                mine.extend(job.id for job in claimed)
+                _, claimed = store.settle_and_claim(
+                    owner, [Outcome.ack(job.id, owner) for job in claimed],
+                    ClaimRequest(owner, ("default",), 7), now=T0 + 1)
+        except Exception as exc:  # noqa: BLE001 -- reported below, on the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(stores[i % 2], f"w{i}")) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors
+    every_run = sorted(job_id for runs in ran.values() for job_id in runs)
+    assert every_run == ids, "a job was run twice or never"
+    rows = stores[1].executions()
+    assert sorted(row["job_id"] for row in rows) == ids
+    assert all(stores[0].get(row["job_id"]).result == row["worker"] for row in rows)
+    stats = stores[1].stats("default", now=T0 + 1)
+    assert (stats.runnable, stats.running, stats.completion_rate * stats.window) == (0, 0, 300)
+    for store in stores:
+        store.close()
+
+
+# -- cheap at scale ------------------------------------------------------------------------
+
+def _plans(store, call):
+    """Run ``call`` and return (sql, query plan lines) for each statement it issued."""
+    issued = []
+    store._conn.set_trace_callback(issued.append)
+    try:
+        call()
+    finally:
+        store._conn.set_trace_callback(None)
+    with sqlite3.connect(store.path) as conn:
+        return [(sql, [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql)])
+                for sql in dict.fromkeys(issued)  # trigger programs repeat their statement
+                if re.match(r"\s*(SELECT|UPDATE|DELETE|INSERT)", sql, re.I)]
+
+
+@pytest.mark.slow
+def test_hot_paths_use_the_partial_indexes_with_a_large_backlog(tmp_path):
+    store = open_backend(url_of(tmp_path / "queue.db", synchronous="normal"))
+    batch = 50_000
+    for start in range(0, 200_000, batch):
+        store.enqueue([NewJob(task="t", priority=(start + i) % 3, delay=100 if i % 4 == 0 else 0,
+                              tenant="acme" if i % 2 else None) for i in range(batch)], now=T0)
+    running = store.claim(ClaimRequest("w1", ("default",), 2000), now=T0 + 1)
+    store.settle("w1", [Outcome.ack(job.id) for job in running[:1000]], now=T0 + 2)
+    store.settle("w1", [Outcome.dead(job.id, "x") for job in running[1000:1100]], now=T0 + 2)
+    held = [job.id for job in running[1100:]]
+
+    calls = {
+        "stats": lambda: store.stats("default", now=T0 + 3),
+        "claim": lambda: store.claim(ClaimRequest("w2", ("default", "other"), 50), now=T0 + 3),
+        "settle_and_claim": lambda: store.settle_and_claim(
+            "w1", [Outcome.ack(held[0]), Outcome.fail(held[1], "x"), Outcome.release(held[2])],
+            ClaimRequest("w1", ("default",), 10), now=T0 + 4),
+        "renew": lambda: store.renew("w1", held[3:20], 30, now=T0 + 4),
+        "recover_expired": lambda: store.recover_expired(now=T0 + 5),
+        "enqueue with a key": lambda: store.enqueue([NewJob(task="t", idempotency_key="k")], now=T0 + 5),
+    }
+    for name, call in calls.items():
+        plans = _plans(store, call)
+        assert plans, name
+        for sql, plan in plans:
+            # The retention sweep walks the per-second rate buckets: bounded by the retention
+            # times the (queue, tenant) pairs, not by the backlog.
+            walkable = ("rates",) if sql.startswith("DELETE FROM rates WHERE second <") else ()
+            for line in plan:
+                # A SCAN of a table is a walk of every row; SEARCH is an index range.
+                scanned = re.match(r"SCAN (\w+)", line)
+                assert not scanned or scanned[1] not in ("jobs", "counts", "rates") or \
+                    scanned[1] in walkable, (name, sql, plan)
+                assert "USE TEMP B-TREE" not in line, (name, sql, plan)
+            if re.match(r"\s*SELECT .* FROM jobs WHERE state = 'queued'", sql) or "ORDER BY priority" in sql:
+                assert any("jobs_claim" in line or "jobs_age" in line for line in plan), (name, sql, plan)
+    stats = store.stats("default", now=T0 + 5)
+    assert stats.runnable + stats.delayed + stats.running == 200_001 - 1_001 - 100
+    assert stats.dead == 100
+    store.close()
