@@ -365,14 +365,16 @@ class SQLiteBackend(Backend):
     def _recover(self, conn: sqlite3.Connection, now: float, *, owner: str | None, reason: str) -> int:
         if owner is None:
             rows = conn.execute(
-                "SELECT id, attempts, max_attempts, lease_owner, started_at FROM jobs "
+                "SELECT id, attempts, max_attempts, lease_owner, started_at, queue, tenant FROM jobs "
                 "WHERE state = 'running' AND lease_expires < ?", (now,)).fetchall()
         else:
             rows = conn.execute(
-                "SELECT id, attempts, max_attempts, lease_owner, started_at FROM jobs "
+                "SELECT id, attempts, max_attempts, lease_owner, started_at, queue, tenant FROM jobs "
                 "WHERE state = 'running' AND lease_expires IS NOT NULL AND lease_owner = ?",
                 (owner,)).fetchall()
-        for job_id, attempts, max_attempts, lost_owner, started_at in rows:
+        lost: dict[tuple[str, str], int] = {}
+        for job_id, attempts, max_attempts, lost_owner, started_at, queue, tenant in rows:
+            lost[(queue, tenant)] = lost.get((queue, tenant), 0) + 1
             error = f"{reason} (worker {lost_owner})"
             if attempts >= max_attempts:
                 self._dead_letter(conn, job_id, error, now)
@@ -384,6 +386,8 @@ class SQLiteBackend(Backend):
             conn.execute(
                 "INSERT INTO executions (job_id, attempt, worker, started_at, finished_at, outcome, error) "
                 "VALUES (?,?,?,?,?,?,?)", (job_id, attempts, lost_owner, started_at, now, "lost", error))
+        for (queue, tenant), n in lost.items():
+            self._bump_rate(conn, queue, tenant, now, failures=n)  # a lost attempt is a failed one
         return len(rows)
 
     def lease_owners(self) -> dict[str, int]:
@@ -466,10 +470,11 @@ class SQLiteBackend(Backend):
                     state = JobState(state)
                     if state not in (JobState.DONE, JobState.DEAD, JobState.CANCELLED):
                         raise QueueError(f"only finished jobs can be purged, not {state.value} ones")
-                    cursor = conn.execute(
-                        "DELETE FROM jobs WHERE queue = ? AND state = ? AND finished_at < ?",
-                        (name, state.value, finished_before))
-                    removed += cursor.rowcount
+                    gone = conn.execute(
+                        "DELETE FROM jobs WHERE queue = ? AND state = ? AND finished_at < ? RETURNING id",
+                        (name, state.value, finished_before)).fetchall()
+                    conn.executemany("DELETE FROM executions WHERE job_id = ?", gone)
+                    removed += len(gone)
         return removed
 
     def queues(self) -> list[str]:
@@ -491,6 +496,8 @@ class SQLiteBackend(Backend):
     # -- stats -----------------------------------------------------------------------------
 
     def stats(self, queue: str, *, now: float, window: float = 60.0) -> Stats:
+        if not window > 0:
+            raise QueueError(f"a stats window must be more than 0s, got {window!r}")
         with self._read("read stats") as conn:
             counts: dict[str, dict[str, int]] = {}
             for tenant, state, n in conn.execute(

@@ -72,6 +72,7 @@ class QueueMachine(RuleBasedStateMachine):
         lost = [job for job in self._in(JobState.RUNNING).values()
                 if (job.owner == owner if owner else job.expires < self.now)]
         for job in lost:
+            self.events.append((int(self.now), job.queue, "failure"))  # a lost attempt failed
             self._requeue_or_bury(job, self.now)
         return len(lost)
 

@@ -475,3 +475,30 @@ def test_hot_paths_use_the_partial_indexes_with_a_large_backlog(tmp_path):
     assert stats.runnable + stats.delayed + stats.running == 200_001 - 1_001 - 100
     assert stats.dead == 100
     store.close()
+
+
+def test_purge_removes_the_purged_jobs_executions_too(sqlite_backend):
+    from flexiqd.queue.types import ClaimRequest, JobState, NewJob, Outcome
+
+    ids = sqlite_backend.enqueue([NewJob(task="t"), NewJob(task="t")], now=100.0)
+    sqlite_backend.claim(ClaimRequest("w", ("default",), 2), now=100.0)
+    sqlite_backend.settle("w", [Outcome.ack(i) for i in ids], now=101.0)
+    assert len(sqlite_backend.executions()) == 2
+    assert sqlite_backend.purge(states=[JobState.DONE], finished_before=200.0) == 2
+    assert sqlite_backend.executions() == []
+
+
+def test_a_zero_stats_window_is_refused_clearly(sqlite_backend):
+    from flexiqd.errors import QueueError
+
+    with pytest.raises(QueueError, match="window must be more than 0s"):
+        sqlite_backend.stats("default", now=1.0, window=0)
+
+
+def test_lost_attempts_count_as_failures(sqlite_backend):
+    from flexiqd.queue.types import ClaimRequest, NewJob
+
+    sqlite_backend.enqueue([NewJob(task="t")], now=100.0)
+    sqlite_backend.claim(ClaimRequest("w", ("default",), 1), now=100.0)
+    sqlite_backend.recover_owner("w", now=101.0, reason="worker died")
+    assert sqlite_backend.stats("default", now=102.0, window=60).failure_rate == pytest.approx(1 / 60)
