@@ -29,7 +29,7 @@ import json
 import logging
 import math
 import time
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Iterable, Mapping
 
 from dbus_fast import BusType, DBusError, Message, MessageFlag, MessageType, NameFlag, RequestNameReply
 from dbus_fast.aio import MessageBus
@@ -174,11 +174,11 @@ class ManagerInterface(ServiceInterface):
 
     @method(name="Status")
     async def status(self) -> "s":
-        return await self._api.status_json()
+        return await _answer("Status", self._api.status_json())
 
     @method(name="Events")
     async def events(self, since: "t") -> "s":
-        return await self._api.events_json(since)
+        return await _answer("Events", self._api.events_json(since))
 
     @dbus_property(access=PropertyAccess.READ, name="Version")
     def version(self) -> "s":
@@ -231,6 +231,18 @@ class ManagerInterface(ServiceInterface):
     @signal(name="ConfigReloaded")
     def config_reloaded(self, ok: bool, message: str) -> "bs":
         return [ok, message]
+
+
+async def _answer(member: str, work: Awaitable[str]) -> str:
+    """The result of ``work``; a failure becomes one line for the caller and a traceback in the log.
+
+    Without this dbus-fast would send the traceback itself to any caller.
+    """
+    try:
+        return await work
+    except Exception as exc:
+        log.exception("%s failed.", member)
+        raise DBusError(ERROR_FAILED, f"{member} failed inside flexiqd: {exc}") from None
 
 
 def _unchecked() -> DBusError:

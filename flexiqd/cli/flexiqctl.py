@@ -1,0 +1,354 @@
+"""``flexiqctl``: watch and steer flexiqd over D-Bus (``org.flexiq.flexiqd1`` on the system bus).
+
+Reading (status, events, watch) is open to every user; changing (scale, unpin,
+pause, resume, drain, reload) takes root or membership of the ``flexiq`` group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import os
+import sys
+import time
+from typing import Any, Callable, Sequence
+
+from ..durations import format_duration, parse_duration
+from .render import render_event, render_status
+
+EXIT_OK = 0
+EXIT_ERROR = 1        # the daemon refused or failed the request; its message is printed
+EXIT_USAGE = 2        # bad command-line arguments (argparse's own code)
+EXIT_NOT_RUNNING = 3  # nothing to talk to: no flexiqd on the bus, or no bus at all
+EXIT_INTERRUPTED = 130
+
+BUS_NAME = "org.flexiq.flexiqd1"
+OBJECT_PATH = "/org/flexiq/flexiqd1"
+INTERFACE = "org.flexiq.flexiqd1.Manager"
+DEFAULT_SYSTEM_BUS = "unix:path=/run/dbus/system_bus_socket"  # as sd-bus and dbus-fast default
+CALL_TIMEOUT = 30.0      # seconds for one call; D-Bus's own default is 25s
+RELOAD_TIMEOUT = 30.0    # seconds for flexiqd to report a reload's outcome
+MAX_UINT32 = 2**32 - 1
+
+START_HINT = "start it with: systemctl start flexiqd"
+ACCESS_HINT = "run flexiqctl as root or as a member of the flexiq group"
+
+
+class CtlError(Exception):
+    """A failure to report in one line, with the exit code it means."""
+
+    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
+        super().__init__(" ".join(message.split()))
+        self.code = code
+
+
+def error_from_reply(name: str, text: str, where: str) -> CtlError:
+    """A D-Bus error reply as flexiqctl reports it: the one table of error names."""
+    if name in ("org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner"):
+        return CtlError(f"flexiqd is not running (nothing owns {BUS_NAME} on {where}); {START_HINT}",
+                        EXIT_NOT_RUNNING)
+    if name == "org.freedesktop.DBus.Error.AccessDenied":
+        return CtlError(f"permission denied ({ACCESS_HINT}): {text}")
+    if name == "org.freedesktop.DBus.Error.Disconnected":
+        return CtlError(f"lost the connection to {where}; {START_HINT}", EXIT_NOT_RUNNING)
+    if name in ("org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Timeout"):
+        return CtlError(f"flexiqd did not answer: {text}")
+    if name in ("org.freedesktop.DBus.Error.UnknownMethod", "org.freedesktop.DBus.Error.UnknownObject",
+                "org.freedesktop.DBus.Error.UnknownInterface"):
+        return CtlError(f"the flexiqd on {where} does not understand this request (a different version?): {text}")
+    return CtlError(text or name)
+
+
+def bus_address(option: str | None) -> str:
+    """--bus-address, else $DBUS_SYSTEM_BUS_ADDRESS, else the standard system bus socket."""
+    return option or os.environ.get("DBUS_SYSTEM_BUS_ADDRESS") or DEFAULT_SYSTEM_BUS
+
+
+class Client:
+    """One connection to flexiqd's API.  Async; use from one event loop only."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.bus: Any = None
+
+    async def connect(self) -> None:
+        try:
+            from dbus_fast.aio import MessageBus
+        except ImportError:
+            raise CtlError("flexiqctl needs the dbus-fast Python package (Debian: python3-dbus-fast)") from None
+        try:
+            self.bus = await asyncio.wait_for(MessageBus(bus_address=self.address).connect(), CALL_TIMEOUT)
+        except Exception as exc:  # OSError, a timeout, or dbus-fast's AuthError and plain Exceptions
+            raise CtlError(f"cannot reach the bus at {self.address} ({exc or type(exc).__name__}), so "
+                           f"flexiqd cannot be reached either; {START_HINT}", EXIT_NOT_RUNNING) from None
+
+    def close(self) -> None:
+        if self.bus is not None:
+            self.bus.disconnect()
+
+    async def call(self, member: str, signature: str = "", body: Sequence[Any] = (), *,
+                   interface: str = INTERFACE, destination: str = BUS_NAME,
+                   path: str = OBJECT_PATH) -> list[Any]:
+        """The reply's body; a CtlError for an error reply, a lost connection or no answer in time."""
+        from dbus_fast import Message, MessageType
+
+        message = Message(destination=destination, path=path, interface=interface, member=member,
+                          signature=signature, body=list(body))
+        try:
+            reply = await asyncio.wait_for(self.bus.call(message), CALL_TIMEOUT)
+        except asyncio.TimeoutError:
+            raise CtlError(f"flexiqd did not answer {member} within {CALL_TIMEOUT:.0f}s") from None
+        except Exception as exc:  # dbus-fast fails a pending call with the connection's own error
+            raise CtlError(f"lost the connection to {self.address}: {exc or type(exc).__name__}",
+                           EXIT_NOT_RUNNING) from None
+        if reply.message_type is MessageType.ERROR:
+            raise error_from_reply(reply.error_name or "", reply.body[0] if reply.body else "", self.address)
+        return list(reply.body)
+
+    async def subscribe(self, member: str, handler: Callable[[list[Any]], None]) -> None:
+        """Call ``handler(body)`` for each of flexiqd's ``member`` signals from now on."""
+        from dbus_fast import MessageType
+
+        def on_message(message: Any) -> None:
+            if (message.message_type is MessageType.SIGNAL and message.path == OBJECT_PATH
+                    and message.interface == INTERFACE and message.member == member):
+                handler(list(message.body))
+
+        self.bus.add_message_handler(on_message)
+        rule = (f"type='signal',sender='{BUS_NAME}',path='{OBJECT_PATH}',interface='{INTERFACE}',"
+                f"member='{member}'")
+        await self.call("AddMatch", "s", [rule], interface="org.freedesktop.DBus",
+                        destination="org.freedesktop.DBus", path="/org/freedesktop/DBus")
+
+    async def status(self) -> dict[str, Any]:
+        return json.loads((await self.call("Status"))[0])
+
+    async def events(self, since: int) -> list[dict[str, Any]]:
+        return json.loads((await self.call("Events", "t", [since]))[0])
+
+
+# -- commands -------------------------------------------------------------------------------------
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+async def cmd_status(client: Client, args: argparse.Namespace) -> int:
+    document = await client.status()
+    _say(json.dumps(document, indent=2) if args.json else render_status(document))
+    return EXIT_OK
+
+
+def _show_event(event: dict[str, Any], as_json: bool) -> None:
+    _say(json.dumps(event) if as_json else render_event(event))
+
+
+async def cmd_events(client: Client, args: argparse.Namespace) -> int:
+    signals: asyncio.Queue = asyncio.Queue()
+    if args.follow:
+        # Subscribe before reading the history: an event between the two is not lost.
+        await client.subscribe("ScaleEvent", signals.put_nowait)
+    last = args.since
+    for event in await client.events(args.since):
+        _show_event(event, args.json)
+        last = max(last, event["seq"])
+    if not args.follow:
+        return EXIT_OK
+    # Each signal is one event; the full record (seq, time, rationale) comes from Events.
+    # An event already printed by an earlier fetch is matched to its signal here, and a
+    # signal with no record (a daemon that kept no history) is printed from the signal.
+    unmatched: collections.deque = collections.deque(maxlen=1000)
+    disconnected = asyncio.ensure_future(client.bus.wait_for_disconnect())
+    while True:
+        getter = asyncio.ensure_future(signals.get())
+        await asyncio.wait([getter, disconnected], return_when=asyncio.FIRST_COMPLETED)
+        if not getter.done():
+            getter.cancel()
+            raise CtlError(f"lost the connection to {client.address}", EXIT_NOT_RUNNING)
+        pool, previous, desired, reason = getter.result()
+        key = (pool, previous, desired, reason)
+        if key not in unmatched:
+            for event in await client.events(last):
+                _show_event(event, args.json)
+                last = max(last, event["seq"])
+                unmatched.append((event["pool"], event["previous"], event["desired"], event["reason"]))
+        if key in unmatched:
+            unmatched.remove(key)
+        else:
+            _show_event({"seq": "?", "at": time.time(), "pool": pool, "previous": previous,
+                         "desired": desired, "reason": reason, "rationale": ""}, args.json)
+
+
+async def cmd_scale(client: Client, args: argparse.Namespace) -> int:
+    await client.call("Scale", "sud", [args.pool, args.workers, args.for_seconds or 0.0])
+    held = (f"for {format_duration(args.for_seconds)}" if args.for_seconds
+            else f"until: flexiqctl unpin {args.pool}")
+    _say(f"{args.pool}: pinned at {args.workers} workers {held}.")
+    return EXIT_OK
+
+
+SIMPLE_COMMANDS = {
+    "unpin": ("Unpin", "{pool}: unpinned; the policy decides again."),
+    "pause": ("Pause", "{pool}: paused: its workers claim no new jobs and the pool keeps its size "
+                       "(undo with: flexiqctl resume {pool})."),
+    "resume": ("Resume", "{pool}: resumed."),
+    "drain": ("Drain", "{pool}: draining every worker; the pool stays at 0 until: flexiqctl unpin {pool}."),
+}
+
+
+async def cmd_simple(client: Client, args: argparse.Namespace) -> int:
+    member, done = SIMPLE_COMMANDS[args.command]
+    await client.call(member, "s", [args.pool])
+    _say(done.format(pool=args.pool))
+    return EXIT_OK
+
+
+async def cmd_reload(client: Client, args: argparse.Namespace) -> int:
+    outcome: asyncio.Future = asyncio.get_running_loop().create_future()
+
+    def reported(body: list[Any]) -> None:
+        if not outcome.done():
+            outcome.set_result(body)
+
+    await client.subscribe("ConfigReloaded", reported)
+    await client.call("Reload")
+    try:
+        ok, message = await asyncio.wait_for(outcome, RELOAD_TIMEOUT)
+    except asyncio.TimeoutError:
+        raise CtlError(f"flexiqd took the reload request but reported no outcome within "
+                       f"{RELOAD_TIMEOUT:.0f}s; see: systemctl status flexiqd") from None
+    if not ok:
+        raise CtlError(f"reload rejected, flexiqd keeps the previous config: {message}")
+    _say(message)
+    return EXIT_OK
+
+
+async def cmd_watch(client: Client, args: argparse.Namespace) -> int:
+    clear = "\x1b[H\x1b[2J" if sys.stdout.isatty() else ""
+    first = True
+    while True:
+        try:
+            body = render_status(await client.status())
+        except CtlError as exc:
+            if first:
+                raise
+            body = f"flexiqctl: {exc}"  # keep watching: the daemon may come back
+        first = False
+        header = (f"every {format_duration(args.interval)}, Ctrl-C to quit"
+                  f"{' ' * 4}{time.strftime('%H:%M:%S')}")
+        sys.stdout.write(f"{clear}{header}\n\n{body}\n" + ("" if clear else "\n"))
+        sys.stdout.flush()
+        await asyncio.sleep(args.interval)
+
+
+COMMANDS = {"status": cmd_status, "events": cmd_events, "scale": cmd_scale, "unpin": cmd_simple,
+            "pause": cmd_simple, "resume": cmd_simple, "drain": cmd_simple, "reload": cmd_reload,
+            "watch": cmd_watch}
+
+
+# -- arguments ------------------------------------------------------------------------------------
+
+def _workers(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= value <= MAX_UINT32:
+        raise argparse.ArgumentTypeError(f"{value} is not a worker count (0 or more)")
+    return value
+
+
+def _sequence(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
+def _positive_duration(text: str) -> float:
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not longer than 0s")
+    return seconds
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="flexiqctl", description="Watch and steer flexiqd over D-Bus.",
+        epilog="Exit codes: 0 done, 1 refused or failed (the reason is printed), 2 bad arguments, "
+               "3 flexiqd not running.")
+    parser.add_argument("--bus-address", metavar="ADDRESS", default=None,
+                        help="the D-Bus address to use (default: $DBUS_SYSTEM_BUS_ADDRESS, else the system bus)")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    status = commands.add_parser("status", help="every pool: workers, queue, rates, the last decision")
+    status.add_argument("--json", action="store_true", help="print the Status document (docs/dbus-api.md)")
+
+    events = commands.add_parser("events", help="scale events, oldest first")
+    events.add_argument("--since", type=_sequence, default=0, metavar="SEQ",
+                        help="only events after sequence number SEQ")
+    events.add_argument("--follow", "-f", action="store_true", help="then print new events as they happen")
+    events.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    scale = commands.add_parser("scale", help="pin a pool at N workers (the policy is overridden)")
+    scale.add_argument("pool")
+    scale.add_argument("workers", type=_workers, metavar="N")
+    scale.add_argument("--for", dest="for_seconds", type=_positive_duration, default=None, metavar="DURATION",
+                       help="only for this long, e.g. 30s, 5m (default: until unpin)")
+
+    for name, text in (("unpin", "let the policy decide again (ends scale and drain)"),
+                       ("pause", "workers stop claiming jobs; the pool keeps its size"),
+                       ("resume", "undo pause"),
+                       ("drain", "drain every worker and hold the pool at 0 until unpin")):
+        commands.add_parser(name, help=text).add_argument("pool")
+
+    commands.add_parser("reload", help="reload the config file (like systemctl reload flexiqd)")
+
+    watch = commands.add_parser("watch", help="status, refreshed in place until Ctrl-C")
+    watch.add_argument("--interval", type=_positive_duration, default=1.0, metavar="DURATION",
+                       help="time between refreshes (default: 1s)")
+    return parser
+
+
+async def run(args: argparse.Namespace) -> int:
+    client = Client(bus_address(args.bus_address))
+    await client.connect()
+    try:
+        return await COMMANDS[args.command](client, args)
+    finally:
+        client.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return asyncio.run(run(args))
+    except CtlError as exc:
+        print(f"flexiqctl: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        # Ctrl-C is how watch and events --follow end.
+        return EXIT_OK if args.command in ("watch", "events") else EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # `flexiqctl events | head`: the reader left; nothing more to say.
+        sys.stderr.close()
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""Text for people from flexiqd's documents: the status table and event lines.  Pure.
+
+The documents are the JSON that ``Status`` and ``Events`` return (docs/dbus-api.md);
+every function here takes that parsed JSON and returns text, so it is tested
+without a bus.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping
+
+from ..durations import format_duration
+
+LABEL_WIDTH = len("utilisation")  # the longest label: every pool's table lines up, and watch does not jitter
+
+
+def _count(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}/s"
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.0f}%"
+
+
+def _clock(epoch: float | None) -> str:
+    return "-" if epoch is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+
+
+def _override(pool: Mapping[str, Any], now: float) -> str:
+    """``paused``, ``pinned at 3 for 52s more``, ``pinned at 0 until unpinned``, or empty."""
+    parts = []
+    if pool.get("paused"):
+        parts.append("paused")
+    pinned = pool.get("pinned")
+    if pinned:
+        until = pinned.get("until")
+        left = "until unpinned" if until is None else f"for {format_duration(max(0.0, until - now))} more"
+        parts.append(f"pinned at {pinned['workers']} {left}")
+    return ", ".join(parts)
+
+
+def pool_rows(pool: Mapping[str, Any], now: float) -> list[tuple[str, str]]:
+    """(label, value) rows of one pool's table."""
+    workers = pool.get("workers")
+    rows = []
+    if workers is None:
+        rows.append(("workers", "not sized yet (configured by a reload)"))
+    else:
+        line = f"{workers['active']} active"
+        for key in ("starting", "draining", "failed"):
+            if workers.get(key):
+                line += f", {workers[key]} {key}"
+        rows.append(("workers", line))
+    desired = f"{_count(pool.get('desired'))} (min {pool['min_workers']}, max {pool['max_workers']})"
+    if pool.get("binding_cap"):
+        desired += f", capped by {pool['binding_cap']}"
+    rows.append(("desired", desired))
+    metrics = pool.get("metrics")
+    if metrics is None:
+        rows.append(("queue", "stats unavailable" if workers is not None else "-"))
+    else:
+        rows.append(("queue", f"{metrics['runnable']} runnable, {metrics['delayed']} delayed, "
+                              f"{metrics['running']} running"))
+        drain = metrics["time_to_drain"]
+        rows.append(("waiting", f"oldest {format_duration(metrics['oldest_runnable_age'])}, drains in "
+                                f"{'never (nothing completes)' if drain is None else format_duration(drain)}"))
+        rows.append(("rates", f"{_rate(metrics['arrival_rate'])} in, {_rate(metrics['completion_rate'])} done"))
+        slots = (workers or {}).get("active", 0) * pool.get("concurrency", 0)
+        rows.append(("utilisation", f"{_percent(pool.get('utilisation'))} ({metrics['running']} running "
+                                    f"in {slots} slots)"))
+        rows.append(("durations", f"p50 {format_duration(metrics['duration_p50'])}, "
+                                  f"p95 {format_duration(metrics['duration_p95'])}, "
+                                  f"p99 {format_duration(metrics['duration_p99'])}"))
+    decision = pool.get("decision")
+    if decision is not None:
+        rows.append(("decision", decision["rationale"] or decision["reason"]))
+    return rows
+
+
+def render_status(document: Mapping[str, Any], now: float | None = None) -> str:
+    """``flexiqctl status``: a header, then a two-column table per pool."""
+    if now is None:
+        now = document.get("generated_at") or time.time()
+    lines = [f"flexiqd {document.get('version', '?')}, config {document.get('config_path', '?')}"]
+    if document.get("config_error"):
+        lines.append(f"config rejected, running on the previous one: {document['config_error']}")
+    pools = document.get("pools") or {}
+    if not pools:
+        lines.append("")
+        lines.append("no pools configured")
+    for name, pool in pools.items():
+        lines.append("")
+        state = _override(pool, now)
+        lines.append(f"pool {name}" + (f" ({state})" if state else ""))
+        lines.extend(f"  {label:<{LABEL_WIDTH}}  {value}" for label, value in pool_rows(pool, now))
+    return "\n".join(lines)
+
+
+def render_event(event: Mapping[str, Any]) -> str:
+    """One ``flexiqctl events`` line: when, sequence number, then the decision's own line."""
+    text = event.get("rationale") or (f"{event['pool']} {event['previous']} -> {event['desired']}: "
+                                      f"{event['reason']}")
+    return f"{_clock(event.get('at'))}  #{event['seq']}  {text}"

@@ -1,0 +1,499 @@
+"""flexiqd's D-Bus API and flexiqctl, end to end on a private bus.
+
+One private dbus-daemon (any user may connect, no bus policy) and one real
+flexiqd with the process fleet serve every test of this module; flexiqctl runs
+as a subprocess, like an operator's.  Callers other than root are switched with
+setpriv, so the daemon's own credentials check is what refuses them here (the
+bus policy file is tested in test_dbus_policy.py).
+
+Needs root (setpriv) and dbus-daemon: skips without them on a laptop, fails in CI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import grp
+import json
+import os
+import pathlib
+import queue as queue_module
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import psutil
+import pytest
+
+from conftest import REPO, wait_for
+
+BUS_NAME = "org.flexiq.flexiqd1"
+OBJECT_PATH = "/org/flexiq/flexiqd1"
+INTERFACE = "org.flexiq.flexiqd1.Manager"
+NOBODY = 65534
+
+CONFIG = """
+store: sqlite:///{store}
+tick: 200ms
+fleet: process
+pools:
+  default:
+    app: flexiqd.demo:queue
+    concurrency: 2
+    min_workers: 1
+    max_workers: 5
+    drain_timeout: 5s
+"""
+
+# Any local user may connect and call anything: only the daemon's own check guards.
+OPEN_BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>session</type>
+  <listen>unix:path={socket}</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <allow own="*"/>
+    <allow send_destination="*"/>
+    <allow receive_sender="*"/>
+  </policy>
+</busconfig>
+"""
+
+
+# -- helpers shared with test_dbus_policy.py --------------------------------------------------------
+
+def require(condition: bool, reason: str) -> None:
+    """Skip when ``condition`` does not hold -- except in CI, where a skipped test hides a gap."""
+    if condition:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI is set: these tests must run)")
+    pytest.skip(reason)
+
+
+def require_root_and_dbus() -> None:
+    require(os.geteuid() == 0, "needs root: callers are switched to other users with setpriv")
+    for tool in ("dbus-daemon", "setpriv", "dbus-send"):
+        require(shutil.which(tool) is not None, f"needs {tool}")
+
+
+def operator_group() -> int:
+    """The gid of group flexiq, created (as the package's sysusers.d would) when missing."""
+    try:
+        return grp.getgrnam("flexiq").gr_gid
+    except KeyError:
+        pass
+    result = subprocess.run(["groupadd", "--system", "flexiq"], capture_output=True, text=True)
+    try:
+        return grp.getgrnam("flexiq").gr_gid  # also when a concurrent run created it first
+    except KeyError:
+        pytest.fail(f"cannot create group flexiq: {result.stderr.strip()}")
+
+
+def as_user(*, groups: list[int] | None = None) -> list[str]:
+    """A setpriv prefix running a command as nobody, with exactly ``groups`` as supplementary groups."""
+    prefix = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}"]
+    return prefix + ([f"--groups={','.join(map(str, groups))}"] if groups else ["--clear-groups"])
+
+
+class PrivateBus:
+    """A dbus-daemon of our own, listening in a directory every user can reach."""
+
+    def __init__(self, config_template: str, prepare=None) -> None:
+        """``config_template``: {socket} and {directory} are filled in; ``prepare(directory)``
+        runs before the bus starts (to put files its config includes)."""
+        # pytest's tmp_path lives under a root-only directory: nobody could not reach the socket.
+        self.directory = pathlib.Path(tempfile.mkdtemp(prefix="flexiqd-bus-"))
+        self.directory.chmod(0o755)
+        if prepare is not None:
+            prepare(self.directory)
+        self.config = self.directory / "bus.conf"
+        self.config.write_text(config_template.format(socket=self.directory / "socket",
+                                                      directory=self.directory))
+        self.log = self.directory / "bus.log"
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                ["dbus-daemon", f"--config-file={self.config}", "--nofork", "--print-address=1"],
+                stdout=subprocess.PIPE, stderr=log)
+        ready, _, _ = select.select([self.proc.stdout], [], [], 10)
+        if not ready:
+            self.stop()
+            raise AssertionError(f"dbus-daemon printed no address within 10s: {self.log.read_text()}")
+        self.address = self.proc.stdout.readline().decode().strip()
+        if not self.address:
+            self.stop()
+            raise AssertionError(f"dbus-daemon did not start: {self.log.read_text()}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class DaemonProcess:
+    """``flexiqd --fleet process`` on a given bus (through $DBUS_SYSTEM_BUS_ADDRESS, as in production)."""
+
+    def __init__(self, directory: pathlib.Path, address: str) -> None:
+        self.directory = directory
+        self.address = address
+        self.store = f"{directory / 'queue.db'}"
+        self.config = directory / "flexiqd.yaml"
+        self.good_config = CONFIG.format(store=self.store)
+        self.config.write_text(self.good_config)
+        self.log = directory / "daemon.log"
+        env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=address, STATE_DIRECTORY=str(directory))
+        env.pop("NOTIFY_SOCKET", None)
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "flexiqd.cli.daemon", "--config", str(self.config), "--fleet", "process"],
+                env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO))
+        try:
+            wait_for(lambda: self.proc.poll() is not None or "ffering the D-Bus API" in self.log.read_text()
+                     or "Offering org.flexiq.flexiqd1" in self.log.read_text(), 30, "flexiqd to offer its API")
+        except AssertionError:
+            pass  # reported below, with the daemon's log
+        if self.proc.poll() is not None or "Offering org.flexiq.flexiqd1" not in self.log.read_text():
+            self.stop()
+            pytest.fail(f"flexiqd does not offer its API:\n{self.log.read_text()}")
+
+    def workers(self) -> list[int]:
+        return [child.pid for child in psutil.Process(self.proc.pid).children()
+                if child.is_running() and child.status() != psutil.STATUS_ZOMBIE]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def flexiqctl(address: str, *args: str, user: list[str] | None = None,
+              timeout: float = 60) -> subprocess.CompletedProcess:
+    command = [*(user or []), sys.executable, "-m", "flexiqd.cli.flexiqctl", "--bus-address", address, *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=str(REPO))
+
+
+def dbus_send(address: str, member: str, *args: str, interface: str = INTERFACE,
+              user: list[str] | None = None, destination: str = BUS_NAME,
+              path: str = OBJECT_PATH) -> subprocess.CompletedProcess:
+    """A raw call with dbus-send: the error name and text exactly as the caller gets them."""
+    command = [*(user or []), "dbus-send", f"--bus={address}", "--print-reply", f"--dest={destination}",
+               path, f"{interface}.{member}", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=30)
+
+
+def status(address: str) -> dict:
+    result = flexiqctl(address, "status", "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def one_line_error(result: subprocess.CompletedProcess) -> str:
+    """The stderr of a failed flexiqctl: exactly one line, no traceback."""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
+
+
+class LineReader:
+    """Lines of a subprocess's stdout, read by a thread, to wait for with a deadline."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.lines: queue_module.Queue = queue_module.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, args=(proc.stdout,), daemon=True).start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            self.lines.put(line.rstrip("\n"))
+
+    def wait_for(self, predicate, timeout: float, what: str) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"timed out after {timeout}s waiting for {what}; read: {self.seen}")
+            try:
+                line = self.lines.get(timeout=remaining)
+            except queue_module.Empty:
+                continue
+            self.seen.append(line)
+            if predicate(line):
+                return line
+
+
+async def _call_and_catch_signal(address: str, member: str, signal_member: str,
+                                 signal_interface: str, timeout: float = 15) -> list:
+    """Call ``member`` as root and return the body of the first ``signal_member`` flexiqd sends."""
+    from dbus_fast import Message, MessageType
+    from dbus_fast.aio import MessageBus
+
+    bus = await MessageBus(bus_address=address).connect()
+    caught = asyncio.get_running_loop().create_future()
+
+    def handler(message):
+        if (message.message_type is MessageType.SIGNAL and message.path == OBJECT_PATH
+                and message.interface == signal_interface and message.member == signal_member
+                and not caught.done()):
+            caught.set_result(list(message.body))
+
+    bus.add_message_handler(handler)
+    try:
+        await bus.call(Message(destination="org.freedesktop.DBus", path="/org/freedesktop/DBus",
+                               interface="org.freedesktop.DBus", member="AddMatch", signature="s",
+                               body=[f"type='signal',path='{OBJECT_PATH}',interface='{signal_interface}',"
+                                     f"member='{signal_member}'"]))
+        reply = await bus.call(Message(destination=BUS_NAME, path=OBJECT_PATH, interface=INTERFACE,
+                                       member=member))
+        assert reply.message_type is MessageType.METHOD_RETURN, reply.body
+        return await asyncio.wait_for(caught, timeout)
+    finally:
+        bus.disconnect()
+
+
+# -- fixtures -------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def bus():
+    require_root_and_dbus()
+    private = PrivateBus(OPEN_BUS_CONFIG)
+    yield private
+    private.stop()
+
+
+@pytest.fixture(scope="module")
+def daemon(bus, tmp_path_factory):
+    operator_group()
+    process = DaemonProcess(tmp_path_factory.mktemp("flexiqd"), bus.address)
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def address(daemon) -> str:
+    return daemon.address
+
+
+# -- tests ----------------------------------------------------------------------------------------
+
+def test_status_json_shows_the_pool_and_its_numbers(daemon, address):
+    document = wait_for(lambda: (lambda d: d if (d["pools"]["default"]["workers"] or {}).get("active") == 1
+                                 else None)(status(address)), 30, "one active worker in status")
+    assert document["version"] and document["config_path"] == str(daemon.config)
+    assert document["config_error"] is None and document["fleet"] == "process"
+    pool = document["pools"]["default"]
+    assert (pool["min_workers"], pool["max_workers"], pool["concurrency"]) == (1, 5, 2)
+    assert pool["workers"] == {"active": 1, "starting": 0, "draining": 0, "failed": 0}
+    assert pool["desired"] == 1 and pool["paused"] is False and pool["pinned"] is None
+    assert set(pool["metrics"]) == {"runnable", "delayed", "running", "oldest_runnable_age", "time_to_drain",
+                                    "arrival_rate", "completion_rate", "duration_p50", "duration_p95",
+                                    "duration_p99"}
+    assert pool["metrics"]["runnable"] == 0 and pool["utilisation"] == 0.0
+    assert pool["decision"]["reason"] and pool["decision"]["rationale"].startswith("default ")
+
+    table = flexiqctl(address, "status")
+    assert table.returncode == 0, table.stderr
+    assert "pool default" in table.stdout and "1 active" in table.stdout and "(min 1, max 5)" in table.stdout
+
+
+def test_properties_are_readable(address):
+    result = dbus_send(address, "GetAll", f"string:{INTERFACE}", interface="org.freedesktop.DBus.Properties")
+    assert result.returncode == 0, result.stderr
+    for name in ("Version", "ConfigPath", "ConfigError", "Pools"):
+        assert f'"{name}"' in result.stdout
+    assert '"default"' in result.stdout
+
+
+def test_scale_pins_the_pool_and_the_workers_appear(daemon, address):
+    result = flexiqctl(address, "scale", "default", "3", "--for", "1m")
+    assert result.returncode == 0, result.stderr
+    assert "pinned at 3 workers for 1m" in result.stdout
+    wait_for(lambda: len(daemon.workers()) == 3, 30, "three worker processes")
+    wait_for(lambda: status(address)["pools"]["default"]["workers"]["active"] == 3, 30, "three active workers")
+    pool = status(address)["pools"]["default"]
+    assert pool["pinned"]["workers"] == 3 and pool["pinned"]["until"] > time.time() + 30
+    assert pool["decision"]["reason"] == "Pinned"
+
+    events = flexiqctl(address, "events")
+    assert events.returncode == 0, events.stderr
+    assert any("Pinned" in line and "-> 3" in line for line in events.stdout.splitlines()), events.stdout
+    as_json = [json.loads(line) for line in flexiqctl(address, "events", "--json").stdout.splitlines()]
+    pinned = [e for e in as_json if e["reason"] == "Pinned" and e["desired"] == 3]
+    assert pinned and pinned[-1]["pool"] == "default"
+    later = flexiqctl(address, "events", "--since", str(pinned[-1]["seq"]), "--json").stdout.splitlines()
+    assert all(json.loads(line)["seq"] > pinned[-1]["seq"] for line in later)
+
+    assert flexiqctl(address, "unpin", "default").returncode == 0
+    assert status(address)["pools"]["default"]["pinned"] is None
+
+
+def test_scale_beyond_max_workers_is_refused_with_the_reason(address):
+    result = flexiqctl(address, "scale", "default", "999")
+    assert result.returncode == 1
+    assert "999 workers is outside 0..5 (its max_workers)" in one_line_error(result)
+    raw = dbus_send(address, "Scale", "string:default", "uint32:999", "double:0")
+    assert "org.flexiq.flexiqd1.Error.InvalidArgs" in raw.stderr
+
+
+def test_scale_of_an_unknown_pool_names_it(address):
+    result = flexiqctl(address, "scale", "nosuchpool", "1")
+    assert result.returncode == 1
+    line = one_line_error(result)
+    assert "nosuchpool" in line and "pools: default" in line
+
+
+def test_pause_keeps_a_job_queued_and_resume_runs_it(daemon, address):
+    from flexiqd import Queue
+
+    assert flexiqctl(address, "pause", "default").returncode == 0
+    assert status(address)["pools"]["default"]["paused"] is True
+    enqueued = subprocess.run([sys.executable, "-m", "flexiqd.cli.flexiq", "--url", f"sqlite:///{daemon.store}",
+                               "enqueue", "flexiqd.demo.sleep", "0.1"],
+                              capture_output=True, text=True, timeout=30, cwd=str(REPO))
+    assert enqueued.returncode == 0, enqueued.stderr
+    job_id = int(enqueued.stdout.strip())
+    jobs = Queue(f"sqlite:///{daemon.store}")
+    try:
+        # Idle workers poll at least every 0.5s: waiting 1.5s in the queue means nobody claims it.
+        wait_for(lambda: (lambda m: m and m["runnable"] == 1 and m["oldest_runnable_age"] >= 1.5)(
+            status(address)["pools"]["default"]["metrics"]), 30, "the job to wait 1.5s in the queue")
+        assert jobs.get(job_id).state.value == "queued"
+
+        assert flexiqctl(address, "resume", "default").returncode == 0
+        wait_for(lambda: jobs.get(job_id).state.value == "done", 30, "the job to run after resume")
+        assert status(address)["pools"]["default"]["paused"] is False
+    finally:
+        jobs.close()
+
+
+def test_events_follow_prints_history_then_a_scale_event_as_it_happens(daemon, address):
+    history = [json.loads(line) for line in flexiqctl(address, "events", "--json").stdout.splitlines()]
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "flexiqd.cli.flexiqctl", "--bus-address", address, "events", "--follow"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
+    try:
+        lines = LineReader(follower)
+        last = history[-1]["seq"]
+        lines.wait_for(lambda line: f"#{last} " in line, 20, f"the history up to event #{last}")
+        current = status(address)["pools"]["default"]["workers"]["active"]
+        target = 2 if current != 2 else 4
+        assert flexiqctl(address, "scale", "default", str(target), "--for", "1m").returncode == 0
+        line = lines.wait_for(lambda text: "Pinned" in text and f"-> {target}:" in text, 20,
+                              f"the Pinned event to {target} workers")
+        assert int(line.split("#")[1].split()[0]) > last
+        follower.send_signal(signal.SIGINT)
+        assert follower.wait(timeout=10) == 0, follower.stderr.read()
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+        flexiqctl(address, "unpin", "default")
+
+
+def test_watch_refreshes_until_ctrl_c(address):
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "flexiqd.cli.flexiqctl", "--bus-address", address, "watch", "--interval", "200ms"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
+    try:
+        lines = LineReader(watcher)
+        for refresh in (1, 2):
+            lines.wait_for(lambda line: line == "pool default", 20, f"refresh {refresh} of the table")
+        watcher.send_signal(signal.SIGINT)
+        assert watcher.wait(timeout=10) == 0, watcher.stderr.read()
+        assert not any("\x1b" in line for line in lines.seen)  # no screen control codes into a pipe
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()
+
+
+def test_reload_of_a_broken_file_is_reported_and_shown_in_status(daemon, address):
+    daemon.config.write_text(daemon.good_config + "    max_wrkers: 3\n")
+    try:
+        result = flexiqctl(address, "reload")
+        assert result.returncode == 1
+        line = one_line_error(result)
+        assert "reload rejected" in line and "max_wrkers" in line
+        document = status(address)
+        assert "max_wrkers" in document["config_error"]
+        assert "config rejected" in flexiqctl(address, "status").stdout
+        prop = dbus_send(address, "Get", f"string:{INTERFACE}", "string:ConfigError",
+                         interface="org.freedesktop.DBus.Properties")
+        assert "max_wrkers" in prop.stdout
+    finally:
+        daemon.config.write_text(daemon.good_config)
+    # The error clears on a good reload, and PropertiesChanged says so.
+    body = asyncio.run(_call_and_catch_signal(address, "Reload", "PropertiesChanged",
+                                              "org.freedesktop.DBus.Properties"))
+    assert body[0] == INTERFACE and body[1]["ConfigError"].value == ""
+    assert status(address)["config_error"] is None
+    good = flexiqctl(address, "reload")
+    assert good.returncode == 0 and "reloaded" in good.stdout
+
+
+def test_a_caller_neither_root_nor_in_group_flexiq_is_refused_by_the_daemon(address):
+    nobody = as_user()
+    assert flexiqctl(address, "status", user=nobody).returncode == 0  # reading is for everyone
+    result = flexiqctl(address, "pause", "default", user=nobody)
+    assert result.returncode == 1
+    line = one_line_error(result)
+    assert "permission denied" in line and "member of the flexiq group" in line
+    for member, args in (("Scale", ["string:default", "uint32:2", "double:0"]), ("Pause", ["string:default"]),
+                         ("Drain", ["string:default"]), ("Reload", [])):
+        raw = dbus_send(address, member, *args, user=nobody)
+        assert raw.returncode != 0
+        # The daemon's own refusal: this bus has no policy that would refuse it.
+        assert "org.freedesktop.DBus.Error.AccessDenied" in raw.stderr, raw.stderr
+        assert f"{member} is for root and members of the flexiq group (caller uid {NOBODY})" in raw.stderr
+    assert status(address)["pools"]["default"]["paused"] is False
+
+
+def test_a_member_of_group_flexiq_may_steer(address):
+    operator = as_user(groups=[operator_group()])
+    result = flexiqctl(address, "scale", "default", "2", "--for", "30s", user=operator)
+    assert result.returncode == 0, result.stderr
+    assert status(address)["pools"]["default"]["pinned"]["workers"] == 2
+    assert flexiqctl(address, "unpin", "default", user=operator).returncode == 0
+
+
+def test_flexiqctl_without_a_daemon_exits_3_and_says_how_to_start_it(bus):
+    empty = PrivateBus(OPEN_BUS_CONFIG)
+    try:
+        result = flexiqctl(empty.address, "status")
+    finally:
+        empty.stop()
+    assert result.returncode == 3
+    assert "flexiqd is not running" in one_line_error(result) and "systemctl start flexiqd" in result.stderr
+
+    unreachable = flexiqctl("unix:path=/nonexistent/flexiqd-test-bus", "scale", "default", "1")
+    assert unreachable.returncode == 3
+    assert "systemctl start flexiqd" in one_line_error(unreachable)
+
+
+def test_serve_api_refuses_a_name_already_owned_and_an_unreachable_bus(daemon, address):
+    from types import SimpleNamespace
+
+    from flexiqd.daemon.dbus_api import serve_api
+    from flexiqd.errors import FlexiqdError
+
+    stand_in = SimpleNamespace(listeners=[], config=None, config_error=None,
+                               options=SimpleNamespace(config_path="x.yaml"))
+    with pytest.raises(FlexiqdError, match="already owned by another process"):
+        asyncio.run(serve_api(stand_in, address))
+    with pytest.raises(FlexiqdError, match="cannot connect to unix:path=/nonexistent"):
+        asyncio.run(serve_api(stand_in, "unix:path=/nonexistent/flexiqd-test-bus"))
+    assert stand_in.listeners == []

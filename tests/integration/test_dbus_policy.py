@@ -1,0 +1,120 @@
+"""The bus policy file units/org.flexiq.flexiqd1.conf, on a private bus configured like the system bus.
+
+The bus runs Debian's own system.conf minus what a test cannot have (<user>,
+<fork/>, the pidfile, syslog), listening in a temporary directory, with its
+system.d include directories replaced by one holding only our file -- the way
+the package installs it.  A real flexiqd (as root) owns the name; callers are
+switched with setpriv.  Here it is the bus that refuses: its error text
+("Rejected send message") differs from the daemon's own refusal.
+
+Needs root (setpriv) and dbus-daemon: skips without them on a laptop, fails in CI.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import shutil
+
+import pytest
+
+from test_dbus_api import (DaemonProcess, PrivateBus, as_user, dbus_send, flexiqctl, one_line_error,
+                           operator_group, require, require_root_and_dbus, status)
+
+SYSTEM_CONF = pathlib.Path("/usr/share/dbus-1/system.conf")
+POLICY = pathlib.Path(__file__).resolve().parents[2] / "units" / "org.flexiq.flexiqd1.conf"
+
+
+def system_bus_config() -> str:
+    """Debian's system.conf as a template for PrivateBus: {socket} and {directory} filled in there."""
+    text = SYSTEM_CONF.read_text().replace("{", "{{").replace("}", "}}")
+    for element in (r"<user>.*?</user>", r"<fork/>", r"<pidfile>.*?</pidfile>", r"<syslog/>",
+                    r"<includedir>.*?</includedir>"):
+        text, count = re.subn(r"\s*" + element, "", text, flags=re.S)
+        assert count, f"{SYSTEM_CONF} has no {element}: adapt this test to it"
+    text, count = re.subn(r"<listen>.*?</listen>", "<listen>unix:path={socket}</listen>", text, flags=re.S)
+    assert count == 1
+    # Included like the system bus includes system.d: a broken file is logged and skipped there.
+    return text.replace("</busconfig>", "  <includedir>{directory}/system.d</includedir>\n</busconfig>")
+
+
+def install_policy(directory: pathlib.Path) -> None:
+    (directory / "system.d").mkdir()
+    shutil.copy(POLICY, directory / "system.d" / POLICY.name)
+
+
+@pytest.fixture(scope="module")
+def bus():
+    require_root_and_dbus()
+    require(SYSTEM_CONF.exists(), f"needs {SYSTEM_CONF} (the dbus package's system bus config)")
+    operator_group()  # before the bus starts: it resolves group="flexiq" when it reads our file
+    private = PrivateBus(system_bus_config(), prepare=install_policy)
+    yield private
+    private.stop()
+
+
+@pytest.fixture(scope="module")
+def daemon(bus, tmp_path_factory):
+    process = DaemonProcess(tmp_path_factory.mktemp("flexiqd-policy"), bus.address)
+    yield process
+    process.stop()
+
+
+def test_the_bus_reads_the_policy_file_without_errors(bus):
+    # A broken file in an include directory does not stop the bus: it is logged and skipped.
+    log = bus.log.read_text()
+    assert "Encountered error" not in log, log
+    assert POLICY.name not in log, log
+    assert 'Unknown group "flexiq"' not in log, log
+
+
+def test_root_owns_the_name_and_calls_everything(bus, daemon):
+    assert status(bus.address)["pools"]["default"]["name"] == "default"
+    assert flexiqctl(bus.address, "resume", "default").returncode == 0
+
+
+def test_everyone_may_read(bus, daemon):
+    nobody = as_user()
+    assert flexiqctl(bus.address, "status", user=nobody).returncode == 0
+    assert flexiqctl(bus.address, "events", user=nobody).returncode == 0
+    for member, args, interface in (
+            ("Get", ["string:org.flexiq.flexiqd1.Manager", "string:Version"], "org.freedesktop.DBus.Properties"),
+            ("GetAll", ["string:org.flexiq.flexiqd1.Manager"], "org.freedesktop.DBus.Properties"),
+            ("Introspect", [], "org.freedesktop.DBus.Introspectable"),
+            ("Ping", [], "org.freedesktop.DBus.Peer")):
+        result = dbus_send(bus.address, member, *args, interface=interface, user=nobody)
+        assert result.returncode == 0, f"{interface}.{member}: {result.stderr}"
+
+
+def test_everyone_else_is_refused_by_the_bus_itself(bus, daemon):
+    nobody = as_user()
+    for member, args in (("Scale", ["string:default", "uint32:2", "double:0"]), ("Pause", ["string:default"]),
+                         ("Unpin", ["string:default"]), ("Reload", [])):
+        result = dbus_send(bus.address, member, *args, user=nobody)
+        assert "org.freedesktop.DBus.Error.AccessDenied" in result.stderr, result.stderr
+        # dbus-daemon's wording, not flexiqd's: the call never reached the daemon.
+        assert "Rejected send message" in result.stderr and f'member="{member}"' in result.stderr
+    properties_set = dbus_send(bus.address, "Set", "string:org.flexiq.flexiqd1.Manager", "string:Version",
+                               "variant:string:9", interface="org.freedesktop.DBus.Properties", user=nobody)
+    assert "Rejected send message" in properties_set.stderr
+    result = flexiqctl(bus.address, "scale", "default", "2", user=nobody)
+    assert result.returncode == 1
+    assert "root or as a member of the flexiq group" in one_line_error(result)
+    assert status(bus.address)["pools"]["default"]["pinned"] is None
+
+
+def test_only_root_may_own_the_name(bus, daemon):
+    result = dbus_send(bus.address, "RequestName", "string:org.flexiq.flexiqd1", "uint32:4",
+                       interface="org.freedesktop.DBus", destination="org.freedesktop.DBus",
+                       path="/org/freedesktop/DBus", user=as_user(groups=[operator_group()]))
+    assert "org.freedesktop.DBus.Error.AccessDenied" in result.stderr, result.stderr
+    assert "not allowed to own the service" in result.stderr
+
+
+def test_a_member_of_group_flexiq_may_steer(bus, daemon):
+    operator = as_user(groups=[operator_group()])
+    result = flexiqctl(bus.address, "scale", "default", "2", "--for", "30s", user=operator)
+    assert result.returncode == 0, result.stderr
+    assert status(bus.address)["pools"]["default"]["pinned"]["workers"] == 2
+    assert flexiqctl(bus.address, "unpin", "default", user=operator).returncode == 0
+    assert status(bus.address)["pools"]["default"]["pinned"] is None

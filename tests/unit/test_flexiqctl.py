@@ -1,0 +1,188 @@
+"""flexiqctl without a bus: arguments, error replies, and the text it renders from documents."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from flexiqd.cli import flexiqctl
+from flexiqd.cli.render import render_event, render_status
+
+NOW = 1_700_000_000.0
+
+
+def document(**pool_changes) -> dict:
+    """A Status document as flexiqd returns it (docs/dbus-api.md), one pool."""
+    pool = {
+        "name": "default", "queues": ["default"], "concurrency": 4, "min_workers": 1, "max_workers": 10,
+        "workers": {"active": 3, "starting": 1, "draining": 0, "failed": 0},
+        "desired": 4, "binding_cap": None,
+        "metrics": {"runnable": 12, "delayed": 2, "running": 9, "oldest_runnable_age": 2.1,
+                    "time_to_drain": 4.0, "arrival_rate": 3.2, "completion_rate": 3.0,
+                    "duration_p50": 0.12, "duration_p95": 0.4, "duration_p99": 1.2},
+        "utilisation": 0.75,
+        "decision": {"reason": "ScaleUpAge", "rationale": "default 3 -> 4: ScaleUpAge: oldest job waits 2.1s"},
+        "paused": False, "pinned": None,
+    }
+    pool.update(pool_changes)
+    return {"version": "0.1.0", "config_path": "/etc/flexiqd/flexiqd.yaml", "config_error": None,
+            "fleet": "systemd", "tick": 1.0, "generated_at": NOW, "pools": {"default": pool}}
+
+
+# -- the status table ---------------------------------------------------------------------------
+
+def test_status_table_shows_every_number_of_a_pool():
+    text = render_status(document())
+    assert text.splitlines()[0] == "flexiqd 0.1.0, config /etc/flexiqd/flexiqd.yaml"
+    rows = {line.split()[0]: " ".join(line.split()[1:]) for line in text.splitlines() if line.startswith("  ")}
+    assert rows == {
+        "workers": "3 active, 1 starting",
+        "desired": "4 (min 1, max 10)",
+        "queue": "12 runnable, 2 delayed, 9 running",
+        "waiting": "oldest 2.1s, drains in 4.0s",
+        "rates": "3.20/s in, 3.00/s done",
+        "utilisation": "75% (9 running in 12 slots)",
+        "durations": "p50 120ms, p95 400ms, p99 1.2s",
+        "decision": "default 3 -> 4: ScaleUpAge: oldest job waits 2.1s",
+    }
+    assert "pool default\n" in text + "\n"
+
+
+def test_status_table_says_paused_pinned_and_capped():
+    text = render_status(document(paused=True, pinned={"workers": 2, "until": NOW + 52}, binding_cap="dependency:db"))
+    assert "pool default (paused, pinned at 2 for 52.0s more)" in text
+    assert "capped by dependency:db" in text
+    forever = render_status(document(pinned={"workers": 0, "until": None}))
+    assert "pool default (pinned at 0 until unpinned)" in forever
+
+
+def test_status_table_shows_unknowns_as_such():
+    text = render_status(document(metrics=None, utilisation=None, decision=None, desired=None))
+    assert "stats unavailable" in text and "desired      - (min 1, max 10)" in text
+    assert "decision" not in text
+    never = render_status(document(metrics={**document()["pools"]["default"]["metrics"], "time_to_drain": None,
+                                            "duration_p50": None, "duration_p95": None, "duration_p99": None}))
+    assert "drains in never (nothing completes)" in never and "p50 -, p95 -, p99 -" in never
+    unsized = render_status(document(workers=None, metrics=None, desired=None, decision=None))
+    assert "not sized yet" in unsized
+
+
+def test_status_table_leads_with_a_rejected_config_and_copes_with_no_pools():
+    doc = document()
+    doc["config_error"] = "pools.default.max_wrkers: unknown key (did you mean 'max_workers'?)"
+    assert render_status(doc).splitlines()[1].startswith("config rejected, running on the previous one: pools.")
+    doc["pools"] = {}
+    assert render_status(doc).splitlines()[-1] == "no pools configured"
+
+
+def test_event_line_is_time_sequence_and_the_decision():
+    event = {"seq": 7, "at": NOW, "pool": "default", "previous": 1, "desired": 3, "reason": "Pinned",
+             "rationale": "default 1 -> 3: Pinned: pinned at 3 by an operator"}
+    line = render_event(event)
+    assert line.endswith("  #7  default 1 -> 3: Pinned: pinned at 3 by an operator")
+    assert render_event({**event, "rationale": ""}).endswith("#7  default 1 -> 3: Pinned")
+
+
+# -- arguments ------------------------------------------------------------------------------------
+
+def parse(*argv: str):
+    return flexiqctl.build_parser().parse_args(list(argv))
+
+
+def test_arguments_of_every_command():
+    args = parse("--bus-address", "unix:path=/x", "scale", "default", "3", "--for", "5m")
+    assert (args.bus_address, args.command, args.pool, args.workers, args.for_seconds) == \
+        ("unix:path=/x", "scale", "default", 3, 300.0)
+    assert parse("scale", "default", "0").for_seconds is None
+    events = parse("events", "--since", "12", "--follow")
+    assert (events.since, events.follow, events.json) == (12, True, False)
+    assert parse("watch").interval == 1.0 and parse("watch", "--interval", "250ms").interval == 0.25
+    assert parse("status", "--json").json is True
+    for command in ("unpin", "pause", "resume", "drain"):
+        assert parse(command, "images").pool == "images"
+    assert parse("reload").command == "reload"
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "required: COMMAND"),
+    (["frobnicate"], "invalid choice"),
+    (["scale", "default"], "required: N"),
+    (["scale", "default", "-1"], "is not a worker count"),
+    (["scale", "default", "three"], "'three' is not a whole number"),
+    (["scale", "default", "2", "--for", "soon"], "is not a duration"),
+    (["scale", "default", "2", "--for", "0s"], "is not longer than 0s"),
+    (["events", "--since", "-3"], "-3 is negative"),
+    (["watch", "--interval", "0"], "is not longer than 0s"),
+    (["pause"], "required: pool"),
+])
+def test_argument_errors_exit_2_with_argparses_message(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        flexiqctl.main(argv)
+    assert exit_info.value.code == flexiqctl.EXIT_USAGE == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_bus_address_comes_from_the_option_then_the_environment(monkeypatch):
+    monkeypatch.delenv("DBUS_SYSTEM_BUS_ADDRESS", raising=False)
+    assert flexiqctl.bus_address(None) == "unix:path=/run/dbus/system_bus_socket"
+    monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", "unix:path=/tmp/bus")
+    assert flexiqctl.bus_address(None) == "unix:path=/tmp/bus"
+    assert flexiqctl.bus_address("unix:path=/other") == "unix:path=/other"
+
+
+# -- error replies ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, code, words", [
+    ("org.freedesktop.DBus.Error.ServiceUnknown", 3, "systemctl start flexiqd"),
+    ("org.freedesktop.DBus.Error.NameHasNoOwner", 3, "systemctl start flexiqd"),
+    ("org.freedesktop.DBus.Error.AccessDenied", 1, "as root or as a member of the flexiq group"),
+    ("org.flexiq.flexiqd1.Error.InvalidArgs", 1, "the daemon's text"),
+    ("org.freedesktop.DBus.Error.NoReply", 1, "did not answer"),
+])
+def test_error_replies_map_to_exit_codes_and_one_line(name, code, words):
+    error = flexiqctl.error_from_reply(name, "the daemon's text\nsecond line", "unix:path=/x")
+    assert error.code == code and words in str(error) and "\n" not in str(error)
+
+
+# -- the Status document, as the daemon builds it -------------------------------------------------------
+
+def test_status_document_from_the_controllers_view(tmp_path):
+    from flexiqd.config.load import parse_config
+    from flexiqd.daemon.controller import PoolView
+    from flexiqd.daemon.dbus_api import status_document
+    from flexiqd.daemon.overrides import Override
+    from flexiqd.daemon.scaling import PoolDecision
+    from flexiqd.queue.types import Stats
+
+    config = parse_config("store: sqlite:///x.db\npools:\n  default:\n    concurrency: 4\n    max_workers: 6\n"
+                          "  idle: {queues: [idle]}\n", "/etc/flexiqd/flexiqd.yaml")
+    stats = Stats(queue="default", runnable=12, delayed=2, running=6, dead=0, oldest_runnable_age=2.0,
+                  arrival_rate=3.0, completion_rate=4.0, failure_rate=0.0, duration_p50=0.1,
+                  duration_p95=0.3, duration_p99=0.9, window=60.0)
+    decision = PoolDecision(pool="default", current=3, desired=4, reason="ScaleUpAge", rationale="default 3 -> 4",
+                            binding_cap=None, pending=12, running=6, history=None)
+    view = PoolView(pool="default", active=2, starting=1, draining=1, failed=0, max_workers=6,
+                    decision=decision, stats=[stats])
+    doc = status_document(config, "/etc/flexiqd/flexiqd.yaml", None, {"default": view},
+                          {"default": Override(pinned=4, until=NOW + 60)}, NOW)
+    json.dumps(doc)  # it travels as JSON
+    assert list(doc["pools"]) == ["default", "idle"]
+    pool = doc["pools"]["default"]
+    assert pool["workers"] == {"active": 2, "starting": 1, "draining": 1, "failed": 0}
+    assert (pool["desired"], pool["max_workers"], pool["concurrency"]) == (4, 6, 4)
+    assert pool["metrics"]["runnable"] == 12 and pool["metrics"]["delayed"] == 2
+    assert pool["metrics"]["time_to_drain"] == 3.0
+    assert pool["utilisation"] == 6 / (2 * 4)
+    assert pool["pinned"] == {"workers": 4, "until": NOW + 60} and pool["paused"] is False
+    assert doc["pools"]["idle"]["workers"] is None  # configured, not sized yet
+    assert "pool idle" in render_status(doc) and "pool default (pinned at 4" in render_status(doc)
+
+
+def test_only_root_and_the_operators_group_may_steer():
+    from flexiqd.daemon.dbus_api import caller_allowed
+
+    assert caller_allowed(0, [], None)
+    assert caller_allowed(1000, [27, 990], 990)
+    assert not caller_allowed(1000, [27], 990)
+    assert not caller_allowed(1000, [27], None)
