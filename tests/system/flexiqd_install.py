@@ -19,6 +19,7 @@ BIN = REPO / ".venv" / "bin"
 STORE = "sqlite:////var/lib/flexiq/queue.db"
 MARKS = "/var/lib/flexiq/marks"
 DAEMON = "flexiqd.service"
+BUS_NAME = "org.flexiq.flexiqd1"
 
 CONFIG = f"""
 store: {STORE}
@@ -58,6 +59,8 @@ def install(sbx: Sandbox, config: str = CONFIG, *, daemon_dropin: str | None = N
     sbx.run(["systemd-tmpfiles", "--create", "/etc/tmpfiles.d/flexiqd.conf"])
     sbx.run(f"install -d -m 0777 -o flexiq -g flexiq {MARKS}")
     sbx.write_file("/etc/flexiqd/flexiqd.yaml", config)
+    sbx.write_file(f"/etc/dbus-1/system.d/{BUS_NAME}.conf", (REPO / "units" / f"{BUS_NAME}.conf").read_text())
+    sbx.run(["systemctl", "reload", "dbus"])
     sbx.write_file(f"/etc/systemd/system/{DAEMON}", unit_text("flexiqd.service"))
     sbx.write_file("/etc/systemd/system/flexiq-worker@.service", unit_text("flexiq-worker@.service"))
     if daemon_dropin:

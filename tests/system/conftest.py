@@ -1,0 +1,51 @@
+"""Fixtures for tests that need a real systemd: one sandbox per test session.
+
+Every test collected under tests/system is marked ``system``, so
+``pytest -m "not system"`` leaves them out wherever they live in a run.
+
+The ``sandbox`` fixture skips when the machine cannot boot one (not root, no
+systemd-nspawn) -- on a developer's laptop that is fine -- but fails instead
+when the ``CI`` environment variable is set: CI must run these tests, and a
+skip there would hide a broken runner.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from .sandbox import Sandbox, unavailable_reason
+
+HERE = Path(__file__).resolve().parent
+
+
+def in_ci() -> bool:
+    """True when ``CI`` is set to anything but "", "0", "false" or "no"."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # This hook sees every item of the session, not only this folder's.
+    for item in items:
+        if Path(item.path).resolve().is_relative_to(HERE):
+            item.add_marker(pytest.mark.system)
+
+
+@pytest.fixture(scope="session")
+def sandbox() -> Iterator[Sandbox]:
+    """A booted container with systemd as PID 1, shared by the whole session.
+
+    Tests share it, so each uses its own unit and instance names and stops
+    what it started. A failed boot is an error everywhere (it is cached: the
+    session does not retry it for every test); only missing prerequisites skip.
+    """
+    reason = unavailable_reason()
+    if reason is not None:
+        if in_ci():
+            pytest.fail(f"system tests must run in CI, but {reason}", pytrace=False)
+        pytest.skip(reason)
+    with Sandbox() as sbx:
+        yield sbx
