@@ -40,6 +40,20 @@ _STATES = {"active": WorkerState.ACTIVE, "reloading": WorkerState.ACTIVE,
            "failed": WorkerState.FAILED}
 
 
+def worker_state(active_state: str, job_type: str) -> WorkerState | None:
+    """A unit's state as the controller counts it; None for units that are gone.
+
+    A queued job wins over ActiveState: right after StartUnit the unit is still
+    "inactive" with a start job pending, and must already count as starting, or
+    the next tick would start another worker in its place.
+    """
+    if job_type == "stop":
+        return WorkerState.DRAINING
+    if job_type and active_state not in ("active", "reloading", "deactivating"):
+        return WorkerState.STARTING
+    return _STATES.get(active_state)
+
+
 def unit_name(pool: str, index: int) -> str:
     return f"{TEMPLATE}{instance_name(pool, index)}.service"
 
@@ -167,9 +181,9 @@ class SystemdFleet(Fleet):
     def list(self) -> list[WorkerInfo]:
         workers = []
         for row in self.systemd.ListUnitsByPatterns([], [UNIT_PATTERN]):
-            name, active = _text(row[0]), _text(row[3])
+            name, active, job = _text(row[0]), _text(row[3]), _text(row[8])
             parsed = parse_instance(name[len(TEMPLATE):-len(".service")])
-            state = _STATES.get(active)
+            state = worker_state(active, job)
             if parsed is None or state is None:
                 continue
             path = row[6]

@@ -1,0 +1,56 @@
+"""The scaling policy: pure decision code, metrics in, desired worker count and reason out.
+
+A decision runs these stages in order (see ``decide``):
+signals -> combine -> cap -> smooth -> clamp.
+
+Typical use, once per tick and pool::
+
+    metrics = PoolMetrics.from_queue_stats(queue_stats)          # None if the read failed
+    obs = Observation(pool="default", active=3, starting=1, draining=0,
+                      concurrency=4, metrics=metrics)
+    decision = decide(obs, policy, history, now)                  # policy: PoolPolicy
+    history = decision.history                                    # keep for the next tick
+    log.info("%s", decision.line())
+
+With dependencies shared between pools, ``decide_fleet`` decides every pool at
+once.  No I/O, no clock reads, no logging; standard library only.
+"""
+
+from .config import (
+    Behavior,
+    Dependency,
+    DependencyUse,
+    KneeConfig,
+    PoolPolicy,
+    RateLimit,
+    Targets,
+    pool_policy_from_mapping,
+)
+from .decide import PoolInput, decide, decide_fleet
+from .errors import PolicyConfigError
+from .flexiq_compat import (
+    FlexiqResult,
+    FlexiqWindowHistory,
+    WindowedResult,
+    compute_desired_workers,
+    compute_desired_workers_windowed,
+)
+from .sharing import DependencyCap, PoolDemand, share_dependencies, water_fill
+from .types import (
+    CapValue,
+    Decision,
+    DependencyObservation,
+    History,
+    Observation,
+    PoolMetrics,
+    SignalRecommendation,
+)
+
+__all__ = [
+    "Behavior", "CapValue", "Decision", "Dependency", "DependencyCap", "DependencyObservation",
+    "DependencyUse", "FlexiqResult", "FlexiqWindowHistory", "History", "KneeConfig", "Observation",
+    "PolicyConfigError", "PoolDemand", "PoolInput", "PoolMetrics", "PoolPolicy", "RateLimit",
+    "SignalRecommendation", "Targets", "WindowedResult", "compute_desired_workers",
+    "compute_desired_workers_windowed", "decide", "decide_fleet", "pool_policy_from_mapping",
+    "share_dependencies", "water_fill",
+]

@@ -1,0 +1,59 @@
+"""Stage 3, caps: ceilings on the worker count, and which one binds.
+
+``max`` is the configured maximum; ``dependency:<name>`` the pool's share of
+a declared dependency (see ``sharing``); ``latency:<name>`` holds the pool at
+its current count while that dependency is slower than the pool's
+``max_latency`` for it; ``knee`` is the discovered ceiling (see ``knee``).
+Caps are applied to the signals' recommendation and again after smoothing,
+so a stabilisation window can never keep a pool above a ceiling.
+"""
+
+from __future__ import annotations
+
+from .config import PoolPolicy
+from .knee import knee_cap
+from .sharing import DependencyCap
+from .types import CapValue, KneeState, Observation
+
+# Cap name -> the reason token when it binds.
+CAP_REASONS = {
+    "max": "CappedByMax",
+    "dependency": "CappedByDependency",
+    "latency": "CappedByLatency",
+    "knee": "CappedByKnee",
+}
+
+
+def collect_caps(
+    obs: Observation, policy: PoolPolicy, knee: KneeState, dependency_cap: DependencyCap | None, now: float
+) -> tuple[CapValue, ...]:
+    """Every ceiling that applies to this pool now, ``max`` first."""
+    caps = [CapValue("max", policy.max_workers)]
+    if dependency_cap is not None:
+        caps.extend(CapValue(f"dependency:{name}", workers) for name, workers in dependency_cap.per_dependency)
+    if obs.metrics is not None:
+        for use in policy.dependencies:
+            latency = obs.metrics.dependency_latency(use.dependency)
+            if use.max_latency is not None and latency is not None and latency > use.max_latency:
+                caps.append(CapValue(f"latency:{use.dependency}", obs.current))
+    discovered = knee_cap(knee, policy.knee, now)
+    if discovered is not None:
+        caps.append(CapValue("knee", discovered))
+    return tuple(caps)
+
+
+def tightest(caps: tuple[CapValue, ...]) -> CapValue:
+    """The lowest cap (the first of equals, so ``max`` wins a tie)."""
+    return min(caps, key=lambda cap: cap.workers)
+
+
+def apply_caps(workers: int, caps: tuple[CapValue, ...]) -> tuple[int, CapValue | None]:
+    """``workers`` under every cap, and the cap that lowered it (None if none did)."""
+    lowest = tightest(caps)
+    if lowest.workers < workers:
+        return lowest.workers, lowest
+    return workers, None
+
+
+def cap_reason(cap: CapValue) -> str:
+    return CAP_REASONS[cap.cap.split(":", 1)[0]]

@@ -1,0 +1,296 @@
+"""A pool's scaling policy: targets, smoothing behaviour, knee discovery, dependencies.
+
+Every class validates itself when built and raises ``PolicyConfigError`` naming
+the option (``targets.utilisation: must be in (0, 1], got 1.5``), so a bad
+config is refused whole before the first decision.  ``pool_policy_from_mapping``
+builds one from a parsed YAML/JSON mapping and names unknown keys the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .errors import PolicyConfigError
+from .validation import require_bool, require_int, require_number
+
+
+@dataclass(frozen=True, kw_only=True)
+class Targets:
+    """What the pool aims for; each target feeds one signal.
+
+    ``age``: seconds the oldest runnable job may wait (the user-facing goal).
+    ``drain_time``: seconds the runnable backlog should take to drain; None
+    means the age target.  ``depth_per_worker``: runnable jobs per worker
+    (KEDA-style); None turns that signal off, since depth alone ignores how long
+    jobs take.  ``utilisation``: busy slots / slots.  ``cpu``: mean CPU of the
+    active workers, used only for ``cpu_bound`` pools.  ``lead_time``: how long
+    a newly requested worker takes to claim its first job (unit start plus a
+    tick); the age signal acts that much before a job would reach ``age``.
+    """
+
+    age: float = 30.0
+    drain_time: float | None = None
+    depth_per_worker: float | None = None
+    utilisation: float = 0.9
+    cpu: float = 0.9
+    lead_time: float = 10.0
+
+    def __post_init__(self) -> None:
+        require_number("targets.age", self.age, low=0, low_open=True)
+        if self.drain_time is not None:
+            require_number("targets.drain_time", self.drain_time, low=0, low_open=True)
+        if self.depth_per_worker is not None:
+            require_number("targets.depth_per_worker", self.depth_per_worker, low=0, low_open=True)
+        require_number("targets.utilisation", self.utilisation, low=0, high=1, low_open=True)
+        require_number("targets.cpu", self.cpu, low=0, high=1, low_open=True)
+        require_number("targets.lead_time", self.lead_time, low=0)
+        if self.lead_time >= self.age:
+            raise PolicyConfigError(
+                "targets.lead_time", f"must be below targets.age ({self.age}), got {self.lead_time}"
+            )
+
+    @property
+    def effective_drain_time(self) -> float:
+        return self.age if self.drain_time is None else self.drain_time
+
+
+@dataclass(frozen=True, kw_only=True)
+class RateLimit:
+    """At most ``workers`` or ``percent`` % change per ``period`` seconds, whichever is larger.
+
+    Like the HPA's behaviour policies with ``selectPolicy: Max``.
+    """
+
+    workers: int
+    percent: float
+    period: float
+
+    def validate(self, prefix: str) -> None:
+        require_int(f"{prefix}.workers", self.workers, minimum=0)
+        require_number(f"{prefix}.percent", self.percent, low=0)
+        require_number(f"{prefix}.period", self.period, low=0, low_open=True)
+        if self.workers == 0 and self.percent == 0:
+            raise PolicyConfigError(prefix, "allows no change at all (workers and percent are both 0)")
+
+
+# Up: the HPA's default (+100% or +4 pods per 15 s).  Down: at most half the
+# pool per minute; the 300 s window already proved the lower count is enough,
+# this only keeps one wrong reading from tearing a large pool down at once.
+DEFAULT_UP_LIMIT = RateLimit(workers=4, percent=100.0, period=15.0)
+DEFAULT_DOWN_LIMIT = RateLimit(workers=1, percent=50.0, period=60.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Behavior:
+    """How fast the worker count may follow the signals (the HPA's ``behavior``).
+
+    Windows: a scale-up happens only when every recommendation of the last
+    ``up_window`` seconds wants it; a scale-down only to the highest
+    recommendation of the last ``down_window`` seconds.  ``tolerance``: no
+    change while ``|recommended / current - 1| <= tolerance`` (unless the
+    pool is overloaded).  Rate limits: None means unlimited.
+    """
+
+    up_window: float = 0.0
+    down_window: float = 300.0
+    tolerance: float = 0.1
+    up_limit: RateLimit | None = DEFAULT_UP_LIMIT
+    down_limit: RateLimit | None = DEFAULT_DOWN_LIMIT
+
+    def __post_init__(self) -> None:
+        require_number("behavior.up_window", self.up_window, low=0)
+        require_number("behavior.down_window", self.down_window, low=0)
+        require_number("behavior.tolerance", self.tolerance, low=0, high=1, high_open=True)
+        for name in ("up_limit", "down_limit"):
+            limit = getattr(self, name)
+            if limit is not None:
+                if not isinstance(limit, RateLimit):
+                    raise PolicyConfigError(f"behavior.{name}", f"must be a RateLimit or None, got {limit!r}")
+                limit.validate(f"behavior.{name}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class KneeConfig:
+    """Ceiling discovery: stop adding workers that no longer add throughput.
+
+    Once the pool has had a backlog for ``settle_time`` seconds (so its
+    completion rate shows what it can do), each decision samples the
+    completion rate and p50 duration against the workers busy on average.
+    When more workers complete less than ``min_throughput_gain`` more than the
+    best sample at fewer workers while p50 rose more than
+    ``max_duration_rise``, the pool is held at that count; after
+    ``reprobe_interval`` seconds it may try one more.  Samples older than
+    ``sample_max_age`` are not compared.
+    """
+
+    enabled: bool = True
+    min_throughput_gain: float = 0.05
+    max_duration_rise: float = 0.2
+    settle_time: float = 60.0
+    reprobe_interval: float = 300.0
+    sample_max_age: float = 900.0
+
+    def __post_init__(self) -> None:
+        require_bool("knee.enabled", self.enabled)
+        require_number("knee.min_throughput_gain", self.min_throughput_gain, low=0)
+        require_number("knee.max_duration_rise", self.max_duration_rise, low=0)
+        require_number("knee.settle_time", self.settle_time, low=0)
+        require_number("knee.reprobe_interval", self.reprobe_interval, low=0, low_open=True)
+        require_number("knee.sample_max_age", self.sample_max_age, low=0, low_open=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DependencyUse:
+    """How much of a shared dependency one worker of this pool uses.
+
+    ``per_worker`` is in the dependency's own unit (connections, requests/s).
+    ``weight`` is the pool's share when pools compete for the dependency.
+    ``max_latency``: when the observed latency of the dependency exceeds it,
+    the pool does not grow (None: no such limit).
+    """
+
+    dependency: str
+    per_worker: float
+    weight: float = 1.0
+    max_latency: float | None = None
+
+    def validate(self, prefix: str) -> None:
+        if not isinstance(self.dependency, str) or not self.dependency:
+            raise PolicyConfigError(f"{prefix}.dependency", f"must be a non-empty name, got {self.dependency!r}")
+        require_number(f"{prefix}.per_worker", self.per_worker, low=0, low_open=True)
+        require_number(f"{prefix}.weight", self.weight, low=0, low_open=True)
+        if self.max_latency is not None:
+            require_number(f"{prefix}.max_latency", self.max_latency, low=0, low_open=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dependency:
+    """A shared dependency: ``capacity`` units, ``reserved`` of them kept for other users.
+
+    The reserve is what the request path (or anything outside the pools)
+    needs; pools share ``capacity - reserved``.
+    """
+
+    name: str
+    capacity: float
+    reserved: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise PolicyConfigError("dependency.name", f"must be a non-empty name, got {self.name!r}")
+        require_number(f"dependencies.{self.name}.capacity", self.capacity, low=0, low_open=True)
+        require_number(f"dependencies.{self.name}.reserved", self.reserved, low=0)
+        if self.reserved >= self.capacity:
+            raise PolicyConfigError(
+                f"dependencies.{self.name}.reserved",
+                f"must be below the capacity ({self.capacity}), got {self.reserved}",
+            )
+
+    @property
+    def available(self) -> float:
+        return self.capacity - self.reserved
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolPolicy:
+    """Everything that decides one pool's worker count; the defaults are flexiqd's.
+
+    ``min_workers``/``max_workers`` bound the result.  Unless
+    ``scale_to_zero`` is set, at least one worker always runs (an idle pool
+    answers its first job without a cold start).  ``cpu_bound`` enables the
+    CPU signal.
+    """
+
+    min_workers: int = 1
+    max_workers: int = 10
+    scale_to_zero: bool = False
+    cpu_bound: bool = False
+    targets: Targets = field(default_factory=Targets)
+    behavior: Behavior = field(default_factory=Behavior)
+    knee: KneeConfig = field(default_factory=KneeConfig)
+    dependencies: tuple[DependencyUse, ...] = ()
+
+    def __post_init__(self) -> None:
+        require_int("min_workers", self.min_workers, minimum=0)
+        require_int("max_workers", self.max_workers, minimum=1)
+        if self.max_workers < self.min_workers:
+            raise PolicyConfigError(
+                "max_workers", f"must be >= min_workers ({self.min_workers}), got {self.max_workers}"
+            )
+        require_bool("scale_to_zero", self.scale_to_zero)
+        require_bool("cpu_bound", self.cpu_bound)
+        for name, kind in (("targets", Targets), ("behavior", Behavior), ("knee", KneeConfig)):
+            if not isinstance(getattr(self, name), kind):
+                raise PolicyConfigError(name, f"must be a {kind.__name__}, got {getattr(self, name)!r}")
+        if not isinstance(self.dependencies, tuple):
+            raise PolicyConfigError("dependencies", "must be a tuple of DependencyUse")
+        seen: set[str] = set()
+        for index, use in enumerate(self.dependencies):
+            if not isinstance(use, DependencyUse):
+                raise PolicyConfigError(f"dependencies[{index}]", f"must be a DependencyUse, got {use!r}")
+            use.validate(f"dependencies[{index}]")
+            if use.dependency in seen:
+                raise PolicyConfigError(f"dependencies[{index}].dependency", f"{use.dependency!r} is declared twice")
+            seen.add(use.dependency)
+
+    @property
+    def floor(self) -> int:
+        """The fewest workers the pool may run when it is idle."""
+        return self.min_workers if self.scale_to_zero else max(self.min_workers, 1)
+
+
+def pool_policy_from_mapping(data: Mapping[str, Any]) -> PoolPolicy:
+    """Build a ``PoolPolicy`` from a parsed config mapping (e.g. one pool's YAML).
+
+    Keys mirror the dataclass fields; nested sections are mappings
+    (``behavior: {down_window: 600, down_limit: {workers: 2, percent: 10, period: 60}}``,
+    ``dependencies: [{dependency: db, per_worker: 4}]``).  Unknown keys and
+    wrong shapes raise ``PolicyConfigError`` naming the dotted key.
+    """
+    sections = {
+        "targets": lambda v: _build(Targets, v, "targets"),
+        "behavior": _behavior_from_mapping,
+        "knee": lambda v: _build(KneeConfig, v, "knee"),
+        "dependencies": _dependencies_from_list,
+    }
+    fields = {}
+    for key, value in _require_mapping(data, "policy").items():
+        fields[key] = sections[key](value) if key in sections else value
+    return _build(PoolPolicy, fields, "")
+
+
+def _behavior_from_mapping(value: Any) -> Behavior:
+    mapping = dict(_require_mapping(value, "behavior"))
+    for name in ("up_limit", "down_limit"):
+        if mapping.get(name) is not None:
+            mapping[name] = _build(RateLimit, mapping[name], f"behavior.{name}")
+    return _build(Behavior, mapping, "behavior")
+
+
+def _dependencies_from_list(value: Any) -> tuple[DependencyUse, ...]:
+    if not isinstance(value, (list, tuple)):
+        raise PolicyConfigError("dependencies", f"must be a list, got {value!r}")
+    return tuple(_build(DependencyUse, item, f"dependencies[{i}]") for i, item in enumerate(value))
+
+
+def _build(kind: type, value: Any, prefix: str) -> Any:
+    mapping = _require_mapping(value, prefix or "policy")
+    known = {f.name for f in dataclasses.fields(kind)}
+    for key in mapping:
+        if key not in known:
+            where = f"{prefix}.{key}" if prefix else str(key)
+            raise PolicyConfigError(where, f"unknown option (known: {', '.join(sorted(known))})")
+    required = [f.name for f in dataclasses.fields(kind)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    for name in required:
+        if name not in mapping:
+            raise PolicyConfigError(prefix or "policy", f"missing required option {name!r}")
+    return kind(**mapping)
+
+
+def _require_mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise PolicyConfigError(where, f"must be a mapping, got {value!r}")
+    return value

@@ -1,0 +1,273 @@
+"""One decision: observation + policy + history + now -> Decision (with the next history).
+
+The stages, in order, each its own function:
+
+1. signals  -- every signal's recommendation (``signals``);
+2. combine  -- the largest recommendation wins, as in the HPA: the raw
+               (prenormalized) count;
+3. cap      -- max_workers, dependency shares, dependency latency, the knee
+               (``caps``) -> capped; this is what the windows record;
+4. smooth   -- stabilisation windows, the tolerance band (no change of 10 %
+               or less, unless the pool is overloaded), rate limits
+               (``smoothing``) -> stabilized;
+5. clamp    -- the caps again as hard ceilings, then the floor (min_workers;
+               one worker while jobs wait or run) -> desired.
+
+The tolerance comes before the clamp, so it can never hold a pool below its
+minimum.  The windows record the capped count, not the one the tolerance
+held: a band that holds 11 workers while the signals want 10 must not keep
+asking for 11 for the next five minutes.  A failed metrics read (``metrics
+is None``) skips every stage: the pool is held and nothing is recorded that
+could later pass for a low recommendation.
+
+Pure: no clock, no I/O, no logging; the same arguments give the same Decision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from .caps import apply_caps, cap_reason, collect_caps, tightest
+from .config import Dependency, PoolPolicy
+from .knee import update_knee
+from .sharing import DependencyCap, PoolDemand, share_dependencies
+from .signals import mean_running, record_load, recommend_all, signal_inputs
+from .smoothing import rate_limit, record, record_change, stabilize
+from .types import CapValue, Decision, History, Observation, SignalRecommendation
+
+
+# 11 / 10 - 1 is 0.10000000000000009 in floating point: a ratio exactly at the
+# tolerance must count as inside it.
+_EPSILON = 1e-9
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolInput:
+    """One pool's arguments to ``decide_fleet``."""
+
+    observation: Observation
+    policy: PoolPolicy
+    history: History | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Combined:
+    """Stages 1-2 of one pool: enough to state its demand on shared dependencies."""
+
+    obs: Observation
+    policy: PoolPolicy
+    history: History
+    now: float
+    recommendations: tuple[SignalRecommendation, ...]
+    winner: SignalRecommendation | None
+    raw: int
+
+    @property
+    def demand(self) -> int:
+        """Workers the pool would keep or reach, for sharing dependencies with others."""
+        return min(max(self.raw, self.obs.current, self.policy.floor), self.policy.max_workers)
+
+
+def decide(
+    observation: Observation,
+    policy: PoolPolicy,
+    history: History | None,
+    now: float,
+    dependency_cap: DependencyCap | None = None,
+) -> Decision:
+    """Decide one pool's worker count at ``now`` (seconds, any epoch).
+
+    ``history`` is the one returned by this pool's previous decision (None or
+    ``History()`` at start).  ``dependency_cap`` is this pool's entry of
+    ``share_dependencies``; without it declared dependencies do not cap (use
+    ``decide_fleet`` to share them).  Pure and deterministic.
+    """
+    history = history or History()
+    if observation.metrics is None:
+        return _hold(observation, policy, history)
+    return _finish(_combine(observation, policy, history, now), dependency_cap)
+
+
+def decide_fleet(pools: Sequence[PoolInput], dependencies: Sequence[Dependency], now: float) -> dict[str, Decision]:
+    """Decide every pool at once, sharing the declared ``dependencies`` between them.
+
+    Each pool's demand (its combined recommendation, or its current count if
+    higher, within its bounds) is shared out by ``share_dependencies``; pools
+    whose metrics failed are held, and what their workers use is taken off the
+    top before the others share the rest.  Returns the decisions keyed by
+    pool name.
+    """
+    combined: dict[str, _Combined] = {}
+    demands, held = [], []
+    for item in pools:
+        pool = item.observation.pool
+        if item.observation.metrics is None:
+            held.append(PoolDemand(pool=pool, workers=item.observation.current, uses=item.policy.dependencies))
+        else:
+            combined[pool] = _combine(item.observation, item.policy, item.history or History(), now)
+            demands.append(PoolDemand(pool=pool, workers=combined[pool].demand, uses=item.policy.dependencies))
+    caps = share_dependencies(dependencies, demands, held)
+    decisions = {}
+    for item in pools:
+        pool = item.observation.pool
+        if pool in combined:
+            decisions[pool] = _finish(combined[pool], caps.get(pool))
+        else:
+            decisions[pool] = _hold(item.observation, item.policy, item.history or History())
+    return decisions
+
+
+def _combine(obs: Observation, policy: PoolPolicy, history: History, now: float) -> _Combined:
+    """Stages 1 and 2: signals, the largest wins."""
+    assert obs.metrics is not None
+    load = record_load(history.load, now, obs)
+    busy = mean_running(load, obs.metrics.rate_window)
+    history = replace(history, load=load, knee=update_knee(history.knee, obs, policy.knee, now, busy))
+    recommendations = recommend_all(signal_inputs(obs, policy, load))
+    raw, winner = combine(recommendations)
+    return _Combined(
+        obs=obs, policy=policy, history=history, now=now, recommendations=recommendations, winner=winner, raw=raw,
+    )
+
+
+def combine(recommendations: tuple[SignalRecommendation, ...]) -> tuple[int, SignalRecommendation | None]:
+    """The largest recommendation and the one that made it (0 and None when no signal has an opinion)."""
+    if not recommendations:
+        return 0, None
+    best = max(recommendations, key=lambda rec: rec.workers)  # max() keeps the first of equals
+    return best.workers, best
+
+
+def within_tolerance(raw: int, current: int, tolerance: float, overloaded: bool) -> int:
+    """``current`` while ``|raw / current - 1| <= tolerance`` and not overloaded, else ``raw``."""
+    if current > 0 and not overloaded and abs(raw / current - 1) <= tolerance + _EPSILON:
+        return current
+    return raw
+
+
+def floor_for(obs: Observation, policy: PoolPolicy) -> int:
+    """The fewest workers allowed: the policy's floor, and one while jobs wait or run."""
+    assert obs.metrics is not None
+    busy = obs.metrics.runnable_depth > 0 or obs.metrics.running > 0
+    return max(policy.floor, 1 if busy else 0)
+
+
+def _finish(stage: _Combined, dependency_cap: DependencyCap | None) -> Decision:
+    """Stages 3 to 5: cap, smooth, clamp; then the reason and the next history."""
+    obs, policy, history, now = stage.obs, stage.policy, stage.history, stage.now
+    behavior = policy.behavior
+    current = obs.current
+    assert obs.metrics is not None
+
+    caps = collect_caps(obs, policy, history.knee, dependency_cap, now)
+    capped, cap_bound = apply_caps(stage.raw, caps)
+
+    if not history.seeded:
+        # As the HPA does: the first decision remembers the current count, so
+        # a restart cannot scale down before a whole down window has passed.
+        history = replace(history, seeded=True, recommendations=record((), now, current, 0.0))
+    windowed, window_tag = stabilize(current, capped, history.recommendations, now, behavior)
+    overloaded = obs.metrics.running > obs.active * obs.concurrency
+    stabilized = within_tolerance(windowed, current, behavior.tolerance, overloaded)
+    limited, rate_tag = rate_limit(current, stabilized, history.changes, now, behavior)
+
+    ceiling = tightest(caps)
+    desired = min(limited, ceiling.workers)
+    hard_cap = ceiling if desired < limited else None
+    floor = floor_for(obs, policy)
+    raised = desired < floor
+    desired = max(desired, floor)
+
+    keep = max(behavior.up_window, behavior.down_window)
+    history = replace(
+        history,
+        recommendations=record(history.recommendations, now, capped, keep),
+        changes=record_change(history.changes, now, current, desired, behavior),
+    )
+    outcome = _Outcome(
+        capped=capped, windowed=windowed, stabilized=stabilized, limited=limited, desired=desired,
+        cap=hard_cap or cap_bound, raised=raised, floor=floor,
+    )
+    reason, message = _explain(stage, outcome)
+    tolerance_tag = "tolerance" if stabilized != windowed else None
+    tags = ("overload",) if overloaded else ()
+    tags += tuple(tag for tag in (window_tag, tolerance_tag, rate_tag) if tag)
+    return Decision(
+        pool=obs.pool, current=current, desired=desired, raw_desired=stage.raw, capped=capped,
+        stabilized=stabilized, reason=reason, message=message, recommendations=stage.recommendations,
+        winner=stage.winner.signal if stage.winner else None, caps=caps, binding_cap=outcome.cap,
+        smoothing=tags, history=history,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Outcome:
+    """The values of stages 3 to 5, for explaining the decision."""
+
+    capped: int
+    windowed: int
+    stabilized: int
+    limited: int
+    desired: int
+    cap: CapValue | None
+    raised: bool
+    floor: int
+
+
+def _explain(stage: _Combined, out: _Outcome) -> tuple[str, str]:
+    """The reason token and sentence, from the last stage that changed the count.
+
+    The sentence starts with what the winning signal saw, then says which
+    stage set the count when it was not the signals.
+    """
+    obs = stage.obs
+    current = obs.current
+    metrics = obs.metrics
+    assert metrics is not None
+    winner = stage.winner
+    why = winner.detail if winner is not None else "no runnable or running jobs"
+    if current == 0 and out.desired > 0 and metrics.runnable_depth > 0:
+        return "ScaleFromZero", f"{metrics.runnable_depth} runnable jobs and no workers"
+    if out.raised:
+        return "RaisedToMinimum", f"{why}; the floor is {out.floor} workers"
+    if out.cap is not None and out.desired == out.cap.workers and (
+        out.desired < out.limited or out.capped < stage.raw
+    ):
+        return cap_reason(out.cap), f"{why}; signals want {stage.raw}, {out.cap.cap} caps at {out.cap.workers}"
+    if out.limited != out.stabilized:
+        return "RateLimited", f"{why}; {out.stabilized} wanted, the rate limit allows {out.limited} now"
+    if out.stabilized != out.windowed:
+        tolerance = stage.policy.behavior.tolerance
+        return "DesiredWithinRange", f"{why}; {out.windowed} is within the tolerance of {tolerance:g} around {current}"
+    if out.windowed != out.capped:
+        if out.capped < current:
+            return "ScaleDownStabilized", (
+                f"{why}; signals want {out.capped}, the down window's highest recommendation is {out.windowed}"
+            )
+        return "ScaleUpStabilized", f"{why}; signals want {out.capped}, the up window's lowest is {out.windowed}"
+    if out.desired == current:
+        return "DesiredWithinRange", f"{why}; signals agree with the current {current} workers"
+    if winner is None or (out.desired < current and metrics.runnable_depth == 0 and metrics.running == 0):
+        return "ScaleDownIdle", "no runnable or running jobs"
+    direction = "ScaleUp" if out.desired > current else "ScaleDown"
+    return f"{direction}{_SIGNAL_TOKENS[winner.signal]}", why
+
+
+# Signal -> the word in its reason token (ScaleUpAge, ScaleDownUtilisation, ...).
+_SIGNAL_TOKENS = {
+    "age": "Age", "drain": "Drain", "depth": "Depth", "util": "Utilisation", "cpu": "CPU", "zero": "FromZero",
+}
+
+
+def _hold(obs: Observation, policy: PoolPolicy, history: History) -> Decision:
+    """A failed metrics read: keep the current count (within the configured bounds), record nothing."""
+    desired = min(max(obs.current, policy.floor), policy.max_workers)
+    return Decision(
+        pool=obs.pool, current=obs.current, desired=desired, raw_desired=obs.current, capped=desired,
+        stabilized=desired, reason="HoldMetricsUnavailable",
+        message=f"metrics could not be read; holding {desired} workers",
+        recommendations=(), winner=None, caps=(CapValue("max", policy.max_workers),), binding_cap=None,
+        smoothing=(), history=history,
+    )
+

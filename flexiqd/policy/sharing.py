@@ -1,0 +1,105 @@
+"""Sharing declared dependencies between pools: each pool's maximum useful worker count.
+
+A dependency's available capacity (capacity - reserved) is shared max-min
+fairly by weight (water-filling): every pool gets up to its weighted share; a
+pool that needs less than its share leaves the rest to the others, which split
+it again by weight.  A pool's cap is the allocation divided by what one of its
+workers uses, rounded down; the smallest over its dependencies binds.  The
+allocations never add up to more than the capacity, so pools that keep to
+their caps never overload the dependency together.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+from .config import Dependency, DependencyUse
+
+_EPSILON = 1e-9
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolDemand:
+    """What a pool would like: ``workers``, and the dependencies one worker uses."""
+
+    pool: str
+    workers: int
+    uses: tuple[DependencyUse, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DependencyCap:
+    """One pool's ceiling from its dependencies.
+
+    ``workers`` is the smallest cap over its dependencies (None: it declares
+    none); ``dependency`` names the one that binds; ``per_dependency`` lists
+    every ``(name, cap)``.
+    """
+
+    pool: str
+    workers: int | None
+    dependency: str | None
+    per_dependency: tuple[tuple[str, int], ...] = ()
+
+
+def water_fill(capacity: float, demands: Mapping[str, float], weights: Mapping[str, float]) -> dict[str, float]:
+    """Weighted max-min fair allocation of ``capacity`` to ``demands`` (same unit).
+
+    Pools asking for less than their weighted share get all they ask; the rest
+    is shared again by weight among the others.  Pure; O(n^2) in the number of
+    pools, which is small.
+    """
+    allocation = {pool: 0.0 for pool in demands}
+    wanting = {pool for pool, demand in demands.items() if demand > 0}
+    remaining = capacity
+    while wanting and remaining > _EPSILON:
+        level = remaining / sum(weights[pool] for pool in wanting)
+        satisfied = {pool for pool in wanting if demands[pool] <= level * weights[pool] + _EPSILON}
+        if not satisfied:
+            for pool in wanting:
+                allocation[pool] = level * weights[pool]
+            break
+        for pool in satisfied:
+            allocation[pool] = demands[pool]
+            remaining -= demands[pool]
+        wanting -= satisfied
+    return allocation
+
+
+def share_dependencies(
+    dependencies: Iterable[Dependency], demands: Sequence[PoolDemand], held: Sequence[PoolDemand] = ()
+) -> dict[str, DependencyCap]:
+    """Each pool's maximum useful worker count, keyed by pool name.
+
+    ``demands`` should hold every pool that uses any of the ``dependencies``
+    (a pool left out is assumed to use none).  ``held`` pools (whose metrics
+    could not be read, so they keep their workers) use what their workers use
+    first; the others share what is left.  Raises ``ValueError`` when a pool
+    uses a dependency that is not declared.
+    """
+    declared = {dependency.name: dependency for dependency in dependencies}
+    for demand in (*demands, *held):
+        for use in demand.uses:
+            if use.dependency not in declared:
+                raise ValueError(f"pool {demand.pool} uses dependency {use.dependency!r}, which is not declared")
+    per_pool: dict[str, dict[str, int]] = {demand.pool: {} for demand in demands}
+    for name, dependency in declared.items():
+        taken = sum(pool.workers * use.per_worker for pool in held for use in pool.uses if use.dependency == name)
+        users = [(demand, use) for demand in demands for use in demand.uses if use.dependency == name]
+        wanted = {demand.pool: demand.workers * use.per_worker for demand, use in users}
+        weights = {demand.pool: use.weight for demand, use in users}
+        allocation = water_fill(max(0.0, dependency.available - taken), wanted, weights)
+        for demand, use in users:
+            per_pool[demand.pool][name] = math.floor(allocation[demand.pool] / use.per_worker + _EPSILON)
+    return {pool: _cap(pool, caps) for pool, caps in per_pool.items()}
+
+
+def _cap(pool: str, caps: dict[str, int]) -> DependencyCap:
+    if not caps:
+        return DependencyCap(pool=pool, workers=None, dependency=None)
+    binding = min(caps, key=lambda name: (caps[name], name))
+    return DependencyCap(
+        pool=pool, workers=caps[binding], dependency=binding, per_dependency=tuple(sorted(caps.items()))
+    )

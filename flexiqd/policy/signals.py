@@ -1,0 +1,239 @@
+"""Stage 1, signals: each turns the observation into a worker count it would want.
+
+A signal returns None when it has no opinion (the age signal with an empty
+queue, the CPU signal for an IO-bound pool), so it cannot hold a pool up.
+Sizing goes through measured per-worker throughput (Little's law), not a
+blind ratio of the metric to its target.  Estimates that need more than one
+instant (mean running jobs, throughput, the base arrival rate) come from the
+load samples the history keeps.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from .config import PoolPolicy
+from .types import LoadSample, Observation, PoolMetrics, SignalRecommendation
+
+# When the oldest job is already close to (or past) its target, the backlog
+# still gets at least this fraction of the target to drain: a smaller slack
+# would ask for an unbounded number of workers that could not boot in time.
+MIN_SLACK_FRACTION = 0.25
+
+# Job durations and the base arrival rate are estimated over this long a
+# history.  Durations change slowly, and over one 60 s rate window a pool of
+# minute-long jobs completes too few of them for Little's law to be more than
+# noise.  The arrival rate over it counts a burst once -- as the backlog it
+# left -- instead of again as a rate that will not last.
+ESTIMATION_HORIZON = 300.0
+
+# Running jobs are averaged over this long for the utilisation signal: at one
+# instant the count swings with every start and end, and a down window that
+# keeps the highest recommendation would keep the highest swing.
+UTILISATION_WINDOW = 120.0
+
+# Recommendations are ceilings of float arithmetic; this absorbs rounding noise
+# so that exactly 3 workers' worth of load does not become 4.
+_EPSILON = 1e-9
+_MOST_WORKERS = 1_000_000
+
+
+def record_load(load: tuple[LoadSample, ...], now: float, obs: Observation) -> tuple[LoadSample, ...]:
+    """``load`` plus this tick's sample, without samples older than any estimate needs."""
+    metrics = obs.metrics
+    assert metrics is not None
+    keep = max(ESTIMATION_HORIZON, UTILISATION_WINDOW, metrics.rate_window or 0.0)
+    kept = tuple(sample for sample in load if sample.at > now - keep)
+    return kept + (LoadSample(now, obs.active, metrics.running, metrics.completion_rate, metrics.arrival_rate),)
+
+
+def recent(load: tuple[LoadSample, ...], window: float | None) -> list[LoadSample]:
+    """The samples within ``window`` of the newest (only the newest without a window)."""
+    if not load:
+        return []
+    if window is None:
+        return [load[-1]]
+    newest = load[-1].at
+    return [sample for sample in load if sample.at > newest - window]
+
+
+def mean_running(load: tuple[LoadSample, ...], window: float | None) -> float:
+    """Mean running jobs over the samples within ``window`` (``load`` ends with this tick's)."""
+    samples = recent(load, window)
+    return sum(sample.running for sample in samples) / len(samples) if samples else 0.0
+
+
+def per_worker_throughput(metrics: PoolMetrics, concurrency: int, load: tuple[LoadSample, ...]) -> float | None:
+    """Jobs/s one fully busy worker completes, or None when nothing is known yet.
+
+    Little's law: mean running jobs / completion rate is the mean job
+    duration, both averaged over the samples of the last
+    ``ESTIMATION_HORIZON``; one worker completes concurrency / mean duration
+    jobs/s.  Averaging running over the same samples keeps a fleet that just
+    grew from passing for slower jobs.  Before anything has completed,
+    concurrency / p50 stands in.
+    """
+    samples = [s for s in recent(load, ESTIMATION_HORIZON) if s.completion_rate is not None]
+    completions = sum(s.completion_rate for s in samples)  # type: ignore[misc]
+    busy = sum(s.running for s in samples)
+    throughput = concurrency * completions / busy if busy > 0 else 0.0
+    if throughput > 0:  # also false when a vanishing rate underflowed to zero
+        return throughput
+    if metrics.duration_p50 and metrics.duration_p50 > 0:
+        return concurrency / metrics.duration_p50
+    return None
+
+
+def base_arrival_rate(metrics: PoolMetrics, load: tuple[LoadSample, ...]) -> float:
+    """Mean arrival rate over ``ESTIMATION_HORIZON`` (this tick's rate before there is history)."""
+    rates = [s.arrival_rate for s in recent(load, ESTIMATION_HORIZON) if s.arrival_rate is not None]
+    if not rates:
+        return metrics.arrival_rate or 0.0
+    return sum(rates) / len(rates)
+
+
+def _workers(value: float) -> int:
+    # A vanishing throughput estimate must not overflow: any cap is far below this.
+    if not value < _MOST_WORKERS:
+        return _MOST_WORKERS
+    return max(0, math.ceil(value - _EPSILON))
+
+
+@dataclass(frozen=True)
+class SignalInputs:
+    """What every signal reads: the observation (with metrics), the policy, and estimates.
+
+    ``throughput``: jobs/s one fully busy worker completes (None: unknown yet).
+    ``running``: mean running jobs over ``UTILISATION_WINDOW``.
+    ``active``: mean active workers over the rate window (the span a CPU
+    utilisation measured over that window is a mean over).
+    ``arrivals``: the base arrival rate (jobs/s).
+    """
+
+    obs: Observation
+    metrics: PoolMetrics
+    policy: PoolPolicy
+    throughput: float | None
+    running: float
+    active: float
+    arrivals: float
+
+
+def signal_inputs(obs: Observation, policy: PoolPolicy, load: tuple[LoadSample, ...]) -> SignalInputs:
+    """The inputs for ``obs`` (whose metrics must be present); ``load`` ends with this tick's sample."""
+    metrics = obs.metrics
+    assert metrics is not None
+    over_rate_window = recent(load, metrics.rate_window)
+    return SignalInputs(
+        obs=obs,
+        metrics=metrics,
+        policy=policy,
+        throughput=per_worker_throughput(metrics, obs.concurrency, load),
+        running=mean_running(load, UTILISATION_WINDOW) if load else float(metrics.running),
+        active=sum(s.active for s in over_rate_window) / len(over_rate_window) if over_rate_window else obs.active,
+        arrivals=base_arrival_rate(metrics, load),
+    )
+
+
+def age_signal(inputs: SignalInputs) -> SignalRecommendation | None:
+    """Workers to drain the backlog before its oldest job reaches the age target.
+
+    slack = target - oldest age - lead time (never below a quarter of the
+    target); workers = (base arrival rate + depth / slack) / per-worker
+    throughput.  It looks ahead: a backlog that will not start in time asks
+    for workers before its oldest job is late.  Without a throughput
+    estimate, a job within ``lead_time`` of the target grows the pool in
+    proportion to its age.
+    """
+    metrics, targets, current = inputs.metrics, inputs.policy.targets, inputs.obs.current
+    if metrics.runnable_depth == 0:
+        return None
+    age = metrics.oldest_runnable_age
+    relation = ">" if age > targets.age else "<="
+    seen = f"oldest job {age:.1f}s {relation} target {targets.age:.1f}s"
+    if inputs.throughput is None:
+        if age <= targets.age - targets.lead_time:
+            return None
+        wanted = max(current + 1, _workers(current * age / (targets.age - targets.lead_time)))
+        return SignalRecommendation("age", wanted, seen)
+    slack = max(targets.age - age - targets.lead_time, targets.age * MIN_SLACK_FRACTION)
+    arrivals = inputs.arrivals
+    wanted = _workers((arrivals + metrics.runnable_depth / slack) / inputs.throughput)
+    detail = f"{seen}, {metrics.runnable_depth} runnable to start within {slack:.1f}s"
+    return SignalRecommendation("age", wanted, detail)
+
+
+def drain_signal(inputs: SignalInputs) -> SignalRecommendation | None:
+    """Workers to keep up with arrivals and drain the backlog within the drain target.
+
+    workers = (arrival rate + depth / target drain time) / per-worker throughput.
+    No opinion without a backlog: then the utilisation signal already says
+    what keeping up takes, from the jobs actually running.
+    """
+    metrics = inputs.metrics
+    if inputs.throughput is None or metrics.runnable_depth == 0:
+        return None
+    target = inputs.policy.targets.effective_drain_time
+    arrivals = inputs.arrivals
+    wanted = _workers((arrivals + metrics.runnable_depth / target) / inputs.throughput)
+    if metrics.completion_rate:
+        drain = f"time to drain {metrics.runnable_depth / metrics.completion_rate:.1f}s"
+    else:
+        drain = f"{metrics.runnable_depth} runnable, nothing completing yet"
+    return SignalRecommendation("drain", wanted, f"{drain}, target {target:.1f}s")
+
+
+def depth_signal(inputs: SignalInputs) -> SignalRecommendation | None:
+    """KEDA-style ceil(depth / target depth per worker); off unless the target is set."""
+    target = inputs.policy.targets.depth_per_worker
+    if target is None:
+        return None
+    depth = inputs.metrics.runnable_depth
+    return SignalRecommendation("depth", _workers(depth / target), f"{depth} runnable, target {target:g} per worker")
+
+
+def utilisation_signal(inputs: SignalInputs) -> SignalRecommendation | None:
+    """Workers for the running jobs (averaged over ``UTILISATION_WINDOW``) to fill the target share of the slots."""
+    obs, target = inputs.obs, inputs.policy.targets.utilisation
+    wanted = _workers(inputs.running / (obs.concurrency * target))
+    slots = obs.active * obs.concurrency
+    utilisation = inputs.running / slots if slots else 0.0
+    return SignalRecommendation(
+        "util", wanted, f"utilisation {utilisation:.2f} ({inputs.running:.1f}/{slots} slots), target {target:.2f}"
+    )
+
+
+def cpu_signal(inputs: SignalInputs) -> SignalRecommendation | None:
+    """The HPA's ceil(workers x cpu / target), for pools declared ``cpu_bound`` only.
+
+    The workers are the mean active count over the rate window, the span the
+    CPU figure is a mean over: multiplying by the count of this instant after
+    a scale-up would count the newcomers' idle boot as load and grow again.
+    """
+    policy, cpu = inputs.policy, inputs.metrics.cpu_utilisation
+    if not policy.cpu_bound or cpu is None or inputs.active == 0:
+        return None
+    target = policy.targets.cpu
+    return SignalRecommendation("cpu", _workers(inputs.active * cpu / target), f"cpu {cpu:.2f}, target {target:.2f}")
+
+
+def from_zero_signal(inputs: SignalInputs) -> SignalRecommendation | None:
+    """A pool with no workers and runnable jobs wants at least one."""
+    depth = inputs.metrics.runnable_depth
+    if inputs.obs.current > 0 or depth == 0:
+        return None
+    return SignalRecommendation("zero", 1, f"{depth} runnable and no workers")
+
+
+Signal = Callable[[SignalInputs], "SignalRecommendation | None"]
+
+# In this order: on a tie, the earlier signal is named the winner.
+SIGNALS: tuple[Signal, ...] = (age_signal, drain_signal, depth_signal, utilisation_signal, cpu_signal, from_zero_signal)
+
+
+def recommend_all(inputs: SignalInputs) -> tuple[SignalRecommendation, ...]:
+    """Every signal with an opinion, in ``SIGNALS`` order."""
+    opinions = (signal(inputs) for signal in SIGNALS)
+    return tuple(opinion for opinion in opinions if opinion is not None)

@@ -1,0 +1,240 @@
+"""What goes into a decision (observation, history) and what comes out of it (Decision).
+
+All frozen: the caller keeps the ``History`` a decision returns and passes it
+to the next call; nothing here is mutated or remembered between calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+
+@dataclass(frozen=True, kw_only=True)
+class DependencyObservation:
+    """A shared dependency as the pool's workers see it: its latency in seconds."""
+
+    name: str
+    latency: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolMetrics:
+    """The queue's side of an observation.  Counts are of one pool's queue.
+
+    ``runnable_depth`` counts queued jobs whose run-at is not in the future
+    (delayed and backing-off jobs excluded).  ``oldest_runnable_age`` is
+    counted from the job's run-at.  Rates are jobs/s over the last
+    ``rate_window`` seconds (None: not known yet).  Durations are of recently
+    completed jobs -- over about the rate window: the knee compares p50
+    between worker counts a minute apart.  ``cpu_utilisation`` is the mean
+    over the active workers across the rate window, 0..1 (None: not measured).
+    """
+
+    runnable_depth: int
+    running: int
+    oldest_runnable_age: float = 0.0
+    arrival_rate: float | None = None
+    completion_rate: float | None = None
+    rate_window: float | None = None
+    duration_p50: float | None = None
+    duration_p95: float | None = None
+    duration_p99: float | None = None
+    cpu_utilisation: float | None = None
+    dependencies: tuple[DependencyObservation, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.runnable_depth < 0 or self.running < 0:
+            raise ValueError(f"counts must not be negative: depth={self.runnable_depth} running={self.running}")
+        if self.oldest_runnable_age < 0:
+            raise ValueError(f"oldest_runnable_age must not be negative, got {self.oldest_runnable_age}")
+
+    @classmethod
+    def from_queue_stats(
+        cls,
+        stats: Any,
+        *,
+        cpu_utilisation: float | None = None,
+        dependencies: tuple[DependencyObservation, ...] = (),
+    ) -> "PoolMetrics":
+        """From a ``flexiqd.queue.Stats`` (read by attribute, so any look-alike works).
+
+        ``stats.runnable`` is used, never ``stats.delayed``: future-dated jobs
+        need no worker yet.
+        """
+        return cls(
+            runnable_depth=stats.runnable,
+            running=stats.running,
+            oldest_runnable_age=stats.oldest_runnable_age,
+            arrival_rate=stats.arrival_rate,
+            completion_rate=stats.completion_rate,
+            rate_window=stats.window,
+            duration_p50=stats.duration_p50,
+            duration_p95=stats.duration_p95,
+            duration_p99=stats.duration_p99,
+            cpu_utilisation=cpu_utilisation,
+            dependencies=dependencies,
+        )
+
+    def dependency_latency(self, name: str) -> float | None:
+        for observed in self.dependencies:
+            if observed.name == name:
+                return observed.latency
+        return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Observation:
+    """One pool at one instant: its workers (from the fleet) and its queue metrics.
+
+    ``active`` workers claim jobs; ``starting`` ones were asked for and are
+    booting (they count as capacity, so a boot is not answered with more
+    boots); ``draining`` ones are leaving and do not count.  ``metrics`` is
+    None when reading them failed: the decision then holds the pool.
+    """
+
+    pool: str
+    active: int
+    starting: int = 0
+    draining: int = 0
+    concurrency: int = 1
+    metrics: PoolMetrics | None
+
+    def __post_init__(self) -> None:
+        if min(self.active, self.starting, self.draining) < 0:
+            raise ValueError(f"pool {self.pool}: worker counts must not be negative")
+        if self.concurrency < 1:
+            raise ValueError(f"pool {self.pool}: concurrency must be >= 1, got {self.concurrency}")
+
+    @property
+    def current(self) -> int:
+        """The worker count decisions start from: active plus starting."""
+        return self.active + self.starting
+
+
+class TimedCount(NamedTuple):
+    """A recommended worker count and when it was made."""
+
+    at: float
+    workers: int
+
+
+class ScaleChange(NamedTuple):
+    """A decided change of the worker count (signed) and when."""
+
+    at: float
+    change: int
+
+
+class LoadSample(NamedTuple):
+    """What one decision saw, kept to average over time (Little's law, utilisation, CPU)."""
+
+    at: float
+    active: int
+    running: int
+    completion_rate: float | None
+    arrival_rate: float | None
+
+
+class ThroughputSample(NamedTuple):
+    """Completion rate and p50 duration of a saturated pool of (on average) ``workers`` busy workers."""
+
+    workers: int
+    completion_rate: float
+    duration_p50: float
+    at: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class KneeState:
+    """Ceiling discovery's memory.
+
+    ``samples``: the latest throughput sample per worker count.
+    ``backlog_since``: since when the pool has had runnable jobs at every
+    decision (None: not now).  ``held_at``: the last count that still added
+    throughput (None: no knee known); ``held_since``: when it was found or
+    last confirmed.
+    """
+
+    samples: tuple[ThroughputSample, ...] = ()
+    backlog_since: float | None = None
+    held_at: int | None = None
+    held_since: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class History:
+    """Everything one decision leaves for the next.  Start with ``History()`` (or None).
+
+    ``seeded`` turns true at the first decision with metrics, which records the
+    then-current count as a recommendation: a restart holds the pool for a
+    whole down window before any scale-down.
+    """
+
+    seeded: bool = False
+    recommendations: tuple[TimedCount, ...] = ()
+    changes: tuple[ScaleChange, ...] = ()
+    load: tuple[LoadSample, ...] = ()
+    knee: KneeState = field(default_factory=KneeState)
+
+
+class SignalRecommendation(NamedTuple):
+    """One signal's opinion: the worker count it asks for and why."""
+
+    signal: str
+    workers: int
+    detail: str
+
+
+class CapValue(NamedTuple):
+    """A ceiling on the worker count: ``max``, ``dependency:<name>``, ``latency:<name>`` or ``knee``."""
+
+    cap: str
+    workers: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    """The outcome of one decision, every stage's value named.
+
+    ``raw_desired``: the largest signal recommendation; ``capped``: after the
+    tolerance band and the caps; ``stabilized``: after the windows;
+    ``desired``: after rate limits and the final clamp -- the count to apply.
+    ``reason`` is a stable token (``ScaleUpAge``, ``CappedByDependency``, ...);
+    ``message`` a sentence.  ``history`` must be passed to the next call.
+    """
+
+    pool: str
+    current: int
+    desired: int
+    raw_desired: int
+    capped: int
+    stabilized: int
+    reason: str
+    message: str
+    recommendations: tuple[SignalRecommendation, ...]
+    winner: str | None
+    caps: tuple[CapValue, ...]
+    binding_cap: CapValue | None
+    smoothing: tuple[str, ...]
+    history: History
+
+    @property
+    def changed(self) -> bool:
+        return self.desired != self.current
+
+    def line(self) -> str:
+        """One log line: ``pool cur -> new: Reason: message (signals; cap; smoothing)``.
+
+        The cap shown is the one that bound the count, else ``max``.
+        """
+        details = [" ".join(f"{r.signal}={r.workers}" for r in self.recommendations) or "no signals"]
+        shown_cap = self.binding_cap or next((cap for cap in self.caps if cap.cap == "max"), None)
+        if shown_cap is not None:
+            details.append(f"cap {shown_cap.cap}={shown_cap.workers}")
+        if self.smoothing:
+            details.append(", ".join(self.smoothing))
+        return f"{self.pool} {self.current} -> {self.desired}: {self.reason}: {self.message} ({'; '.join(details)})"
+
+    def __str__(self) -> str:
+        return self.line()

@@ -1,0 +1,141 @@
+"""Each signal on its own, scale from zero, scale to zero, and what counts as capacity."""
+
+from __future__ import annotations
+
+import pytest
+
+from flexiqd.policy import Behavior, PoolPolicy, Targets, decide
+from flexiqd.policy.signals import mean_running, per_worker_throughput
+from flexiqd.policy.types import LoadSample
+
+from test_policy_support import busy, metrics, observe, run
+
+# Rate limits and windows off, so each test sees the signals' own answer.
+UNSMOOTHED = Behavior(down_window=0.0, up_limit=None, down_limit=None)
+
+
+def policy(**fields) -> PoolPolicy:
+    fields.setdefault("max_workers", 100)
+    fields.setdefault("behavior", UNSMOOTHED)
+    return PoolPolicy(**fields)
+
+
+def recommendation(decision, signal):
+    return {rec.signal: rec.workers for rec in decision.recommendations}.get(signal)
+
+
+def test_age_signal_sizes_the_backlog_plus_arrivals_from_measured_throughput():
+    # 8 jobs/s complete on 8 running jobs: one 4-slot worker does 4 jobs/s.
+    obs = observe(2, runnable_depth=200, oldest_runnable_age=25.0, **busy(2))
+    decision = decide(obs, policy(targets=Targets(age=30, lead_time=10)), None, 100.0)
+    # slack = max(30 - 25 - 10, 30/4) = 7.5 s; (8 + 200 / 7.5) / 4 = 8.67 -> 9
+    assert recommendation(decision, "age") == 9
+    assert decision.desired == 9
+    assert decision.reason == "ScaleUpAge"
+    assert decision.winner == "age"
+    assert "oldest job 25.0s <= target 30.0s" in decision.message
+
+
+def test_age_signal_says_when_the_oldest_job_is_past_its_target():
+    obs = observe(2, runnable_depth=50, oldest_runnable_age=42.0, **busy(2))
+    decision = decide(obs, policy(targets=Targets(age=10, lead_time=3)), None, 0.0)
+    assert decision.reason == "ScaleUpAge"
+    assert decision.message.startswith("oldest job 42.0s > target 10.0s")
+
+
+def test_age_signal_has_no_opinion_without_a_backlog():
+    decision = decide(observe(3, **busy(3, fraction=0.5)), policy(), None, 0.0)
+    assert recommendation(decision, "age") is None
+    assert recommendation(decision, "drain") is None
+
+
+def test_drain_signal_uses_littles_law_not_a_ratio():
+    obs = observe(2, runnable_depth=120, oldest_runnable_age=1.0, **busy(1))  # 4 jobs/s per worker
+    decision = decide(obs, policy(targets=Targets(age=30, drain_time=5)), None, 0.0)
+    # (4 arrivals/s + 120 / 5 s) / 4 jobs/s per worker = 7
+    assert recommendation(decision, "drain") == 7
+    assert decision.reason == "ScaleUpDrain"
+    assert "time to drain 30.0s, target 5.0s" in decision.message
+
+
+def test_throughput_falls_back_to_concurrency_over_p50_before_anything_completes():
+    obs = observe(1, runnable_depth=40, running=4, completion_rate=0.0, arrival_rate=0.0, duration_p50=2.0)
+    decision = decide(obs, policy(targets=Targets(age=30, drain_time=10)), None, 0.0)
+    # 4 slots / 2 s = 2 jobs/s per worker; 40 / 10 s = 4 jobs/s -> 2 workers
+    assert recommendation(decision, "drain") == 2
+
+
+def test_depth_signal_is_off_by_default_and_keda_like_when_set():
+    obs = observe(2, runnable_depth=95, oldest_runnable_age=0.5, **busy(1, fraction=0.25))
+    assert recommendation(decide(obs, policy(), None, 0.0), "depth") is None
+    decision = decide(obs, policy(targets=Targets(depth_per_worker=10)), None, 0.0)
+    assert recommendation(decision, "depth") == 10
+    assert decision.reason == "ScaleUpDepth"
+
+
+def test_utilisation_signal_against_its_target():
+    decision = decide(observe(4, **busy(4)), policy(targets=Targets(utilisation=0.8)), None, 0.0)
+    assert recommendation(decision, "util") == 5  # 16 running / (4 slots x 0.8)
+    assert decision.reason == "ScaleUpUtilisation"
+
+
+def test_utilisation_signal_averages_running_jobs_over_time():
+    ticks = [(float(t), observe(4, running=16 if t == 100 else 4, completion_rate=4.0)) for t in range(0, 101, 10)]
+    last = run(policy(), ticks)[-1]
+    # One tick at 16 among ten at 4: the mean over the last 120 s is 5.1, not 16.
+    assert recommendation(last, "util") == 2
+
+
+def test_cpu_signal_only_for_cpu_bound_pools():
+    obs = observe(4, cpu_utilisation=0.9, **busy(4, fraction=0.25))
+    assert recommendation(decide(obs, policy(), None, 0.0), "cpu") is None
+    decision = decide(obs, policy(cpu_bound=True, targets=Targets(cpu=0.6)), None, 0.0)
+    assert recommendation(decision, "cpu") == 6  # 4 workers x 0.9 / 0.6
+    assert decision.reason == "ScaleUpCPU"
+
+
+@pytest.mark.parametrize("up_window", [0.0, 60.0])
+def test_a_pool_with_no_workers_and_runnable_jobs_always_gets_one(up_window):
+    cautious = policy(min_workers=0, scale_to_zero=True, behavior=Behavior(up_window=up_window))
+    decision = decide(observe(0, runnable_depth=3, oldest_runnable_age=1.0), cautious, None, 0.0)
+    assert decision.desired >= 1
+    assert decision.reason == "ScaleFromZero"
+
+
+def test_idle_pool_keeps_one_worker_unless_scale_to_zero_is_set():
+    idle = observe(3)
+    kept = decide(idle, policy(min_workers=0), None, 0.0)
+    assert kept.desired == 1
+    assert kept.reason == "RaisedToMinimum"
+    emptied = decide(idle, policy(min_workers=0, scale_to_zero=True), None, 0.0)
+    assert emptied.desired == 0
+    assert emptied.reason == "ScaleDownIdle"
+
+
+def test_scale_to_zero_never_stops_the_last_worker_while_jobs_run():
+    decision = decide(observe(2, running=1, completion_rate=0.1), policy(min_workers=0, scale_to_zero=True), None, 0.0)
+    assert decision.desired == 1
+
+
+def test_starting_workers_count_as_capacity_so_a_boot_is_not_answered_with_more_boots():
+    # (8 arrivals/s + 120 runnable / 15 s slack) / 4 jobs/s per worker = 4 workers
+    backlog = dict(runnable_depth=120, oldest_runnable_age=5.0, **busy(2))
+    assert decide(observe(2, **backlog), policy(), None, 0.0).desired == 4
+    booting = decide(observe(2, starting=2, **backlog), policy(), None, 0.0)
+    assert booting.current == 4
+    assert booting.desired == 4
+    assert booting.reason == "DesiredWithinRange"
+
+
+def test_draining_workers_do_not_count_as_capacity():
+    decision = decide(observe(2, draining=3, **busy(2, fraction=0.9)), policy(), None, 0.0)
+    assert decision.current == 2
+    assert decision.desired == 2
+
+
+def test_per_worker_throughput_from_littles_law_over_the_history():
+    load = (LoadSample(0.0, 2, 8, 4.0, 4.0), LoadSample(10.0, 4, 16, 8.0, 8.0))
+    # mean duration = (8 + 16) / (4 + 8) = 2 s; one 4-slot worker does 2 jobs/s
+    assert per_worker_throughput(metrics(), 4, load) == pytest.approx(2.0)
+    assert mean_running(load, 60.0) == 12.0
+    assert mean_running(load, None) == 16.0

@@ -1,0 +1,69 @@
+"""``bench policies``: tables, JSON, plots, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from flexiqd.sim.bench import main
+
+from test_sim_support import small_data, write_trace
+
+
+@pytest.fixture
+def small_file(tmp_path):
+    return write_trace(tmp_path, small_data(duration=150))
+
+
+def test_json_has_every_policy_cost_ratios_and_the_goal(small_file, capsys):
+    assert main(["policies", "--trace", str(small_file), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    (trace,) = report["traces"]
+    assert trace["trace"] == "small" and trace["seed"] == 11
+    policies = [result["policy"] for result in trace["results"]]
+    assert policies == ["fixed-peak", "hpa-cpu", "keda-depth", "flexiq", "flexiqd", "oracle"]
+    oracle = trace["results"][-1]
+    assert oracle["cost_ratio"] == 1.0
+    assert set(trace["goal"]) == {"met", "age", "dependency", "cost"}
+
+
+def test_the_table_names_each_trace_and_policy(small_file, capsys):
+    assert main(["policies", "--trace", str(small_file)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("== small: age target 30s, seed 11, 150s simulated ==")
+    assert "x oracle" in out and "flexiqd" in out and "goal:" in out
+
+
+def test_plots_one_png_per_trace(small_file, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    assert main(["policies", "--trace", str(small_file), "--plots", str(tmp_path / "plots")]) == 0
+    assert (tmp_path / "plots" / "small.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["policies", "--trace", "/nonexistent/trace.json"], "cannot read"),
+        (["policies", "--colour"], "unrecognized arguments: --colour"),
+        (["compare"], "invalid choice: 'compare'"),
+        ([], "the following arguments are required"),
+    ],
+)
+def test_bad_arguments_give_one_line_and_exit_2(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("flexiq bench: error: ")
+    assert message in err
+
+
+def test_a_bad_trace_file_gives_one_line_and_exit_2(tmp_path, capsys):
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"name": "x",')
+    assert main(["policies", "--trace", str(broken)]) == 2
+    invalid = write_trace(tmp_path, small_data(duration=-1), "invalid.json")
+    assert main(["policies", "--trace", str(invalid)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("flexiq bench: error: broken.json: not valid JSON")
+    assert lines[1] == "flexiq bench: error: invalid.json: duration: must be a number > 0, got -1"
+    assert len(lines) == 2
