@@ -14,7 +14,7 @@ from flexiqd import Queue
 from flexiqd.autoscale import Autoscaler
 from flexiqd.errors import ConfigError
 
-from conftest import APPS, REPO, read_marks, wait_for
+from .conftest import APPS, REPO, read_marks, wait_for
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import sys
 
 from flexiqd.queue.types import JobState
 
-from conftest import APPS, REPO, read_marks, wait_for
+from .conftest import APPS, REPO, read_marks, wait_for
 
 CONFIG = """
 store: {store}

@@ -29,7 +29,7 @@ import time
 import psutil
 import pytest
 
-from conftest import REPO, wait_for
+from .conftest import REPO, wait_for
 
 BUS_NAME = "org.flexiq.flexiqd1"
 OBJECT_PATH = "/org/flexiq/flexiqd1"

@@ -18,7 +18,7 @@ import shutil
 
 import pytest
 
-from test_dbus_api import (DaemonProcess, PrivateBus, as_user, dbus_send, flexiqctl, one_line_error,
+from .test_dbus_api import (DaemonProcess, PrivateBus, as_user, dbus_send, flexiqctl, one_line_error,
                            operator_group, require, require_root_and_dbus, status)
 
 SYSTEM_CONF = pathlib.Path("/usr/share/dbus-1/system.conf")

@@ -12,7 +12,7 @@ import pytest
 
 from flexiqd.queue.types import JobState
 
-from conftest import read_marks, wait_for
+from .conftest import read_marks, wait_for
 
 
 @pytest.mark.slow
