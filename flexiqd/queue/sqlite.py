@@ -34,6 +34,9 @@ _DURATION_HORIZON = 300.0
 # Rate buckets older than this are dropped during lease recovery.
 _RATE_RETENTION = 3600
 
+_DEAD_LETTER = ("UPDATE jobs SET state = 'dead', finished_at = ?, error = ?, lease_owner = NULL, "
+                "lease_expires = NULL WHERE id = ?")
+
 _SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL", "off": "OFF", "extra": "EXTRA"}
 
 
@@ -284,35 +287,27 @@ class SQLiteBackend(Backend):
 
     def _settle(self, conn: sqlite3.Connection, owner: str, outcomes: list[Outcome],
                 now: float) -> list[int]:
+        # One SELECT for the whole batch and one executemany per kind of outcome: a busy
+        # worker settles dozens of jobs per transaction.
+        held = self._held(conn, owner, [outcome.job_id for outcome in outcomes])
         settled: list[int] = []
         tallies: dict[tuple[str, str], list[int]] = {}
-        executions = []
+        acks, releases, retries, deaths, executions = [], [], [], [], []
         for outcome in outcomes:
-            row = conn.execute(
-                "SELECT queue, tenant, attempts, max_attempts, started_at FROM jobs "
-                "WHERE id = ? AND state = 'running' AND lease_owner = ?",
-                (outcome.job_id, owner)).fetchone()
+            row = held.pop(outcome.job_id, None)  # popped: a repeated outcome is ignored
             if row is None:
                 continue  # not ours any more: expired and re-claimed, or cancelled
             queue, tenant, attempts, max_attempts, started_at = row
             kind = outcome.kind
             if kind is OutcomeKind.ACK:
-                conn.execute(
-                    "UPDATE jobs SET state = 'done', finished_at = ?, result = ?, error = NULL, "
-                    "lease_owner = NULL, lease_expires = NULL WHERE id = ?",
-                    (now, encode_json(outcome.result, f"the result of job {outcome.job_id}"),
-                     outcome.job_id))
+                acks.append((now, encode_json(outcome.result, f"the result of job {outcome.job_id}"),
+                             outcome.job_id))
             elif kind is OutcomeKind.RELEASE:
-                conn.execute(
-                    "UPDATE jobs SET state = 'queued', attempts = attempts - 1, started_at = NULL, "
-                    "lease_owner = NULL, lease_expires = NULL WHERE id = ?", (outcome.job_id,))
+                releases.append((outcome.job_id,))
             elif kind is OutcomeKind.DEAD or attempts >= max_attempts:
-                self._dead_letter(conn, outcome.job_id, outcome.error, now)
+                deaths.append((now, outcome.error, outcome.job_id))
             else:
-                conn.execute(
-                    "UPDATE jobs SET state = 'queued', run_at = ?, error = ?, started_at = NULL, "
-                    "lease_owner = NULL, lease_expires = NULL WHERE id = ?",
-                    (now + retry_delay(attempts, rng=self._rng), outcome.error, outcome.job_id))
+                retries.append((now + retry_delay(attempts, rng=self._rng), outcome.error, outcome.job_id))
             tally = tallies.setdefault((queue, tenant), [0, 0])
             if kind is OutcomeKind.ACK:
                 tally[0] += 1
@@ -322,6 +317,16 @@ class SQLiteBackend(Backend):
                                outcome.error))
             settled.append(outcome.job_id)
         conn.executemany(
+            "UPDATE jobs SET state = 'done', finished_at = ?, result = ?, error = NULL, "
+            "lease_owner = NULL, lease_expires = NULL WHERE id = ?", acks)
+        conn.executemany(
+            "UPDATE jobs SET state = 'queued', attempts = attempts - 1, started_at = NULL, "
+            "lease_owner = NULL, lease_expires = NULL WHERE id = ?", releases)
+        conn.executemany(
+            "UPDATE jobs SET state = 'queued', run_at = ?, error = ?, started_at = NULL, "
+            "lease_owner = NULL, lease_expires = NULL WHERE id = ?", retries)
+        conn.executemany(_DEAD_LETTER, deaths)
+        conn.executemany(
             "INSERT INTO executions (job_id, attempt, worker, started_at, finished_at, outcome, error) "
             "VALUES (?,?,?,?,?,?,?)", executions)
         for (queue, tenant), (done, failed) in tallies.items():
@@ -330,10 +335,22 @@ class SQLiteBackend(Backend):
         return settled
 
     @staticmethod
+    def _held(conn: sqlite3.Connection, owner: str, job_ids: list[int]) -> dict[int, tuple]:
+        """(queue, tenant, attempts, max_attempts, started_at) of the jobs ``owner`` holds."""
+        held: dict[int, tuple] = {}
+        unique = list(dict.fromkeys(job_ids))
+        for at in range(0, len(unique), 500):  # well under SQLite's host-parameter limit
+            chunk = unique[at:at + 500]
+            for row in conn.execute(
+                    f"SELECT id, queue, tenant, attempts, max_attempts, started_at FROM jobs "
+                    f"WHERE id IN ({','.join('?' * len(chunk))}) AND state = 'running' "
+                    f"AND lease_owner = ?", (*chunk, owner)):
+                held[row[0]] = row[1:]
+        return held
+
+    @staticmethod
     def _dead_letter(conn: sqlite3.Connection, job_id: int, error: str | None, now: float) -> None:
-        conn.execute(
-            "UPDATE jobs SET state = 'dead', finished_at = ?, error = ?, lease_owner = NULL, "
-            "lease_expires = NULL WHERE id = ?", (now, error, job_id))
+        conn.execute(_DEAD_LETTER, (now, error, job_id))
 
     def renew(self, owner: str, job_ids: Iterable[int], lease_seconds: float, *, now: float) -> list[int]:
         ids = list(job_ids)

@@ -15,6 +15,7 @@ exiting, so no job runs twice because of a scale-in.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import logging
 import os
@@ -36,6 +37,14 @@ log = logging.getLogger(__name__)
 EXIT_OK = 0
 EXIT_STUCK = 70       # every slot is held by a task that ignored its timeout: restart clean
 EXIT_UNAVAILABLE = 69  # the store could not be opened
+
+# Prefetch: claim ahead only about this much work, so a worker never sits on a
+# backlog another worker could start (and depth and age stay honest for the
+# autoscaler); with jobs of a second or more it claims no more than it can run.
+PREFETCH_SECONDS = 0.05
+PREFETCH_MAX = 32
+# The longest a finished job waits to be settled together with others.
+SETTLE_DELAY = 0.02
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +89,9 @@ class Worker:
         self.counters = Counters()
         self._inflight: dict[int, asyncio.Task] = {}
         self._outcomes: list[Outcome] = []
+        self._first_outcome_at: float | None = None
+        self._buffer: collections.deque[Job] = collections.deque()  # claimed, not started yet
+        self._mean_run: float | None = None  # moving average of a job's run time
         self._executor = Executor(app.tasks, threads=config.concurrency)
         self._store_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flexiq-store")
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -148,14 +160,15 @@ class Worker:
                           "and ignore interruption; exiting so a fresh worker takes over.",
                           self.config.name, self.config.concurrency)
                 return EXIT_STUCK
-            free = 0 if self._paused else self._free_slots()
-            if self.config.batch_size:
-                free = min(free, self.config.batch_size)
-            outcomes, self._outcomes = self._outcomes, []
-            claimed: list[Job] = []
-            if free > 0 or outcomes:
-                request = ClaimRequest(self.config.name, self.config.queues, free,
-                                       self.config.lease_seconds) if free > 0 else None
+            if self._paused and self._buffer:
+                self._release_buffer()  # not started: let other workers have them now
+            self._fill_slots()
+            want = self._claim_size()
+            starved = False
+            if self._exchange_due(want):
+                outcomes, self._outcomes = self._outcomes, []
+                request = ClaimRequest(self.config.name, self.config.queues, want,
+                                       self.config.lease_seconds) if want > 0 else None
                 try:
                     _, claimed = await self._store(self.backend.settle_and_claim, self.config.name,
                                                    outcomes, request, now=self.clock())
@@ -165,19 +178,67 @@ class Worker:
                     await self._wait(idle)
                     idle = min(idle * 2, 5.0)
                     continue
-            for job in claimed:
-                self._start(job)
+                self._first_outcome_at = time.monotonic() if self._outcomes else None
+                self._buffer.extend(claimed)
+                self._fill_slots()
+                starved = want > 0 and len(claimed) < want and self._free_slots() > 0
             self._report_status()
-            if claimed and len(claimed) == free:
-                idle = self.config.idle_poll_min
-                await self._wait(None)  # full: wait for a job to finish
-            elif claimed:
-                idle = self.config.idle_poll_min
+            if starved:
+                await self._wait(idle)  # the queue is empty: poll less and less often
+                idle = min(idle * 2, self.config.idle_poll_max)
+                continue
+            idle = self.config.idle_poll_min
+            if self._outcomes:
+                await self._wait(max(0.0, SETTLE_DELAY - (time.monotonic() - self._first_outcome_at)))
+            elif self._free_slots() > 0 and not self._paused:
                 await self._wait(idle)
             else:
-                await self._wait(idle if free > 0 else None)
-                idle = min(idle * 2, self.config.idle_poll_max)
+                await self._wait(None if not self._paused else self.config.idle_poll_max)
         return EXIT_OK
+
+    # -- prefetch ------------------------------------------------------------------------------
+
+    def _prefetch_allowance(self) -> int:
+        """Jobs to hold beyond the free slots: about PREFETCH_SECONDS of work, none for long jobs."""
+        if self._mean_run is None or self._paused:
+            return 0
+        return min(PREFETCH_MAX, int(self.config.concurrency * PREFETCH_SECONDS / max(self._mean_run, 1e-4)))
+
+    def _claim_size(self) -> int:
+        if self._paused:
+            return 0
+        room = self._free_slots() + self._prefetch_allowance() - len(self._buffer)
+        if self.config.batch_size:
+            room = min(room, self.config.batch_size)
+        return max(0, room)
+
+    def _exchange_due(self, want: int) -> bool:
+        """Whether to go to the store now, or let more results (and room) accumulate first."""
+        if want > 0 and self._free_slots() > 0:
+            return True  # idle slots and nothing buffered: fetch work now
+        allowance = self._prefetch_allowance()
+        if want > 0 and len(self._buffer) < allowance // 2:
+            return True  # the buffer runs low: refill before the slots go idle
+        if not self._outcomes:
+            return False
+        if len(self._outcomes) >= max(1, allowance // 2):
+            return True
+        return time.monotonic() - (self._first_outcome_at or 0.0) >= SETTLE_DELAY
+
+    def _fill_slots(self) -> None:
+        while self._buffer and self._free_slots() > 0:
+            self._start(self._buffer.popleft())
+
+    def _release_buffer(self) -> None:
+        released = [Outcome.release(job.id) for job in self._buffer]
+        self._buffer.clear()
+        self.counters.released += len(released)
+        self._add_outcomes(released)
+
+    def _add_outcomes(self, outcomes: list[Outcome]) -> None:
+        if outcomes and not self._outcomes:
+            self._first_outcome_at = time.monotonic()
+        self._outcomes.extend(outcomes)
 
     async def _wait(self, timeout: float | None) -> None:
         """Until a job finishes, a stop is requested, or ``timeout`` passes."""
@@ -195,13 +256,16 @@ class Worker:
         self._inflight[job.id] = task
 
     async def _execute(self, job: Job) -> None:
+        began = time.monotonic()
         try:
             outcome = await self._executor.run(job)
         except asyncio.CancelledError:
             return  # the drain gave up on it; it is released there
+        ran = time.monotonic() - began
+        self._mean_run = ran if self._mean_run is None else 0.8 * self._mean_run + 0.2 * ran
         self._inflight.pop(job.id, None)
         self._count(job, outcome)
-        self._outcomes.append(outcome)
+        self._add_outcomes([outcome])
         assert self._wake is not None
         self._wake.set()
 
@@ -225,7 +289,7 @@ class Worker:
         period = self.config.lease_seconds / 3
         while True:
             await asyncio.sleep(period)
-            ids = list(self._inflight)
+            ids = list(self._inflight) + [job.id for job in self._buffer]
             if not ids:
                 continue
             try:
@@ -235,7 +299,7 @@ class Worker:
                 log.warning("Worker %s could not renew %d leases: %s", self.config.name, len(ids), exc)
                 continue
             for lost in set(ids) - set(held):
-                if lost in self._inflight:
+                if lost in self._inflight or any(job.id == lost for job in self._buffer):
                     log.warning("Worker %s lost the lease of job %d (cancelled or expired); "
                                 "its result will be dropped.", self.config.name, lost)
 
@@ -259,6 +323,7 @@ class Worker:
 
     async def _drain(self) -> None:
         deadline = time.monotonic() + self.config.drain_timeout
+        self._release_buffer()  # claimed but never started: back to the queue at once
         self.notifier.stopping(f"draining {len(self._inflight)} jobs")
         log.info("Worker %s draining %d running jobs (budget %.0fs).", self.config.name,
                  len(self._inflight), self.config.drain_timeout)
@@ -275,12 +340,14 @@ class Worker:
 
     async def _flush(self) -> None:
         outcomes, self._outcomes = self._outcomes, []
+        self._first_outcome_at = None
         if not outcomes:
             return
         try:
             await self._store(self.backend.settle, self.config.name, outcomes, now=self.clock())
         except QueueError as exc:
             self._outcomes = outcomes + self._outcomes
+            self._first_outcome_at = time.monotonic()
             log.warning("Worker %s could not settle %d jobs while draining: %s",
                         self.config.name, len(outcomes), exc)
 

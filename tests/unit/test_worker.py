@@ -239,3 +239,61 @@ def test_pause_stops_claiming_and_resume_starts_again(queue):
     finally:
         backend.close()
     assert state(queue, job_id) is JobState.DONE
+
+
+def test_prefetch_is_about_fifty_milliseconds_of_work_and_none_for_long_jobs(queue):
+    from flexiqd.queue.url import open_backend
+
+    backend = open_backend(queue.url)
+    try:
+        worker = Worker(queue, backend, WorkerConfig(concurrency=4), notifier=RecordingNotifier())
+        assert worker._prefetch_allowance() == 0          # nothing known yet: no prefetch
+        worker._mean_run = 1.0
+        assert worker._prefetch_allowance() == 0          # long jobs: claim only what can run
+        worker._mean_run = 0.01
+        assert worker._prefetch_allowance() == 20         # 4 slots x 50 ms / 10 ms
+        worker._mean_run = 0.0001
+        assert worker._prefetch_allowance() == 32         # capped
+        worker.pause()
+        assert worker._prefetch_allowance() == 0
+    finally:
+        backend.close()
+
+
+def test_a_drain_releases_prefetched_jobs_at_once_without_using_attempts(queue):
+    from flexiqd.queue.url import open_backend
+
+    gate = threading.Event()
+
+    @queue.task("gated")
+    def gated():
+        gate.wait(10)
+
+    ids = gated.map([()] * 40)
+    backend = open_backend(queue.url)
+    worker = Worker(queue, backend, WorkerConfig(concurrency=2, drain_timeout=10, idle_poll_max=0.05),
+                    notifier=RecordingNotifier())
+    worker._mean_run = 0.001  # as if earlier jobs were quick: it prefetches
+
+    async def main():
+        runner = asyncio.create_task(worker.run())
+        deadline = time.monotonic() + 10
+        while queue.stats().running < 3 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        prefetched = queue.stats().running
+        worker.request_stop()
+        await asyncio.sleep(0.3)
+        gate.set()
+        await runner
+        return prefetched
+
+    try:
+        prefetched = asyncio.run(main())
+    finally:
+        backend.close()
+    assert prefetched == 34  # 2 running + 32 held
+    jobs = [queue.get(i) for i in ids]
+    assert sum(j.state is JobState.DONE for j in jobs) == 2
+    assert all(j.state is JobState.QUEUED and j.attempts == 0 for j in jobs if j.state is not JobState.DONE)
+    outcomes = [r["outcome"] for r in queue.backend.executions()]
+    assert outcomes.count("release") == 32 and outcomes.count("ack") == 2
