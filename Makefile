@@ -7,6 +7,10 @@ APT_PACKAGES := python3-venv python3-pip python3-setuptools python3-wheel \
 	python3-yaml python3-sdnotify python3-psutil python3-pystemd python3-dbus-fast \
 	python3-psycopg python3-pytest python3-hypothesis python3-matplotlib \
 	systemd-container dbus
+# Building and testing the packages: the .deb's tools, rpmbuild, and mmdebstrap for
+# the clean Debian the package test installs the .deb into.
+APT_PACKAGES += debhelper dh-python pybuild-plugin-pyproject python3-all lintian \
+	rpm mmdebstrap
 PYTEST_ARGS ?=
 
 .PHONY: test deps venv unit system demo bench clean
@@ -57,3 +61,22 @@ demo: venv
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
+
+# Packages, built offline from the files git tracks or would track (not .venv, build/,
+# dist/) by the scripts the package tests use too: dist/flexiqd_<version>_all.deb
+# (then lintian, which must stay silent) and dist/flexiqd-<version>-1.noarch.rpm.
+.PHONY: deb rpm man
+DEB_VERSION = $(shell dpkg-parsechangelog -l debian/changelog -S Version)
+
+deb: deps
+	packaging/build-deb dist
+	lintian --pedantic --display-info --display-experimental --fail-on error,warning \
+	  dist/flexiqd_$(DEB_VERSION)_$(shell dpkg --print-architecture).changes
+
+rpm: deps
+	packaging/build-rpm dist
+
+# The man pages are generated from the commands' parsers and units/flexiqd.yaml;
+# tests/unit/test_manpages.py fails when the committed ones are out of date.
+man: venv
+	$(PY) man/manpages.py
