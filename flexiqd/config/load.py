@@ -20,7 +20,7 @@ from ..policy.config import Dependency, pool_policy_from_mapping
 from ..policy.errors import PolicyConfigError
 from .model import DEFAULT_STORE, DaemonConfig, FlexiqOptions, PoolConfig
 
-TOP_KEYS = ("store", "tick", "fleet", "dependencies", "pools")
+TOP_KEYS = ("store", "tick", "fleet", "retention", "dead_retention", "dependencies", "pools")
 POOL_KEYS = ("app", "queues", "concurrency", "batch_size", "drain_timeout", "lease", "policy", "environment",
              "resources", "min_workers", "max_workers", "scale_to_zero", "cpu_bound", "targets",
              "behavior", "knee", "uses", "flexiq")
@@ -130,7 +130,10 @@ def _daemon(data: Any, path: str) -> DaemonConfig:
         pools_data = {"default": {}}
     pools = {str(name): _pool(str(name), value, dependencies)
              for name, value in _mapping(pools_data, "pools").items()}
-    return DaemonConfig(path=path, store=store, tick=tick, fleet=fleet,
+    retention = _duration(data.get("retention", "7d"), "retention")
+    dead_retention = _duration(data.get("dead_retention", "30d"), "dead_retention")
+    return DaemonConfig(path=path, store=store, tick=tick, fleet=fleet, retention=retention,
+                        dead_retention=dead_retention,
                         dependencies=dependencies, pools=pools)
 
 

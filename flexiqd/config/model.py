@@ -64,6 +64,8 @@ class DaemonConfig:
     fleet: str                          # "systemd" or "process"
     dependencies: Mapping[str, Dependency]
     pools: Mapping[str, PoolConfig]
+    retention: float = 7 * 86400.0       # finished (done, cancelled) jobs are kept this long
+    dead_retention: float = 30 * 86400.0  # dead-lettered jobs are kept this long
 
     def summary(self) -> dict[str, Any]:
         return {"path": self.path, "store": self.store, "tick": self.tick, "fleet": self.fleet,

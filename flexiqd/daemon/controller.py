@@ -21,11 +21,14 @@ from ..config.model import DaemonConfig, PoolConfig
 from ..errors import ControlError, FleetError, QueueError
 from ..fleet.base import Fleet, WorkerInfo, WorkerState, parse_instance
 from ..queue.backend import Backend
+from ..queue.types import JobState
 from .events import EventLog
 from .overrides import Override, apply_override
 from .scaling import PoolDecision, PoolState, combine_metrics, decide_pools
 
 log = logging.getLogger(__name__)
+
+MAINTENANCE_INTERVAL = 60.0  # seconds between lease recovery and retention sweeps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +100,7 @@ class Controller:
         self.overrides: dict[str, Override] = {}
         self._cpu = CpuSampler()
         self._warned_p99: set[str] = set()
+        self._maintained_at: float | None = None
         self.fleet.configure(p.worker_spec(config.store) for p in config.pools.values())
 
     def reconfigure(self, config: DaemonConfig) -> None:
@@ -116,6 +120,7 @@ class Controller:
             log.warning("Holding every pool: cannot list workers: %s", exc)
             return {}
         busy = self._recover_orphans(workers, now)
+        self._maintain(now)
         failed = collections.Counter(w.pool for w in workers if w.state is WorkerState.FAILED)
         self._forget_failed(workers)  # their leases are recovered; their numbers are free again
         by_pool: dict[str, list[WorkerInfo]] = collections.defaultdict(list)
@@ -151,6 +156,25 @@ class Controller:
                 max_workers=pool.policy.max_workers, decision=decision, stats=stats[name])
         self.views = {name: view for name, view in self.views.items() if name in self.config.pools}
         return decisions
+
+    def _maintain(self, now: float) -> None:
+        """Once a minute: expired leases back to the queue, old finished jobs out of it."""
+        if self._maintained_at is not None and now - self._maintained_at < MAINTENANCE_INTERVAL:
+            return
+        self._maintained_at = now
+        try:
+            recovered = self.backend.recover_expired(now=now)
+            purged = self.backend.purge(states=[JobState.DONE, JobState.CANCELLED],
+                                        finished_before=now - self.config.retention)
+            purged += self.backend.purge(states=[JobState.DEAD],
+                                         finished_before=now - self.config.dead_retention)
+        except QueueError as exc:
+            log.warning("Queue maintenance failed (it is retried in a minute): %s", exc)
+            return
+        if recovered:
+            log.warning("Made %d jobs with expired leases runnable again.", recovered)
+        if purged:
+            log.info("Removed %d finished jobs past their retention.", purged)
 
     def _read_stats(self, pool: PoolConfig, now: float) -> list | None:
         try:

@@ -200,3 +200,17 @@ def test_process_exists_sees_processes_it_may_not_signal_and_not_the_gone():
     child = subprocess.Popen(["true"])
     child.wait()
     assert not process_exists(child.pid)
+
+
+def test_finished_jobs_past_their_retention_are_removed_once_a_minute(backend):
+    from flexiqd.queue.types import Outcome
+
+    clock = Clock()
+    controller, fleet, _ = make(backend, "retention: 1h\ndead_retention: 2h\n" + POOL, clock=clock)
+    old, recent = backend.enqueue([NewJob(task="t"), NewJob(task="t")], now=clock.now - 7200)
+    backend.claim(ClaimRequest("w", ("default",), 2), now=clock.now - 7200)
+    backend.settle("w", [Outcome.ack(old)], now=clock.now - 3700)
+    backend.settle("w", [Outcome.dead(recent, "bad")], now=clock.now - 3700)
+    controller.tick()
+    remaining = {job.id for job in backend.list_jobs(limit=10)}
+    assert remaining == {recent}  # the done job is past 1h; the dead one is within 2h
