@@ -257,6 +257,7 @@ def _explain(stage: _Combined, out: _Outcome) -> tuple[str, str]:
 # Signal -> the word in its reason token (ScaleUpAge, ScaleDownUtilisation, ...).
 _SIGNAL_TOKENS = {
     "age": "Age", "drain": "Drain", "depth": "Depth", "util": "Utilisation", "cpu": "CPU", "zero": "FromZero",
+    "saturation": "Saturation",
 }
 
 

@@ -219,6 +219,25 @@ def cpu_signal(inputs: SignalInputs) -> SignalRecommendation | None:
     return SignalRecommendation("cpu", _workers(inputs.active * cpu / target), f"cpu {cpu:.2f}, target {target:.2f}")
 
 
+def saturation_signal(inputs: SignalInputs) -> SignalRecommendation | None:
+    """Double a saturated pool while nothing tells how fast it works (a cold start).
+
+    Every slot busy and jobs waiting means the pool is too small; until a job
+    completes there is no throughput to size it with, and the age signal would
+    wait until the oldest job nears its target.  Doubling (the rate limit still
+    applies) answers a burst at the next tick instead of after the first
+    completion; once a throughput is known the age and drain signals size it.
+    """
+    obs, metrics = inputs.obs, inputs.metrics
+    if inputs.throughput is not None or metrics.runnable_depth == 0 or obs.active == 0:
+        return None
+    if metrics.running < obs.active * obs.concurrency:
+        return None
+    return SignalRecommendation(
+        "saturation", 2 * obs.current,
+        f"all {obs.active * obs.concurrency} slots busy, {metrics.runnable_depth} runnable, no throughput known yet")
+
+
 def from_zero_signal(inputs: SignalInputs) -> SignalRecommendation | None:
     """A pool with no workers and runnable jobs wants at least one."""
     depth = inputs.metrics.runnable_depth
@@ -230,7 +249,8 @@ def from_zero_signal(inputs: SignalInputs) -> SignalRecommendation | None:
 Signal = Callable[[SignalInputs], "SignalRecommendation | None"]
 
 # In this order: on a tie, the earlier signal is named the winner.
-SIGNALS: tuple[Signal, ...] = (age_signal, drain_signal, depth_signal, utilisation_signal, cpu_signal, from_zero_signal)
+SIGNALS: tuple[Signal, ...] = (age_signal, drain_signal, depth_signal, utilisation_signal, cpu_signal,
+                               saturation_signal, from_zero_signal)
 
 
 def recommend_all(inputs: SignalInputs) -> tuple[SignalRecommendation, ...]:

@@ -139,3 +139,19 @@ def test_per_worker_throughput_from_littles_law_over_the_history():
     assert per_worker_throughput(metrics(), 4, load) == pytest.approx(2.0)
     assert mean_running(load, 60.0) == 12.0
     assert mean_running(load, None) == 16.0
+
+
+def test_a_saturated_pool_doubles_at_once_when_nothing_has_completed_yet():
+    # A cold start: a burst fills every slot and nothing has finished, so no throughput is known.
+    cold = observe(2, runnable_depth=30, running=8, oldest_runnable_age=0.5, completion_rate=0.0,
+                   duration_p50=None)
+    decision = decide(cold, policy(), None, 0.0)
+    assert recommendation(decision, "saturation") == 4
+    assert decision.desired == 4 and decision.reason == "ScaleUpSaturation"
+
+
+def test_saturation_has_no_opinion_once_throughput_is_known_or_slots_are_free():
+    known = observe(2, runnable_depth=30, running=8, oldest_runnable_age=0.5, **{"completion_rate": 8.0})
+    assert recommendation(decide(known, policy(), None, 0.0), "saturation") is None
+    free = observe(2, runnable_depth=30, running=5, completion_rate=0.0, duration_p50=None)
+    assert recommendation(decide(free, policy(), None, 0.0), "saturation") is None
