@@ -29,7 +29,9 @@ pools:
     min_workers: 1
     max_workers: 12
     targets: {{age: 10s, lead_time: 2s}}
-    behavior: {{down_window: 20s, down_limit: {{workers: 4, percent: 50, period: 5s}}}}
+    # Workers start in a fraction of a second: allow faster steps than the defaults.
+    behavior: {{down_window: 20s, up_limit: {{workers: 8, percent: 100, period: 5s}},
+               down_limit: {{workers: 4, percent: 50, period: 5s}}}}
 """
 
 
