@@ -4,4 +4,13 @@ __version__ = "0.1.0"
 
 from .queue import Queue  # noqa: E402  (the application API: from flexiqd import Queue)
 
-__all__ = ["Queue", "__version__"]
+__all__ = ["Autoscaler", "Queue", "__version__", "serve_autoscaler"]
+
+
+def __getattr__(name: str):
+    # The autoscaler pulls in the daemon's controller: import it only when asked for.
+    if name in ("Autoscaler", "serve_autoscaler", "AutoscaleConfig"):
+        from . import autoscale
+
+        return getattr(autoscale, name)
+    raise AttributeError(f"module 'flexiqd' has no attribute {name!r}")

@@ -34,7 +34,8 @@ def _json_value(text: str) -> Any:
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not JSON ({exc}); quote text as a JSON string, as in '\"{text}\"'") from None
 
 
 def _positive_int(text: str) -> int:
