@@ -62,6 +62,9 @@ def install(machine) -> None:
     machine.write_file("/etc/flexiqd/flexiqd.yaml", DEMO_CONFIG)
     machine.write_file("/etc/systemd/system/flexiqd.service", unit_text("flexiqd.service"))
     machine.write_file("/etc/systemd/system/flexiq-worker@.service", unit_text("flexiq-worker@.service"))
+    # The units run the checkout's .venv: keep it visible behind PrivateTmp= if it lies below /tmp.
+    for unit in ("flexiqd.service", "flexiq-worker@.service"):
+        machine.write_file(f"/etc/systemd/system/{unit}.d/10-checkout.conf", f"[Service]\nBindReadOnlyPaths={REPO}\n")
     policy = REPO / "units" / "org.flexiq.flexiqd1.conf"
     if policy.exists():
         machine.write_file("/etc/dbus-1/system.d/org.flexiq.flexiqd1.conf", policy.read_text())

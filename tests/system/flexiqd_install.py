@@ -42,6 +42,11 @@ pools:
 """
 
 
+# The units run programs from the checkout's .venv; where the checkout lies below /tmp
+# their PrivateTmp= would hide it, so it is bound into their namespace (read-only).
+CHECKOUT_DROPIN = f"[Service]\nBindReadOnlyPaths={REPO}\n"
+
+
 def unit_text(name: str) -> str:
     text = (REPO / "units" / name).read_text()
     return text.replace("/usr/bin/flexiqd ", f"{BIN}/flexiqd ").replace("/usr/bin/flexiq ", f"{BIN}/flexiq ")
@@ -63,6 +68,8 @@ def install(sbx: Sandbox, config: str = CONFIG, *, daemon_dropin: str | None = N
     sbx.run(["systemctl", "reload", "dbus"])
     sbx.write_file(f"/etc/systemd/system/{DAEMON}", unit_text("flexiqd.service"))
     sbx.write_file("/etc/systemd/system/flexiq-worker@.service", unit_text("flexiq-worker@.service"))
+    for unit in (DAEMON, "flexiq-worker@.service"):
+        sbx.write_file(f"/etc/systemd/system/{unit}.d/10-checkout.conf", CHECKOUT_DROPIN)
     if daemon_dropin:
         sbx.write_file(f"/etc/systemd/system/{DAEMON}.d/50-test.conf", daemon_dropin)
     sbx.systemctl("daemon-reload")

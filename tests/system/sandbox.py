@@ -68,6 +68,7 @@ _INSIDE_ENV = {
 }
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\r")
 _PR_SET_PDEATHSIG = 1
+CHECKOUT = Path(__file__).resolve().parents[2]
 # Default names: flexiq-sbx-<test pid>-<6 hex>, then mkdtemp's suffix.
 _STATE_DIR_NAME = re.compile(r"flexiq-sbx-(\d+)-[0-9a-f]{6}-[A-Za-z0-9_]+")
 _SYSTEMD_BINARIES = ("/lib/systemd/systemd", "/usr/lib/systemd/systemd")
@@ -191,6 +192,9 @@ class Sandbox:
             # collide with another sandbox's.
             "--private-network",
             f"--bind={self.bus_dir}:/run/dbus",
+            # The checkout (and its .venv) at the same path inside, wherever it lives:
+            # below /tmp, say, it would otherwise be hidden by the container's own /tmp.
+            f"--bind={CHECKOUT}:{CHECKOUT}",
             # Boot messages go to the log, which boot errors quote.
             "--console=read-only",
             "-b", "--", "systemd.firstboot=off",
