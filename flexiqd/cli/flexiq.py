@@ -9,8 +9,9 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ..durations import format_duration, parse_duration
+from ..durations import format_duration
 from ..errors import FlexiqdError
+from .argtypes import duration, whole_number
 from ..logs import setup_logging
 from ..queue.types import Job, JobState, NewJob, Stats
 from ..queue.url import URL_ENV, default_url, open_backend
@@ -23,11 +24,8 @@ EXIT_ERROR = 1  # a user or store error, explained in one line
 EXIT_USAGE = 2  # bad command-line arguments (argparse's own code)
 
 
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+_duration = duration()
+_positive_int = whole_number(1)
 
 
 def _json_value(text: str) -> Any:
@@ -36,16 +34,6 @@ def _json_value(text: str) -> Any:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not JSON ({exc}); quote text as a JSON string, as in '\"{text}\"'") from None
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
-    return value
 
 
 def _queues(text: str) -> tuple[str, ...]:

@@ -15,7 +15,8 @@ import sys
 import time
 from typing import Any, Callable, Sequence
 
-from ..durations import format_duration, parse_duration
+from ..durations import format_duration
+from .argtypes import duration, whole_number
 from .render import render_event, render_status
 
 EXIT_OK = 0
@@ -250,34 +251,9 @@ COMMANDS = {"status": cmd_status, "events": cmd_events, "scale": cmd_scale, "unp
 
 # -- arguments ------------------------------------------------------------------------------------
 
-def _workers(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if not 0 <= value <= MAX_UINT32:
-        raise argparse.ArgumentTypeError(f"{value} is not a worker count (0 or more)")
-    return value
-
-
-def _sequence(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative")
-    return value
-
-
-def _positive_duration(text: str) -> float:
-    try:
-        seconds = parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not longer than 0s")
-    return seconds
+_workers = whole_number(0, MAX_UINT32, what="a worker count (0 or more)")
+_sequence = whole_number(0, what="0 or more")
+_positive_duration = duration(positive=True)
 
 
 def _version() -> str:

@@ -112,7 +112,7 @@ def test_arguments_of_every_command():
     (["scale", "default", "three"], "'three' is not a whole number"),
     (["scale", "default", "2", "--for", "soon"], "is not a duration"),
     (["scale", "default", "2", "--for", "0s"], "is not longer than 0s"),
-    (["events", "--since", "-3"], "-3 is negative"),
+    (["events", "--since", "-3"], "-3 is not 0 or more"),
     (["watch", "--interval", "0"], "is not longer than 0s"),
     (["pause"], "required: pool"),
 ])
