@@ -145,16 +145,20 @@ class HpaSmoothing:
         return desired
 
 
-class HpaCpu(BasePolicy):
-    """desired = ceil(ready pods x mean CPU / target), the HPA's resource metric rule."""
-
-    name = "hpa-cpu"
+class HpaDriven(BasePolicy):
+    """A policy that the HPA applies: its sync period and its default smoothing."""
 
     def tick_interval(self, trace: Trace) -> float:
         return HPA_SYNC
 
     def start(self, trace: Trace, sim: Simulation) -> None:
         self.smoothing = HpaSmoothing(trace.workers.min, trace.workers.max)
+
+
+class HpaCpu(HpaDriven):
+    """desired = ceil(ready pods x mean CPU / target), the HPA's resource metric rule."""
+
+    name = "hpa-cpu"
 
     def desired(self, snapshot: Snapshot) -> int:
         current = snapshot.active + snapshot.starting
@@ -166,16 +170,10 @@ class HpaCpu(BasePolicy):
         return self.smoothing.apply(current, wanted, snapshot.now)
 
 
-class KedaDepth(BasePolicy):
+class KedaDepth(HpaDriven):
     """KEDA's queue-length trigger through the HPA: ceil(runnable / target) per replica."""
 
     name = "keda-depth"
-
-    def tick_interval(self, trace: Trace) -> float:
-        return HPA_SYNC
-
-    def start(self, trace: Trace, sim: Simulation) -> None:
-        self.smoothing = HpaSmoothing(trace.workers.min, trace.workers.max)
 
     def desired(self, snapshot: Snapshot) -> int:
         current = snapshot.active + snapshot.starting
