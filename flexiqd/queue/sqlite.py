@@ -106,6 +106,17 @@ class SQLiteBackend(Backend):
         if not os.path.exists(self.path) and not os.access(directory, os.W_OK):
             raise StoreUnavailable(
                 f"cannot create the queue database {self.path}: directory {directory} is not writable")
+        if not os.path.lexists(self.path):
+            try:
+                # Created here, not by SQLite (which uses 0644): 0666 less the umask lets the
+                # daemon and the workers share the file through their group (UMask=0007);
+                # the -wal and -shm files take the database file's mode.
+                os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+            except FileExistsError:
+                pass  # another process created it first
+            except OSError as exc:
+                raise StoreUnavailable(
+                    f"cannot create the queue database {self.path}: {exc.strerror}") from None
         try:
             conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None,
                                    check_same_thread=False)

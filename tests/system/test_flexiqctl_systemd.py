@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import select
 import subprocess
 import time
 
@@ -28,12 +29,16 @@ def ctl(sbx: Sandbox, *args: str, as_user: list[str] | None = None):
 
 
 def test_status_json_for_root_and_for_an_unprivileged_user(flexiqd):
-    for user in (None, NOBODY):
+    def active_workers(user):
         result = ctl(flexiqd, "status", "--json", as_user=user)
         assert result.returncode == 0, result.stderr
-        status = json.loads(result.stdout)
-        pool = status["pools"]["default"] if isinstance(status["pools"], dict) else status["pools"][0]
-        assert pool["workers"]["active"] >= 1
+        pools = json.loads(result.stdout)["pools"]
+        pool = pools["default"] if isinstance(pools, dict) else pools[0]
+        return pool["workers"]["active"]
+
+    for user in (None, NOBODY):
+        # The document is the daemon's last tick: poll until it has seen the worker.
+        flexiqd.wait_for(lambda: active_workers(user) >= 1, 10, what="status to show the worker")
 
 
 def test_only_root_and_the_flexiq_group_may_steer(flexiqd):
@@ -68,8 +73,16 @@ def test_events_follow_sees_a_scale_event_as_it_happens(flexiqd):
     try:
         time.sleep(1)  # let it subscribe before the event it must see
         assert ctl(flexiqd, "scale", "default", "3", "--for", "2s").returncode == 0
-        line = follower.stdout.readline()
-        assert "default" in line and "3" in line and "Pinned" in line, line
+        seen, deadline = [], time.monotonic() + 20
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([follower.stdout], [], [], 0.5)
+            if ready:
+                line = follower.stdout.readline()
+                seen.append(line)
+                if "Pinned" in line and "-> 3" in line:
+                    break
+        else:
+            raise AssertionError(f"no Pinned event followed within 20 s; saw {seen}")
     finally:
         follower.terminate()
         follower.wait(10)

@@ -502,3 +502,17 @@ def test_lost_attempts_count_as_failures(sqlite_backend):
     sqlite_backend.claim(ClaimRequest("w", ("default",), 1), now=100.0)
     sqlite_backend.recover_owner("w", now=101.0, reason="worker died")
     assert sqlite_backend.stats("default", now=102.0, window=60).failure_rate == pytest.approx(1 / 60)
+
+
+def test_a_new_database_is_group_writable_under_a_umask_of_0007(tmp_path):
+    import os
+    import stat
+
+    old = os.umask(0o007)
+    try:
+        backend = open_backend(url_of(tmp_path / "shared.db"))
+        backend.enqueue([NewJob(task="t")], now=T0)
+        backend.close()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "shared.db").st_mode) == 0o660
