@@ -75,11 +75,13 @@ class RateLimit:
             raise PolicyConfigError(prefix, "allows no change at all (workers and percent are both 0)")
 
 
-# Up: the HPA's default (+100% or +4 pods per 15 s).  Down: at most half the
-# pool per minute; the 300 s window already proved the lower count is enough,
-# this only keeps one wrong reading from tearing a large pool down at once.
+# Both the HPA's defaults.  Up: +100% or +4 pods per 15 s.  Down: -100% per
+# 15 s, i.e. the down window alone decides how far the pool falls.  A slower
+# fall (it was -50% or -1 per minute) stretches one scale-down into steps over
+# minutes, and the last step lands close enough to the next burst for the pool
+# to reverse within two minutes; a failed metrics read holds the pool anyway.
 DEFAULT_UP_LIMIT = RateLimit(workers=4, percent=100.0, period=15.0)
-DEFAULT_DOWN_LIMIT = RateLimit(workers=1, percent=50.0, period=60.0)
+DEFAULT_DOWN_LIMIT = RateLimit(workers=0, percent=100.0, period=15.0)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,7 +6,9 @@ The stages, in order, each its own function:
 2. combine  -- the largest recommendation wins, as in the HPA: the raw
                (prenormalized) count;
 3. cap      -- max_workers, dependency shares, dependency latency, the knee
-               (``caps``) -> capped; this is what the windows record;
+               (``caps``) -> capped; this is what the windows record (with
+               its sustained part: what keeping up with arrivals takes,
+               without draining the backlog);
 4. smooth   -- stabilisation windows, the tolerance band (no change of 10 %
                or less, unless the pool is overloaded), rate limits
                (``smoothing``) -> stabilized;
@@ -16,9 +18,13 @@ The stages, in order, each its own function:
 The tolerance comes before the clamp, so it can never hold a pool below its
 minimum.  The windows record the capped count, not the one the tolerance
 held: a band that holds 11 workers while the signals want 10 must not keep
-asking for 11 for the next five minutes.  A failed metrics read (``metrics
-is None``) skips every stage: the pool is held and nothing is recorded that
-could later pass for a low recommendation.
+asking for 11 for the next five minutes.  Likewise, once the backlog has been
+gone for ``DRAINED_BACKLOG_HOLD``, the down window counts only the sustained
+part of each recommendation: the workers added to drain a backlog have done
+that work, and keeping them for the rest of the window would keep a
+burst-sized pool for a load that is no longer there.  A failed metrics read
+(``metrics is None``) skips every stage: the pool is held and nothing is
+recorded that could later pass for a low recommendation.
 
 Pure: no clock, no I/O, no logging; the same arguments give the same Decision.
 """
@@ -32,14 +38,20 @@ from .caps import apply_caps, cap_reason, collect_caps, tightest
 from .config import Dependency, PoolPolicy
 from .knee import update_knee
 from .sharing import DependencyCap, PoolDemand, share_dependencies
-from .signals import mean_running, record_load, recommend_all, signal_inputs
+from .signals import mean_running, record_load, recommend_all, signal_inputs, sustained_need
 from .smoothing import rate_limit, record, record_change, stabilize
-from .types import CapValue, Decision, History, Observation, SignalRecommendation
+from .types import CapValue, Decision, History, LoadSample, Observation, SignalRecommendation, TimedCount
 
 
 # 11 / 10 - 1 is 0.10000000000000009 in floating point: a ratio exactly at the
 # tolerance must count as inside it.
 _EPSILON = 1e-9
+
+# How long the pool keeps what it grew to for a backlog once the backlog is
+# gone, before the down window counts only what keeping up with arrivals takes.
+# A burst that returns within this finds the pool still there, and a pool never
+# shrinks within two minutes of the scale-up that drained it (no flapping).
+DRAINED_BACKLOG_HOLD = 120.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,6 +74,7 @@ class _Combined:
     recommendations: tuple[SignalRecommendation, ...]
     winner: SignalRecommendation | None
     raw: int
+    sustained: int
 
     @property
     def demand(self) -> int:
@@ -124,10 +137,12 @@ def _combine(obs: Observation, policy: PoolPolicy, history: History, now: float)
     load = record_load(history.load, now, obs)
     busy = mean_running(load, obs.metrics.rate_window)
     history = replace(history, load=load, knee=update_knee(history.knee, obs, policy.knee, now, busy))
-    recommendations = recommend_all(signal_inputs(obs, policy, load))
+    inputs = signal_inputs(obs, policy, load)
+    recommendations = recommend_all(inputs)
     raw, winner = combine(recommendations)
     return _Combined(
         obs=obs, policy=policy, history=history, now=now, recommendations=recommendations, winner=winner, raw=raw,
+        sustained=sustained_need(inputs, raw),
     )
 
 
@@ -146,6 +161,24 @@ def within_tolerance(raw: int, current: int, tolerance: float, overloaded: bool)
     return raw
 
 
+def down_window_view(
+    recommendations: tuple[TimedCount, ...], load: tuple[LoadSample, ...], now: float
+) -> tuple[TimedCount, ...] | None:
+    """What the down window takes its maximum over, when not the recommendations themselves.
+
+    While jobs wait, and for ``DRAINED_BACKLOG_HOLD`` seconds after the last
+    tick that saw a backlog (``load`` includes this tick's sample), every
+    recommendation counts in full (None).  After that each counts only its
+    sustained part.  The seed, and recommendations made without a backlog,
+    have no separate sustained part and count in full.
+    """
+    if any(sample.runnable > 0 and sample.at > now - DRAINED_BACKLOG_HOLD for sample in load):
+        return None
+    if all(rec.sustained is None for rec in recommendations):
+        return None
+    return tuple(TimedCount(rec.at, rec.after_drain) for rec in recommendations)
+
+
 def floor_for(obs: Observation, policy: PoolPolicy) -> int:
     """The fewest workers allowed: the policy's floor, and one while jobs wait or run."""
     assert obs.metrics is not None
@@ -162,12 +195,14 @@ def _finish(stage: _Combined, dependency_cap: DependencyCap | None) -> Decision:
 
     caps = collect_caps(obs, policy, history.knee, dependency_cap, now)
     capped, cap_bound = apply_caps(stage.raw, caps)
+    sustained = min(apply_caps(stage.sustained, caps)[0], capped)
 
     if not history.seeded:
         # As the HPA does: the first decision remembers the current count, so
         # a restart cannot scale down before a whole down window has passed.
         history = replace(history, seeded=True, recommendations=record((), now, current, 0.0))
-    windowed, window_tag = stabilize(current, capped, history.recommendations, now, behavior)
+    down_view = down_window_view(history.recommendations, history.load, now)
+    windowed, window_tag = stabilize(current, capped, history.recommendations, now, behavior, down_view)
     overloaded = obs.metrics.running > obs.active * obs.concurrency
     stabilized = within_tolerance(windowed, current, behavior.tolerance, overloaded)
     limited, rate_tag = rate_limit(current, stabilized, history.changes, now, behavior)
@@ -182,7 +217,9 @@ def _finish(stage: _Combined, dependency_cap: DependencyCap | None) -> Decision:
     keep = max(behavior.up_window, behavior.down_window)
     history = replace(
         history,
-        recommendations=record(history.recommendations, now, capped, keep),
+        recommendations=record(
+            history.recommendations, now, capped, keep, sustained if sustained < capped else None
+        ),
         changes=record_change(history.changes, now, current, desired, behavior),
     )
     outcome = _Outcome(

@@ -46,7 +46,10 @@ def record_load(load: tuple[LoadSample, ...], now: float, obs: Observation) -> t
     assert metrics is not None
     keep = max(ESTIMATION_HORIZON, UTILISATION_WINDOW, metrics.rate_window or 0.0)
     kept = tuple(sample for sample in load if sample.at > now - keep)
-    return kept + (LoadSample(now, obs.active, metrics.running, metrics.completion_rate, metrics.arrival_rate),)
+    sample = LoadSample(
+        now, obs.active, metrics.running, metrics.completion_rate, metrics.arrival_rate, metrics.runnable_depth
+    )
+    return kept + (sample,)
 
 
 def recent(load: tuple[LoadSample, ...], window: float | None) -> list[LoadSample]:
@@ -244,6 +247,24 @@ def from_zero_signal(inputs: SignalInputs) -> SignalRecommendation | None:
     if inputs.obs.current > 0 or depth == 0:
         return None
     return SignalRecommendation("zero", 1, f"{depth} runnable and no workers")
+
+
+def sustained_need(inputs: SignalInputs, raw: int) -> int:
+    """The part of ``raw`` that keeps up with arrivals, without draining the backlog.
+
+    Without a backlog that is all of ``raw``: the age and drain signals have
+    no opinion and the others read the jobs that arrivals keep running.  With
+    one, the age and drain signals add the backlog's share and the
+    utilisation and CPU signals read a pool the backlog keeps busy; keeping
+    up then takes the base arrival rate over the per-worker throughput, at
+    the utilisation target (what the utilisation signal says of that load
+    once the backlog is gone).  Never more than ``raw``; ``raw`` while no
+    throughput is known.
+    """
+    if inputs.metrics.runnable_depth == 0 or inputs.throughput is None:
+        return raw
+    keep_up = _workers(inputs.arrivals / (inputs.throughput * inputs.policy.targets.utilisation))
+    return min(raw, keep_up)
 
 
 Signal = Callable[[SignalInputs], "SignalRecommendation | None"]

@@ -3,7 +3,10 @@
 Windows.  Every tick's recommendation is recorded, including the ones that
 ask for no change.  The up-recommendation is the MIN over the up window (grow
 only when every tick in it agreed), the down-recommendation the MAX over the
-down window (shrink only to what the whole window could live with).  The
+down window (shrink only to what the whole window could live with).  A
+recommendation also notes its sustained part (what keeping up with arrivals
+takes, without draining the backlog of its instant); once that backlog is long
+gone, the down window counts only that part (``decide.down_window_view``).  The
 result is the current count moved toward them and never past it the wrong
 way: a low tick inside the up window can hold a scale-up back but never turn
 it into a scale-down.
@@ -22,22 +25,35 @@ from .config import Behavior, RateLimit
 from .types import ScaleChange, TimedCount
 
 
-def record(recommendations: tuple[TimedCount, ...], now: float, workers: int, keep: float) -> tuple[TimedCount, ...]:
-    """``recommendations`` plus this tick's, without those older than ``keep`` seconds."""
+def record(
+    recommendations: tuple[TimedCount, ...], now: float, workers: int, keep: float, sustained: int | None = None
+) -> tuple[TimedCount, ...]:
+    """``recommendations`` plus this tick's, without those older than ``keep`` seconds.
+
+    ``sustained``: the part of ``workers`` that keeps up with arrivals (None: all of it).
+    """
     kept = tuple(rec for rec in recommendations if rec.at > now - keep)
-    return kept + (TimedCount(now, workers),)
+    return kept + (TimedCount(now, workers, sustained),)
 
 
 def stabilize(
-    current: int, recommendation: int, recommendations: tuple[TimedCount, ...], now: float, behavior: Behavior
+    current: int,
+    recommendation: int,
+    recommendations: tuple[TimedCount, ...],
+    now: float,
+    behavior: Behavior,
+    down_view: tuple[TimedCount, ...] | None = None,
 ) -> tuple[int, str | None]:
     """The count after the windows, and ``"window up"``/``"window down"`` when they changed it.
 
     ``recommendations`` are the earlier ones (this tick's is ``recommendation``).
-    A window of 0 s looks at this tick only.
+    ``down_view``, when given, is what the down window takes its maximum over
+    instead (the same ticks, possibly counted lower; see
+    ``decide.down_window_view``).  A window of 0 s looks at this tick only.
     """
+    earlier_down = recommendations if down_view is None else down_view
     up = min([recommendation] + [r.workers for r in recommendations if r.at > now - behavior.up_window])
-    down = max([recommendation] + [r.workers for r in recommendations if r.at > now - behavior.down_window])
+    down = max([recommendation] + [r.workers for r in earlier_down if r.at > now - behavior.down_window])
     stabilized = current
     if up > stabilized:
         stabilized = up

@@ -113,10 +113,22 @@ class Observation:
 
 
 class TimedCount(NamedTuple):
-    """A recommended worker count and when it was made."""
+    """A recommended worker count and when it was made.
+
+    ``sustained``: the part of ``workers`` that keeps up with arrivals,
+    without what draining the backlog of that instant added (None: all of
+    it).  Once the backlog has been gone for a while, the down window counts
+    only this part (see ``decide.down_window_view``).
+    """
 
     at: float
     workers: int
+    sustained: int | None = None
+
+    @property
+    def after_drain(self) -> int:
+        """What this recommendation still asks for once its backlog has drained."""
+        return self.workers if self.sustained is None else min(self.workers, self.sustained)
 
 
 class ScaleChange(NamedTuple):
@@ -127,13 +139,17 @@ class ScaleChange(NamedTuple):
 
 
 class LoadSample(NamedTuple):
-    """What one decision saw, kept to average over time (Little's law, utilisation, CPU)."""
+    """What one decision saw, kept to average over time (Little's law, utilisation, CPU).
+
+    ``runnable``: the runnable depth, which tells when the pool last had a backlog.
+    """
 
     at: float
     active: int
     running: int
     completion_rate: float | None
     arrival_rate: float | None
+    runnable: int = 0
 
 
 class ThroughputSample(NamedTuple):

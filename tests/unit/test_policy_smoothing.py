@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from flexiqd.policy import Behavior, History, PoolPolicy, RateLimit, Targets, compute_desired_workers, decide
+from flexiqd.policy.config import DEFAULT_DOWN_LIMIT
+from flexiqd.policy.decide import DRAINED_BACKLOG_HOLD
 from flexiqd.policy.smoothing import stabilize
 from flexiqd.policy.types import TimedCount
 
@@ -128,3 +130,89 @@ def test_a_failed_metrics_read_holds_and_records_nothing():
 def test_a_failed_read_is_not_taken_for_an_idle_pool():
     ticks = [(float(t), observe(8, failed=True)) for t in range(0, 600, 10)]
     assert {d.desired for d in run(PoolPolicy(max_workers=10), ticks)} == {8}
+
+
+# -- a drained backlog ---------------------------------------------------------------------------
+
+def steady(workers: int, **fields):
+    """8 jobs running on 1 s jobs arriving at 4/s (4 jobs/s per busy worker): 3 workers' worth at 90 %."""
+    values = dict(running=8, completion_rate=8.0, arrival_rate=4.0)
+    values.update(fields)
+    return observe(workers, **values)
+
+
+def burst_then_quiet(policy: PoolPolicy, quiet_until: float):
+    """Quiet at 3 workers, a backlog from t=400 to t=450 that wants 10, then quiet again."""
+    ticks = [(float(t), steady(3)) for t in range(0, 400, 10)]
+    decisions = run(policy, ticks)
+    current = decisions[-1].desired
+    for t in range(400, int(quiet_until), 5):
+        waiting = 100 if t <= 450 else 0
+        decision = decide(steady(current, runnable_depth=waiting), policy, decisions[-1].history, float(t))
+        decisions.append(decision)
+        current = decision.desired
+    return {d.history.recommendations[-1].at: d for d in decisions}
+
+
+def test_a_drained_backlog_is_held_for_two_minutes_then_only_what_keeping_up_takes():
+    by_time = burst_then_quiet(policy(), 700.0)
+    assert by_time[400.0].desired == 10  # depth 100 at 10 per worker
+    # The backlog tick's record keeps the part that keeps up with 4 jobs/s: ceil(4 / (4 x 0.9)) = 2.
+    assert by_time[400.0].history.recommendations[-1] == TimedCount(400.0, 10, 2)
+    assert DRAINED_BACKLOG_HOLD == 120.0
+    last_backlog = 450.0
+    released_at = last_backlog + DRAINED_BACKLOG_HOLD
+    held = [d for at, d in by_time.items() if last_backlog < at < released_at]
+    assert len(held) == 23 and all(d.desired == 10 and d.reason == "ScaleDownStabilized" for d in held)
+    # In one step (the default down limit), to the utilisation signal's 3 -- not the 10 the
+    # backlog's recommendations would hold until t=750 if they still counted in full.
+    assert by_time[released_at].desired == 3
+    assert all(d.desired == 3 for at, d in by_time.items() if at >= released_at)
+
+
+def test_while_jobs_wait_the_down_window_counts_every_recommendation_in_full():
+    fresh = burst_then_quiet(policy(), 560.0)
+    assert fresh[555.0].desired == 10  # 105 s after the last backlog tick
+    small = decide(steady(10, runnable_depth=20), policy(), fresh[555.0].history, 560.0)
+    assert small.desired == 10  # a small backlog: the burst's 10s still count in full
+    assert small.reason == "ScaleDownStabilized"
+
+
+def test_a_new_backlog_brings_the_full_window_back_but_never_scales_up_by_it():
+    by_time = burst_then_quiet(policy(), 600.0)
+    assert by_time[595.0].desired == 3
+    # The burst's 10s are still inside the 300 s window and count in full again,
+    # but a window only holds a pool: it never moves one up.
+    again = decide(steady(3, runnable_depth=20), policy(), by_time[595.0].history, 600.0)
+    assert again.desired == 3
+
+
+def test_without_a_known_throughput_the_whole_recommendation_is_sustained():
+    unknown = observe(2, runnable_depth=40, running=8, completion_rate=None, duration_p50=None, arrival_rate=4.0)
+    decision = decide(unknown, policy(), None, 0.0)
+    assert decision.history.recommendations[-1].sustained is None
+
+
+def test_the_seed_and_recommendations_without_a_backlog_count_in_full():
+    assert TimedCount(0.0, 8).after_drain == 8
+    assert TimedCount(0.0, 8, 2).after_drain == 2
+    assert TimedCount(0.0, 8, 9).after_drain == 8
+    quiet = decide(steady(3), policy(), None, 0.0)
+    assert [rec.sustained for rec in quiet.history.recommendations] == [None, None]
+
+
+def test_the_down_view_never_touches_the_up_window():
+    recs = (TimedCount(0.0, 5, 1), TimedCount(10.0, 8, 1))
+    view = tuple(TimedCount(r.at, r.after_drain) for r in recs)
+    behavior = Behavior(up_window=60.0, down_window=300.0)
+    # Up: the min over the recorded counts (5), not over the view (1).
+    assert stabilize(4, 9, recs, 20.0, behavior, view) == (5, "window up")
+    # Down: the max over the view.
+    assert stabilize(8, 2, recs, 20.0, behavior, view) == (2, None)
+    assert stabilize(8, 2, recs, 20.0, behavior) == (8, "window down")
+
+
+def test_the_default_down_limit_is_the_hpas():
+    assert Behavior().down_limit == DEFAULT_DOWN_LIMIT == RateLimit(workers=0, percent=100.0, period=15.0)
+    defaults = PoolPolicy(max_workers=100, targets=BY_DEPTH, behavior=Behavior(down_window=0.0))
+    assert decide(wanting(2, 20), defaults, None, 0.0).desired == 2  # the window decides, in one step
