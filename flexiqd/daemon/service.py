@@ -15,7 +15,7 @@ import signal
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from ..config import DaemonConfig, load_config
+from ..config import DEFAULT_CONFIG_PATH, DaemonConfig, load_config
 from ..errors import ConfigError, FlexiqdError
 from ..fleet.base import Fleet
 from ..notify import Notifier, watchdog_interval
@@ -146,7 +146,8 @@ class Daemon:
         from ..fleet.systemd import Systemd, SystemdFleet, open_bus
 
         self._systemd = Systemd(open_bus(self.options.bus_address))
-        config_path = None if self.options.config_path == "/etc/flexiqd/flexiqd.yaml" else self.options.config_path
+        # Workers read their pool from the default file unless told where the daemon's is.
+        config_path = None if self.options.config_path == DEFAULT_CONFIG_PATH else self.options.config_path
         return SystemdFleet(self._systemd, config_path=config_path)
 
     async def _loop(self) -> None:

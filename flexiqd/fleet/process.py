@@ -155,6 +155,8 @@ class ProcessFleet(Fleet):
         for child in children:
             self._ask_to_stop(child)
         for child in children:
+            if child.stop_deadline is None:
+                continue  # it had exited already: nothing to wait for
             wait = timeout if timeout is not None else max(0.0, child.stop_deadline - time.monotonic())
             try:
                 child.proc.wait(wait)

@@ -214,3 +214,21 @@ def test_finished_jobs_past_their_retention_are_removed_once_a_minute(backend):
     controller.tick()
     remaining = {job.id for job in backend.list_jobs(limit=10)}
     assert remaining == {recent}  # the done job is past 1h; the dead one is within 2h
+
+
+def test_the_process_fleet_shuts_down_workers_that_already_exited():
+    import sys
+
+    from flexiqd.fleet.base import WorkerSpec
+    from flexiqd.fleet.process import ProcessFleet, _Child
+
+    fleet = ProcessFleet()
+    spec = WorkerSpec(pool="p", app="a:q", queues=("q",), concurrency=1, drain_timeout=1,
+                      lease_seconds=30, store_url="sqlite:////nonexistent.db")
+    import subprocess
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    fleet._children[("p", 1)] = _Child(spec, 1, gone, 0.0)
+    fleet.shutdown()  # must not trip over a worker that is no longer there
+    assert fleet.pids() == []
