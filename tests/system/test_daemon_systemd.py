@@ -141,3 +141,16 @@ def test_per_pool_settings_reach_the_worker_units(sandbox: Sandbox):
     assert props["KillMode"] == "mixed"
     assert "FLEXIQ_TEST_MARKS=/var/lib/flexiq/marks" in props["Environment"]
     sandbox.run(f"systemctl stop {DAEMON} 'flexiq-worker@*'; true", timeout=120)
+
+
+def test_a_worker_crash_is_seen_from_systemds_signals_not_at_the_next_tick(sandbox: Sandbox):
+    # With a 30 s tick only the unit's PropertiesChanged/JobRemoved signals can wake the
+    # daemon in time: the job of the killed worker must be released long before the tick.
+    install(sandbox, CONFIG.replace("tick: 500ms", "tick: 30s"))
+    sandbox.wait_for(lambda: len(workers(sandbox)) == 1, 30, what="the minimum worker unit")
+    enqueue(sandbox, 20.0, 1)
+    sandbox.wait_for(lambda: sum(marks(sandbox)[0].values()) == 1, 30, what="the job to start")
+    sandbox.systemctl("kill", "--signal=KILL", workers(sandbox)[0])
+    sandbox.wait_for(lambda: "released its 1 jobs" in sandbox.journal(DAEMON), 15, interval=0.2,
+                     what="the daemon to release the dead worker's job (a tick is 30 s away)")
+    sandbox.run(f"systemctl stop {DAEMON} 'flexiq-worker@*'; true", timeout=120)
