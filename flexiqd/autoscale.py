@@ -88,6 +88,10 @@ def daemon_config(config: AutoscaleConfig, store: str) -> DaemonConfig:
     }
     if config.batch_size is not None:
         pool["batch_size"] = config.batch_size
+    if config.fleet == "systemd":
+        # Child processes inherit where the app is importable from; units do not: carry it over.
+        paths = [os.getcwd(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        pool["environment"] = {"PYTHONPATH": os.pathsep.join(paths)}
     text = yaml.safe_dump({"store": store, "tick": config.poll_interval, "fleet": config.fleet,
                            "pools": {config.pool: pool}})
     try:
@@ -185,7 +189,8 @@ class Autoscaler:
                             "pools": {self.config.pool: {"app": self.config.app,
                                                          "queues": list(self.config.queues),
                                                          "concurrency": self.config.concurrency,
-                                                         "drain_timeout": self.config.drain_timeout}}},
+                                                         "drain_timeout": self.config.drain_timeout,
+                                                         "batch_size": self.config.batch_size}}},
                            handle)
         return SystemdFleet(Systemd(open_bus()), config_path=path)
 

@@ -154,3 +154,22 @@ def test_a_worker_crash_is_seen_from_systemds_signals_not_at_the_next_tick(sandb
     sandbox.wait_for(lambda: "released its 1 jobs" in sandbox.journal(DAEMON), 15, interval=0.2,
                      what="the daemon to release the dead worker's job (a tick is 30 s away)")
     sandbox.run(f"systemctl stop {DAEMON} 'flexiq-worker@*'; true", timeout=120)
+
+
+def test_flexiq_autoscale_drives_worker_units_on_a_systemd_host(sandbox: Sandbox):
+    # flexiq's interface on a host without flexiqd running: the same units, sized by flexiq's formula.
+    install(sandbox)
+    sandbox.run(f"systemctl stop {DAEMON} 'flexiq-worker@*'; true", timeout=120)
+    command = [str(REPO / ".venv" / "bin" / "flexiq"), "--url", "sqlite:////var/lib/flexiq/queue.db",
+               "autoscale", "--app", "counting_app:queue", "--fleet", "systemd", "--min-workers", "2",
+               "--max-workers", "4", "--poll-interval", "0.5", "--pool", "compat"]
+    sandbox.run(["systemd-run", "--unit", "flexiq-autoscale", "--property", "KillMode=mixed",
+                 "--setenv", f"PYTHONPATH={REPO / 'tests' / 'apps'}", *command])
+    try:
+        sandbox.wait_for(lambda: workers(sandbox) == ["flexiq-worker@compat-1.service",
+                                                      "flexiq-worker@compat-2.service"], 30,
+                         what="the autoscaler's two worker units")
+    finally:
+        sandbox.run(["systemctl", "stop", "flexiq-autoscale"], timeout=120)
+    sandbox.wait_for(lambda: workers(sandbox, "active,activating,deactivating") == [], 60,
+                     what="the autoscaler to stop its workers when it stops")
