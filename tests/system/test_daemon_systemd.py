@@ -173,3 +173,15 @@ def test_flexiq_autoscale_drives_worker_units_on_a_systemd_host(sandbox: Sandbox
         sandbox.run(["systemctl", "stop", "flexiq-autoscale"], timeout=120)
     sandbox.wait_for(lambda: workers(sandbox, "active,activating,deactivating") == [], 60,
                      what="the autoscaler to stop its workers when it stops")
+
+
+def test_an_invalid_config_at_start_fails_once_with_the_reason_and_is_not_restarted(sandbox: Sandbox):
+    install(sandbox)
+    sandbox.systemctl("stop", DAEMON)
+    sandbox.write_file("/etc/flexiqd/flexiqd.yaml", CONFIG + "    max_wrkers: 3\n")
+    assert sandbox.systemctl("start", DAEMON, check=False).returncode != 0
+    props = sandbox.unit_properties(DAEMON, "ActiveState", "ExecMainStatus", "NRestarts", "StatusText")
+    assert props["ActiveState"] == "failed" and props["ExecMainStatus"] == "78"
+    assert props["NRestarts"] == "0"
+    assert "did you mean 'max_workers'" in sandbox.journal(DAEMON)
+    sandbox.run(f"systemctl stop 'flexiq-worker@*'; systemctl reset-failed {DAEMON}; true", timeout=120)
