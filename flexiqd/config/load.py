@@ -7,6 +7,7 @@ names the nearest valid one.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 from typing import Any, Callable, Mapping
@@ -59,9 +60,10 @@ def parse_config(text: str, path: str = "<config>") -> DaemonConfig:
     if data is None:
         data = {}
     try:
-        return _daemon(data, path)
+        config = _daemon(data, path)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+    return dataclasses.replace(config, source=text)
 
 
 def _fail(where: str, why: str) -> ConfigError:

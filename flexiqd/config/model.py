@@ -66,6 +66,7 @@ class DaemonConfig:
     pools: Mapping[str, PoolConfig]
     retention: float = 7 * 86400.0       # finished (done, cancelled) jobs are kept this long
     dead_retention: float = 30 * 86400.0  # dead-lettered jobs are kept this long
+    source: str = dataclasses.field(default="", repr=False)  # the file's text, as validated
 
     def summary(self) -> dict[str, Any]:
         return {"path": self.path, "store": self.store, "tick": self.tick, "fleet": self.fleet,

@@ -29,6 +29,9 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_CONFIG = 78  # EX_CONFIG: the config file is invalid; systemd shows it in the unit's status
 
+# The applied config, for workers, in the daemon's runtime directory (/run/flexiqd).
+APPLIED_CONFIG = "applied.yaml"
+
 # After a wake-up from a worker unit's change, tick at most this often.
 MIN_TICK_GAP = 0.2
 
@@ -110,6 +113,7 @@ class Daemon:
 
     async def _startup(self, loop: asyncio.AbstractEventLoop) -> None:
         self.config = load_config(self.options.config_path)
+        self._publish(self.config)
         kind = self.options.fleet or self.config.fleet
         backend = await self.io(open_backend, self.config.store)
         self.fleet = await self.io(self._make_fleet, kind)
@@ -147,8 +151,33 @@ class Daemon:
 
         self._systemd = Systemd(open_bus(self.options.bus_address))
         # Workers read their pool from the default file unless told where the daemon's is.
-        config_path = None if self.options.config_path == DEFAULT_CONFIG_PATH else self.options.config_path
+        config_path = self._applied_path()
+        if config_path is None and self.options.config_path != DEFAULT_CONFIG_PATH:
+            config_path = self.options.config_path
         return SystemdFleet(self._systemd, config_path=config_path)
+
+    def _applied_path(self) -> str | None:
+        """Where the config in force is published for the workers ($RUNTIME_DIRECTORY), if anywhere."""
+        runtime = os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
+        return os.path.join(runtime, APPLIED_CONFIG) if runtime else None
+
+    def _publish(self, config: DaemonConfig) -> None:
+        """Give workers the config the daemon applied, not whatever the file holds now.
+
+        A worker unit reads its pool's settings when it starts; an edit not yet
+        reloaded -- or one with a typo -- must not reach a worker that systemd
+        restarts in the meantime.
+        """
+        path = self._applied_path()
+        if path is None:
+            return
+        try:
+            with open(f"{path}.tmp", "w", encoding="utf-8") as handle:
+                handle.write(config.source)
+            os.replace(f"{path}.tmp", path)
+        except OSError as exc:
+            log.warning("Cannot publish the applied config at %s (workers read %s): %s",
+                        path, self.options.config_path, exc.strerror)
 
     async def _loop(self) -> None:
         assert self.config is not None and self.controller is not None
@@ -212,6 +241,7 @@ class Daemon:
                 log.warning("Reload: 'fleet' changed to %s; that takes a restart of flexiqd.", config.fleet)
             self.config = dataclasses.replace(config, fleet=self.config.fleet if self.config else config.fleet)
             self.config_error = None
+            self._publish(config)
             await self.io(self.controller.reconfigure, self.config)
             log.info("Reloaded %s: pools %s.", path, ", ".join(sorted(config.pools)) or "none")
             self._emit("reload", (True, f"reloaded {path}"))

@@ -185,3 +185,16 @@ def test_an_invalid_config_at_start_fails_once_with_the_reason_and_is_not_restar
     assert props["NRestarts"] == "0"
     assert "did you mean 'max_workers'" in sandbox.journal(DAEMON)
     sandbox.run(f"systemctl stop 'flexiq-worker@*'; systemctl reset-failed {DAEMON}; true", timeout=120)
+
+
+def test_workers_start_with_the_applied_config_not_an_unreloaded_edit(flexiqd):
+    unit = workers(flexiqd)[0]
+    assert "FLEXIQD_CONFIG=/run/flexiqd/applied.yaml" in flexiqd.unit_property(unit, "Environment")
+    flexiqd.write_file("/etc/flexiqd/flexiqd.yaml", CONFIG + "    max_wrkers: 3\n")  # not reloaded
+    old_pid = flexiqd.unit_property(unit, "MainPID")
+    flexiqd.systemctl("kill", "--signal=KILL", unit)  # systemd restarts it (Restart=on-failure)
+    flexiqd.wait_for(lambda: flexiqd.unit_property(unit, "MainPID") not in ("0", old_pid)
+                     and flexiqd.unit_property(unit, "ActiveState") == "active", 30,
+                     what="the worker to come back with the config in force")
+    enqueue(flexiqd, 0.1, 1)
+    flexiqd.wait_for(lambda: done_count(flexiqd) == 1, 30, what="the restarted worker to run a job")
