@@ -297,3 +297,11 @@ def test_a_drain_releases_prefetched_jobs_at_once_without_using_attempts(queue):
     assert all(j.state is JobState.QUEUED and j.attempts == 0 for j in jobs if j.state is not JobState.DONE)
     outcomes = [r["outcome"] for r in queue.backend.executions()]
     assert outcomes.count("release") == 32 and outcomes.count("ack") == 2
+
+
+def test_the_worker_pings_the_watchdog_when_systemd_asks(queue, monkeypatch):
+    monkeypatch.setenv("WATCHDOG_USEC", "100000")  # WatchdogSec=100ms: ping every 50 ms
+    monkeypatch.delenv("WATCHDOG_PID", raising=False)
+    started = time.monotonic()
+    _, notifier, code = run_until(queue, lambda: time.monotonic() - started > 0.4)
+    assert code == 0 and notifier.messages.count("WATCHDOG=1") >= 4
