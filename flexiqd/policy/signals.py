@@ -236,8 +236,10 @@ def saturation_signal(inputs: SignalInputs) -> SignalRecommendation | None:
         return None
     if metrics.running < obs.active * obs.concurrency:
         return None
+    # Double what is busy, not what is booting: workers still starting are the capacity
+    # already on its way, and doubling them too would answer a boot with more boots.
     return SignalRecommendation(
-        "saturation", 2 * obs.current,
+        "saturation", 2 * obs.active,
         f"all {obs.active * obs.concurrency} slots busy, {metrics.runnable_depth} runnable, no throughput known yet")
 
 

@@ -155,3 +155,10 @@ def test_saturation_has_no_opinion_once_throughput_is_known_or_slots_are_free():
     assert recommendation(decide(known, policy(), None, 0.0), "saturation") is None
     free = observe(2, runnable_depth=30, running=5, completion_rate=0.0, duration_p50=None)
     assert recommendation(decide(free, policy(), None, 0.0), "saturation") is None
+
+
+def test_saturation_doubles_the_busy_workers_not_the_ones_still_starting():
+    booting = observe(2, starting=2, runnable_depth=30, running=8, completion_rate=0.0, duration_p50=None)
+    decision = decide(booting, policy(), None, 0.0)
+    assert recommendation(decision, "saturation") == 4   # 2 busy x 2: the 2 starting are that growth
+    assert decision.desired == 4
