@@ -20,6 +20,7 @@ import psutil
 from ..config.model import DaemonConfig, PoolConfig
 from ..errors import ControlError, FleetError, QueueError
 from ..fleet.base import Fleet, WorkerInfo, WorkerState, parse_instance
+from ..policy import PoolMetrics
 from ..queue.backend import Backend
 from ..queue.types import JobState
 from .events import EventLog
@@ -43,6 +44,11 @@ class PoolView:
     max_workers: int
     decision: PoolDecision | None
     stats: Any | None
+
+    @property
+    def metrics(self) -> PoolMetrics | None:
+        """The pool's queue metrics (all its queues together); None when the read failed."""
+        return combine_metrics(self.stats) if self.stats else None
 
 
 def owner_parts(owner: str) -> tuple[str, str, int] | None:
@@ -340,14 +346,13 @@ class Controller:
         parts = []
         for view in self.views.values():
             running = view.active + view.starting
-            if view.stats is None:
+            metrics = view.metrics
+            if metrics is None:
                 parts.append(f"{view.pool} {running}/{view.max_workers} stats unavailable")
                 continue
-            metrics = combine_metrics(view.stats)
-            ttd = (metrics.runnable_depth / metrics.completion_rate if metrics.completion_rate
-                   else (0.0 if metrics.runnable_depth == 0 else None))
             parts.append(f"{view.pool} {running}/{view.max_workers} age "
-                         f"{format_duration(metrics.oldest_runnable_age)} ttd {format_duration(ttd)}")
+                         f"{format_duration(metrics.oldest_runnable_age)} "
+                         f"ttd {format_duration(metrics.time_to_drain)}")
         return "; ".join(parts) or "no pools"
 
 

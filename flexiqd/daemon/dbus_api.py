@@ -37,7 +37,6 @@ from dbus_fast.service import PropertyAccess, ServiceInterface, dbus_property, m
 
 from .. import __version__
 from ..errors import ControlError, FlexiqdError
-from .scaling import combine_metrics
 
 if TYPE_CHECKING:
     from ..config.model import DaemonConfig
@@ -80,15 +79,6 @@ def operator_gid() -> int | None:
         return None
 
 
-def _time_to_drain(runnable: int, completion_rate: float | None) -> float | None:
-    """Runnable depth / completion rate: 0 with nothing waiting, None when nothing completes."""
-    if runnable == 0:
-        return 0.0
-    if not completion_rate:
-        return None
-    return runnable / completion_rate
-
-
 def pool_document(name: str, config: "DaemonConfig", view: "PoolView | None",
                   override: "Override | None") -> dict[str, Any]:
     """One pool's entry of the Status document (keys documented in docs/dbus-api.md)."""
@@ -117,14 +107,14 @@ def pool_document(name: str, config: "DaemonConfig", view: "PoolView | None",
         document["desired"] = view.decision.desired
         document["binding_cap"] = view.decision.binding_cap
         document["decision"] = {"reason": view.decision.reason, "rationale": view.decision.rationale}
-    if view.stats:
-        metrics = combine_metrics(view.stats)
+    metrics = view.metrics
+    if metrics is not None:
         document["metrics"] = {
             "runnable": metrics.runnable_depth,
             "delayed": sum(s.delayed for s in view.stats),
             "running": metrics.running,
             "oldest_runnable_age": metrics.oldest_runnable_age,
-            "time_to_drain": _time_to_drain(metrics.runnable_depth, metrics.completion_rate),
+            "time_to_drain": metrics.time_to_drain,
             "arrival_rate": metrics.arrival_rate,
             "completion_rate": metrics.completion_rate,
             "duration_p50": metrics.duration_p50,

@@ -76,6 +76,15 @@ class PoolMetrics:
             dependencies=dependencies,
         )
 
+    @property
+    def time_to_drain(self) -> float | None:
+        """Runnable depth / completion rate: 0 with nothing waiting, None when nothing completes."""
+        if self.runnable_depth == 0:
+            return 0.0
+        if not self.completion_rate:
+            return None
+        return self.runnable_depth / self.completion_rate
+
     def dependency_latency(self, name: str) -> float | None:
         for observed in self.dependencies:
             if observed.name == name:

@@ -162,3 +162,9 @@ def test_saturation_doubles_the_busy_workers_not_the_ones_still_starting():
     decision = decide(booting, policy(), None, 0.0)
     assert recommendation(decision, "saturation") == 4   # 2 busy x 2: the 2 starting are that growth
     assert decision.desired == 4
+
+
+def test_time_to_drain_of_the_metrics():
+    assert metrics(runnable_depth=0, completion_rate=0.0).time_to_drain == 0.0
+    assert metrics(runnable_depth=30, completion_rate=0.0).time_to_drain is None
+    assert metrics(runnable_depth=30, completion_rate=10.0).time_to_drain == 3.0
