@@ -185,13 +185,7 @@ class Autoscaler:
         os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, f"autoscale-{self.config.pool}.yaml")
         with open(path, "w", encoding="utf-8") as handle:
-            yaml.safe_dump({"store": self._daemon_config.store,
-                            "pools": {self.config.pool: {"app": self.config.app,
-                                                         "queues": list(self.config.queues),
-                                                         "concurrency": self.config.concurrency,
-                                                         "drain_timeout": self.config.drain_timeout,
-                                                         "batch_size": self.config.batch_size}}},
-                           handle)
+            handle.write(self._daemon_config.source)  # the validated config this autoscaler runs
         return SystemdFleet(Systemd(open_bus()), config_path=path)
 
     def tick(self) -> ScaleDecision:
