@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from typing import Mapping
 
 from ..fleet.base import WorkerSpec
 from ..policy.config import Dependency, PoolPolicy
@@ -67,7 +67,3 @@ class DaemonConfig:
     retention: float = 7 * 86400.0       # finished (done, cancelled) jobs are kept this long
     dead_retention: float = 30 * 86400.0  # dead-lettered jobs are kept this long
     source: str = dataclasses.field(default="", repr=False)  # the file's text, as validated
-
-    def summary(self) -> dict[str, Any]:
-        return {"path": self.path, "store": self.store, "tick": self.tick, "fleet": self.fleet,
-                "pools": sorted(self.pools)}

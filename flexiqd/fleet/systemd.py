@@ -174,7 +174,6 @@ class SystemdFleet(Fleet):
         self.systemd = systemd
         self.config_path = config_path
         self.dropin_root = dropin_root
-        self._specs: dict[str, WorkerSpec] = {}
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -200,7 +199,7 @@ class SystemdFleet(Fleet):
     # -- changing ---------------------------------------------------------------------------
 
     def configure(self, specs: Iterable[WorkerSpec]) -> None:
-        self._specs = {spec.pool: spec for spec in specs}
+        pass  # drop-ins are written by start(), for exactly the instances it starts
 
     def dropin_text(self, spec: WorkerSpec) -> str:
         """The per-instance drop-in of a pool's workers (template drop-ins cannot be per pool)."""
@@ -241,7 +240,6 @@ class SystemdFleet(Fleet):
         indices = list(indices)
         if not indices:
             return
-        self._specs[spec.pool] = spec
         # One Reload for the whole batch: it costs ~100 ms with many units loaded.
         if self._write_dropins(spec, indices):
             self.systemd.Reload()
