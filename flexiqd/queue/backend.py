@@ -56,6 +56,19 @@ class Backend(abc.ABC):
         return settled, claimed
 
     @abc.abstractmethod
+    def abandon(self, owner: str, outcomes: Iterable[Outcome], *, now: float) -> list[int]:
+        """Record what should become of jobs ``owner`` still holds but cannot settle yet.
+
+        For a worker about to exit while a thread it cannot stop may still be
+        running these jobs.  Each job stays ``running`` and leased to ``owner``
+        (nothing else may start it); the outcome -- ``RELEASE`` (no attempt used)
+        or ``FAIL`` (the attempt counts; retried with backoff or dead-lettered) --
+        is applied only once the owner is known to be gone: by ``recover_owner``,
+        or when the lease expires and the owner is not a live process of this
+        host.  Returns the ids marked; jobs the owner no longer holds are left out.
+        """
+
+    @abc.abstractmethod
     def renew(self, owner: str, job_ids: Iterable[int], lease_seconds: float, *, now: float) -> list[int]:
         """Extend the leases ``owner`` still holds; return the ids still held."""
 
