@@ -21,7 +21,8 @@ from typing import Any, Iterable, Iterator, Sequence
 from ..errors import JobNotFound, PayloadError, QueueError, StoreUnavailable
 from .backend import Backend
 from .backoff import retry_delay
-from .sqlite_schema import SCHEMA, SCHEMA_VERSION
+from .owners import owner_alive_here
+from .sqlite_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
 from .types import ClaimRequest, Job, JobState, NewJob, Outcome, OutcomeKind, Stats
 
 _JOB_COLUMNS = ("id, queue, task, payload, priority, state, run_at, attempts, max_attempts, "
@@ -35,7 +36,7 @@ _DURATION_HORIZON = 300.0
 _RATE_RETENTION = 3600
 
 _DEAD_LETTER = ("UPDATE jobs SET state = 'dead', finished_at = ?, error = ?, lease_owner = NULL, "
-                "lease_expires = NULL WHERE id = ?")
+                "lease_expires = NULL, lease_outcome = NULL WHERE id = ?")
 
 _SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL", "off": "OFF", "extra": "EXTRA"}
 
@@ -135,10 +136,7 @@ class SQLiteBackend(Backend):
                     f"the queue database {self.path} has schema version {version}, newer than "
                     f"this flexiqd understands ({SCHEMA_VERSION}): upgrade flexiqd")
             if version < SCHEMA_VERSION:
-                with self._transaction(conn):
-                    for statement in _split_sql(SCHEMA):
-                        conn.execute(statement)
-                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                self._migrate(conn)
         except sqlite3.Error as exc:
             conn.close()
             raise self._translate(exc, "open") from None
@@ -146,6 +144,23 @@ class SQLiteBackend(Backend):
             conn.close()
             raise
         return conn
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> None:
+        """Create the schema, or bring an older one up to date, in one transaction.
+
+        The version is read again under the write lock: two processes opening a
+        new store at once must not both run the migrations.
+        """
+        with SQLiteBackend._transaction(None, conn):  # type: ignore[arg-type]
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version == 0:
+                statements = _split_sql(SCHEMA)
+            else:
+                statements = [s for v in sorted(MIGRATIONS) if v > version for s in MIGRATIONS[v]]
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def close(self) -> None:
         with self._lock:
@@ -172,7 +187,7 @@ class SQLiteBackend(Backend):
 
     @contextlib.contextmanager
     def _transaction(self, conn: sqlite3.Connection | None = None) -> Iterator[sqlite3.Connection]:
-        conn = conn or self._conn
+        conn = conn or (self._conn if self is not None else None)
         if conn is None:
             raise QueueError(f"the queue database {self.path} is closed")
         conn.execute("BEGIN IMMEDIATE")
@@ -329,13 +344,13 @@ class SQLiteBackend(Backend):
             settled.append(outcome.job_id)
         conn.executemany(
             "UPDATE jobs SET state = 'done', finished_at = ?, result = ?, error = NULL, "
-            "lease_owner = NULL, lease_expires = NULL WHERE id = ?", acks)
+            "lease_owner = NULL, lease_expires = NULL, lease_outcome = NULL WHERE id = ?", acks)
         conn.executemany(
             "UPDATE jobs SET state = 'queued', attempts = attempts - 1, started_at = NULL, "
-            "lease_owner = NULL, lease_expires = NULL WHERE id = ?", releases)
+            "lease_owner = NULL, lease_expires = NULL, lease_outcome = NULL WHERE id = ?", releases)
         conn.executemany(
             "UPDATE jobs SET state = 'queued', run_at = ?, error = ?, started_at = NULL, "
-            "lease_owner = NULL, lease_expires = NULL WHERE id = ?", retries)
+            "lease_owner = NULL, lease_expires = NULL, lease_outcome = NULL WHERE id = ?", retries)
         conn.executemany(_DEAD_LETTER, deaths)
         conn.executemany(
             "INSERT INTO executions (job_id, attempt, worker, started_at, finished_at, outcome, error) "
@@ -371,12 +386,32 @@ class SQLiteBackend(Backend):
         with self._write("renew leases") as conn:
             for job_id in ids:
                 cursor = conn.execute(
+                    # An expired lease that nobody recovered is still the owner's: while its
+                    # process lives, expiry alone never hands the job to another worker.
                     "UPDATE jobs SET lease_expires = ? WHERE id = ? AND state = 'running' "
-                    "AND lease_owner = ? AND lease_expires >= ?",
-                    (now + lease_seconds, job_id, owner, now))
+                    "AND lease_owner = ?",
+                    (now + lease_seconds, job_id, owner))
                 if cursor.rowcount:
                     held.append(job_id)
         return held
+
+    def abandon(self, owner: str, outcomes: Iterable[Outcome], *, now: float) -> list[int]:
+        marks = []
+        for outcome in outcomes:
+            if outcome.kind not in (OutcomeKind.RELEASE, OutcomeKind.FAIL):
+                raise QueueError(f"job {outcome.job_id}: only release or fail can wait for the "
+                                 f"worker's exit, not {outcome.kind.value}")
+            marks.append((outcome.kind.value, outcome.error, outcome.job_id, owner))
+        if not marks:
+            return []
+        marked = []
+        with self._write("abandon jobs") as conn:
+            for mark in marks:
+                if conn.execute(
+                        "UPDATE jobs SET lease_outcome = ?, error = COALESCE(?, error) WHERE id = ? "
+                        "AND state = 'running' AND lease_owner = ?", mark).rowcount:
+                    marked.append(mark[2])
+        return marked
 
     # -- recovery --------------------------------------------------------------------------
 
@@ -391,30 +426,56 @@ class SQLiteBackend(Backend):
             return self._recover(conn, now, owner=owner, reason=reason)
 
     def _recover(self, conn: sqlite3.Connection, now: float, *, owner: str | None, reason: str) -> int:
+        """Settle the jobs of a gone owner: its ``abandon`` mark if it left one, else "lost".
+
+        Expired leases of an owner that is still a live process of this host are
+        left alone: it may still be running them (a thread stuck in C), and a
+        job runs again only when nothing can still be running it.
+        """
+        columns = "id, attempts, max_attempts, lease_owner, started_at, queue, tenant, lease_outcome, error"
         if owner is None:
-            rows = conn.execute(
-                "SELECT id, attempts, max_attempts, lease_owner, started_at, queue, tenant FROM jobs "
-                "WHERE state = 'running' AND lease_expires < ?", (now,)).fetchall()
+            rows = [row for row in conn.execute(
+                f"SELECT {columns} FROM jobs WHERE state = 'running' AND lease_expires < ?", (now,))
+                if owner_alive_here(row[3]) is not True]
         else:
             rows = conn.execute(
-                "SELECT id, attempts, max_attempts, lease_owner, started_at, queue, tenant FROM jobs "
-                "WHERE state = 'running' AND lease_expires IS NOT NULL AND lease_owner = ?",
-                (owner,)).fetchall()
-        lost: dict[tuple[str, str], int] = {}
-        for job_id, attempts, max_attempts, lost_owner, started_at, queue, tenant in rows:
-            lost[(queue, tenant)] = lost.get((queue, tenant), 0) + 1
-            error = f"{reason} (worker {lost_owner})"
-            if attempts >= max_attempts:
-                self._dead_letter(conn, job_id, error, now)
-            else:
-                # The attempt counts: a job that kills its worker must not loop forever.
+                f"SELECT {columns} FROM jobs WHERE state = 'running' AND lease_expires IS NOT NULL "
+                f"AND lease_owner = ?", (owner,)).fetchall()
+        failures: dict[tuple[str, str], int] = {}
+        for job_id, attempts, max_attempts, lost_owner, started_at, queue, tenant, mark, error in rows:
+            if mark == OutcomeKind.RELEASE.value:
+                # Given up by its worker at the end of a drain: no attempt used, same place.
                 conn.execute(
-                    "UPDATE jobs SET state = 'queued', run_at = ?, error = ?, started_at = NULL, "
-                    "lease_owner = NULL, lease_expires = NULL WHERE id = ?", (now, error, job_id))
+                    "UPDATE jobs SET state = 'queued', attempts = attempts - 1, started_at = NULL, "
+                    "lease_owner = NULL, lease_expires = NULL, lease_outcome = NULL WHERE id = ?",
+                    (job_id,))
+                outcome = OutcomeKind.RELEASE.value
+            elif mark == OutcomeKind.FAIL.value:
+                outcome = OutcomeKind.FAIL.value
+                if attempts >= max_attempts:
+                    self._dead_letter(conn, job_id, error, now)
+                else:
+                    conn.execute(
+                        "UPDATE jobs SET state = 'queued', run_at = ?, started_at = NULL, lease_owner = NULL, "
+                        "lease_expires = NULL, lease_outcome = NULL WHERE id = ?",
+                        (now + retry_delay(attempts, rng=self._rng), job_id))
+            else:
+                outcome, error = "lost", f"{reason} (worker {lost_owner})"
+                if attempts >= max_attempts:
+                    self._dead_letter(conn, job_id, error, now)
+                else:
+                    # The attempt counts (a job that kills its worker must not loop forever), but
+                    # the job keeps its place: run_at is untouched, so it runs before later work.
+                    conn.execute(
+                        "UPDATE jobs SET state = 'queued', error = ?, started_at = NULL, "
+                        "lease_owner = NULL, lease_expires = NULL, lease_outcome = NULL WHERE id = ?", (error, job_id))
+            if outcome != OutcomeKind.RELEASE.value:
+                failures[(queue, tenant)] = failures.get((queue, tenant), 0) + 1
             conn.execute(
                 "INSERT INTO executions (job_id, attempt, worker, started_at, finished_at, outcome, error) "
-                "VALUES (?,?,?,?,?,?,?)", (job_id, attempts, lost_owner, started_at, now, "lost", error))
-        for (queue, tenant), n in lost.items():
+                "VALUES (?,?,?,?,?,?,?)", (job_id, attempts, lost_owner, started_at, now, outcome,
+                                           None if outcome == OutcomeKind.RELEASE.value else error))
+        for (queue, tenant), n in failures.items():
             self._bump_rate(conn, queue, tenant, now, failures=n)  # a lost attempt is a failed one
         return len(rows)
 
@@ -430,7 +491,7 @@ class SQLiteBackend(Backend):
         with self._write("cancel") as conn:
             cursor = conn.execute(
                 "UPDATE jobs SET state = 'cancelled', finished_at = ?, lease_owner = NULL, "
-                "lease_expires = NULL WHERE id = ? AND state IN ('queued', 'running', 'dead')",
+                "lease_expires = NULL, lease_outcome = NULL WHERE id = ? AND state IN ('queued', 'running', 'dead')",
                 (now, job_id))
             if cursor.rowcount:
                 return True

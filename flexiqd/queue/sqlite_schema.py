@@ -6,11 +6,21 @@ outside it:
   claim is an index walk, never a sort, however long the backlog;
 - jobs_age answers "oldest runnable" and "how many delayed" per tenant in O(log n);
 - jobs_lease finds expired leases in O(log n);
+
+``lease_outcome`` ('release' or 'fail') is set by ``abandon``: applied when the
+lease's owner is gone, instead of counting the job as lost.
 - jobs_finished serves duration percentiles and retention;
 - counts is kept by triggers so depth/running/dead are read, not counted.
 """
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+# Statements that bring a store of the version before each key up to it, in order;
+# a new store gets SCHEMA whole.  Append, never edit: stores in the field ran them.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    # v2: what to do with a job whose worker exits while it may still run (Backend.abandon).
+    2: ("ALTER TABLE jobs ADD COLUMN lease_outcome TEXT",),
+}
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -32,7 +42,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     started_at REAL,
     finished_at REAL,
     result TEXT,
-    error TEXT
+    error TEXT,
+    lease_outcome TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_claim ON jobs(queue, priority DESC, run_at, id)
     WHERE state = 'queued';

@@ -209,12 +209,15 @@ def test_renew_returns_only_the_ids_still_held(backend):
     claim(backend, "w1", limit=1)                       # mine
     claim(backend, "w2", limit=1)                       # theirs
     claim(backend, "w1", limit=1)                       # done
-    claim(backend, "w1", limit=1, lease=5)              # expired
+    claim(backend, "w1", limit=1, lease=5)              # expired, not recovered yet
     backend.settle("w1", [Outcome.ack(done)], now=T0 + 1)
     held = backend.renew("w1", [mine, theirs, done, expired, queued, 999_999], 30, now=T0 + 10)
-    assert held == [mine]
+    # An expired lease nobody recovered is still w1's: nothing else can have started the job.
+    assert held == [mine, expired]
     assert backend.get(theirs).lease_expires == T0 + LEASE
-    assert backend.get(expired).lease_expires == T0 + 5
+    assert backend.get(expired).lease_expires == T0 + 40
+    backend.recover_expired(now=T0 + 41)
+    assert backend.renew("w1", [mine, expired], 30, now=T0 + 41) == []  # recovered: gone
     assert backend.renew("w1", [], 30, now=T0 + 10) == []
 
 

@@ -73,7 +73,7 @@ class QueueMachine(RuleBasedStateMachine):
                 if (job.owner == owner if owner else job.expires < self.now)]
         for job in lost:
             self.events.append((int(self.now), job.queue, "failure"))  # a lost attempt failed
-            self._requeue_or_bury(job, self.now)
+            self._requeue_or_bury(job, job.run_at)  # a lost job keeps its place
         return len(lost)
 
     def _model_claim(self, owner, queues, limit, lease):
@@ -214,8 +214,10 @@ class QueueMachine(RuleBasedStateMachine):
         ids = sorted(self.jobs)
         asked = list(dict.fromkeys(ids[p % len(ids)] for p in picks))
         held = self.backend.renew(owner, asked, lease, now=self.now)
+        # Held while running and leased to the owner, even past expiry: until a recovery
+        # hands the job back, nothing else can have started it.
         expected = [j for j in asked if self.jobs[j].state is JobState.RUNNING
-                    and self.jobs[j].owner == owner and self.jobs[j].expires >= self.now]
+                    and self.jobs[j].owner == owner]
         assert held == expected
         for job_id in held:
             self.jobs[job_id].expires = self.now + lease
