@@ -1,0 +1,34 @@
+"""The chaos test's app: every execution records when it started and ended, in wall-clock time.
+
+Each execution appends ``start <job> <attempt> <pid> <epoch>`` before the work and
+``end <job> <attempt> <pid> <epoch>`` after it to ``$FLEXIQ_TEST_MARKS/<pid>.log``
+(O_APPEND: lines from concurrent threads never interleave).  The sleep is one
+``time.sleep``: it blocks in C, as a user's I/O would.
+"""
+
+import os
+import time
+
+from flexiqd import Queue
+from flexiqd.worker.execution import current_job
+
+queue = Queue()
+
+
+def _mark(what: str) -> None:
+    job = current_job()
+    line = f"{what} {job.id} {job.attempts} {os.getpid()} {time.time():.6f}\n".encode()
+    path = os.path.join(os.environ["FLEXIQ_TEST_MARKS"], f"{os.getpid()}.log")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+@queue.task("work")
+def work(seconds: float = 0.0) -> str:
+    _mark("start")
+    time.sleep(seconds)
+    _mark("end")
+    return "ok"
