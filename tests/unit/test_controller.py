@@ -7,7 +7,7 @@ import os
 import pytest
 
 from flexiqd.config import parse_config
-from flexiqd.daemon.controller import Controller, choose_victims, free_indices, owner_parts
+from flexiqd.daemon.controller import Controller, choose_victims, free_indices
 from flexiqd.errors import QueueError
 from flexiqd.fleet.base import WorkerInfo, WorkerState
 from flexiqd.queue.types import ClaimRequest, NewJob
@@ -126,11 +126,6 @@ def test_free_indices_fill_gaps_from_one():
     assert free_indices({1, 3}, 3) == [2, 4, 5]
 
 
-def test_owner_names_are_parsed():
-    assert owner_parts("host.example:default-3:123") == ("host.example", "default-3", 123)
-    assert owner_parts("garbage") is None
-
-
 def test_scale_in_waits_for_the_down_window_then_stops_idle_workers(backend):
     text = "pools:\n  default:\n    max_workers: 8\n    behavior: {down_window: 60s}\n"
     controller, fleet, clock = make(backend, text)
@@ -189,17 +184,6 @@ def test_a_p99_above_the_drain_budget_is_warned_about_once(backend, caplog):
     controller.tick()
     warnings = [r for r in caplog.records if "exceeds drain_timeout" in r.getMessage()]
     assert len(warnings) == 1 and "p99 job duration 19.0s" in warnings[0].getMessage()
-
-
-def test_process_exists_sees_processes_it_may_not_signal_and_not_the_gone():
-    import subprocess
-
-    from flexiqd.daemon.controller import process_exists
-
-    assert process_exists(1) and process_exists(os.getpid())
-    child = subprocess.Popen(["true"])
-    child.wait()
-    assert not process_exists(child.pid)
 
 
 def test_finished_jobs_past_their_retention_are_removed_once_a_minute(backend):
