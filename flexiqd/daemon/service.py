@@ -25,7 +25,6 @@ from typing import Any, Callable
 
 from ..config import DEFAULT_CONFIG_PATH, DaemonConfig, load_config
 from ..config.runtime import APPLIED_CONFIG, PAUSED_FILE, write_published
-from ..durations import format_duration
 from ..errors import ConfigError, FlexiqdError
 from ..fleet.base import Fleet
 from ..notify import Notifier, watchdog_interval
@@ -53,7 +52,7 @@ BLOCKED_AFTER = 5.0
 def blocked_status(seconds: float, activity: str | None, last_status: str) -> str:
     """``tick blocked 42s reading the queue stats of pool default; default 3/10 ...`` for STATUS=."""
     what = f" {activity}" if activity else ""
-    return f"tick blocked {format_duration(seconds)}{what}; {last_status}"
+    return f"tick blocked {seconds:.0f}s{what}; {last_status}"
 
 
 def restart_needed(old: DaemonConfig, new: DaemonConfig) -> str | None:
