@@ -23,6 +23,15 @@ def ctl(sbx: Sandbox, *args: str):
     return sbx.run([str(BIN / "flexiqctl"), *args])
 
 
+def crash(sbx: Sandbox, unit: str) -> None:
+    """SIGKILL a worker's main process, as the OOM killer would.
+
+    (Not `systemctl kill --signal=KILL`: on systemd 252 it now and then fails with
+    "Failed to send signal SIGKILL to auxiliary processes: Input/output error".)
+    """
+    sbx.run(["kill", "-9", sbx.unit_property(unit, "MainPID")])
+
+
 def stop_everything(sbx: Sandbox) -> None:
     sbx.run(f"systemctl stop {DAEMON} 'flexiq-worker@*'; rm -rf /var/lib/flexiqd; true", timeout=120)
 
@@ -68,7 +77,7 @@ def test_a_worker_killed_with_sigkill_has_its_job_released_and_run_again_once(fl
     enqueue(flexiqd, 2.0, 1)
     flexiqd.wait_for(lambda: sum(marks(flexiqd)[0].values()) == 1, 30, what="the job to start")
     unit = workers(flexiqd)[0]
-    flexiqd.systemctl("kill", "--signal=KILL", unit)
+    crash(flexiqd, unit)
     # Leases last 30 s: a finish well within that proves the daemon released the job on the death.
     flexiqd.wait_for(lambda: done_count(flexiqd) == 1, 20, interval=0.3, what="the job to run again")
     starts, ends = marks(flexiqd)
@@ -192,7 +201,7 @@ def test_a_worker_crash_is_seen_from_systemds_signals_not_at_the_next_tick(sandb
     sandbox.wait_for(lambda: len(workers(sandbox)) == 1, 30, what="the minimum worker unit")
     enqueue(sandbox, 20.0, 1)
     sandbox.wait_for(lambda: sum(marks(sandbox)[0].values()) == 1, 30, what="the job to start")
-    sandbox.systemctl("kill", "--signal=KILL", workers(sandbox)[0])
+    crash(sandbox, workers(sandbox)[0])
     sandbox.wait_for(lambda: "released its 1 jobs" in sandbox.journal(DAEMON), 15, interval=0.2,
                      what="the daemon to release the dead worker's job (a tick is 30 s away)")
     sandbox.run(f"systemctl stop {DAEMON} 'flexiq-worker@*'; true", timeout=120)
@@ -234,7 +243,7 @@ def test_workers_start_with_the_applied_config_not_an_unreloaded_edit(flexiqd):
     assert "FLEXIQD_CONFIG=/run/flexiqd/applied.yaml" in flexiqd.unit_property(unit, "Environment")
     flexiqd.write_file("/etc/flexiqd/flexiqd.yaml", CONFIG + "    max_wrkers: 3\n")  # not reloaded
     old_pid = flexiqd.unit_property(unit, "MainPID")
-    flexiqd.systemctl("kill", "--signal=KILL", unit)  # systemd restarts it (Restart=on-failure)
+    crash(flexiqd, unit)  # systemd restarts it (Restart=on-failure)
     flexiqd.wait_for(lambda: flexiqd.unit_property(unit, "MainPID") not in ("0", old_pid)
                      and flexiqd.unit_property(unit, "ActiveState") == "active", 30,
                      what="the worker to come back with the config in force")
@@ -271,7 +280,7 @@ def test_a_tick_blocked_on_a_locked_store_shows_in_status_and_is_not_a_restart(s
     sandbox.wait_for(lambda: sandbox.run("test -e /run/flexiq-locked", check=False).returncode == 0, 10,
                      what="the store to be locked")
     # The worker dies: releasing its job needs the store, and the tick blocks on the lock.
-    sandbox.run(["kill", "-9", sandbox.unit_property(workers(sandbox)[0], "MainPID")])
+    crash(sandbox, workers(sandbox)[0])
     status = sandbox.wait_for(
         lambda: (lambda text: text if "tick blocked" in text and int(text.split()[2].rstrip("s")) >= 6 else None)(
             sandbox.unit_property(DAEMON, "StatusText")), 20, interval=0.5,
