@@ -24,7 +24,7 @@ import yaml
 from .config import DaemonConfig, parse_config
 from .daemon.controller import Controller
 from .errors import ConfigError
-from .fleet.base import WorkerInfo, WorkerState
+from .fleet.base import Fleet, WorkerState
 from .fleet.process import ProcessFleet
 from .queue.api import Queue
 
@@ -127,7 +127,7 @@ class ProcessManager:
         for worker in self._fleet.list():
             if worker.pid == pid and worker.state is WorkerState.ACTIVE:
                 self._fleet.stop([worker])
-        deadline = time.monotonic() + (timeout if timeout is not None else self._spec().drain_timeout + 10)
+        deadline = time.monotonic() + (timeout if timeout is not None else self._spec().stop_timeout)
         while pid in self.live_pids() and time.monotonic() < deadline:
             time.sleep(0.05)
 
@@ -169,13 +169,16 @@ class Autoscaler:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._fleet: Fleet
+        self.process_manager: ProcessManager | None = None
         if config.fleet == "systemd":
             self._fleet = self._systemd_fleet()
+            self.controller = Controller(self._daemon_config, queue.backend, self._fleet)
         else:
-            self._fleet = ProcessFleet()
-        self.controller = Controller(self._daemon_config, queue.backend, self._fleet)
-        self.process_manager = ProcessManager(self._fleet, self.controller, config.pool) \
-            if isinstance(self._fleet, ProcessFleet) else None
+            processes = ProcessFleet()
+            self._fleet = processes
+            self.controller = Controller(self._daemon_config, queue.backend, processes)
+            self.process_manager = ProcessManager(processes, self.controller, config.pool)
 
     def _systemd_fleet(self):
         from .fleet.systemd import Systemd, SystemdFleet, open_bus
@@ -230,11 +233,8 @@ class Autoscaler:
             self._thread.join()
             self._thread = None
         with self._lock:
-            if isinstance(self._fleet, ProcessFleet):
-                self._fleet.shutdown(self.config.pool)
-            else:
-                self._fleet.stop([w for w in self._fleet.list() if w.pool == self.config.pool
-                                  and w.state in (WorkerState.ACTIVE, WorkerState.STARTING)])
+            # Child processes are drained and waited for; units are asked to drain.
+            self._fleet.stop_pool(self.config.pool)
 
 
 def serve_autoscaler(queue: Queue, config: AutoscaleConfig | None = None, **options: Any) -> None:

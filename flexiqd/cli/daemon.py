@@ -37,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check_config is not None:
         path = args.config if args.check_config is True else args.check_config
         try:
-            config = load_config(path)
+            config = load_config(path, fleet=args.fleet)
         except ConfigError as exc:
             print(f"flexiqd: {exc}", file=sys.stderr)
             return 1

@@ -15,15 +15,16 @@ from typing import Any, Callable, Mapping
 import yaml
 
 from ..durations import parse_duration
-from ..errors import ConfigError
-from ..fleet.base import POOL_NAME
+from ..errors import ConfigError, StoreUnavailable
+from ..fleet.base import POOL_NAME, Credential
 from ..policy.config import Dependency, pool_policy_from_mapping
 from ..policy.errors import PolicyConfigError
+from ..queue.url import check_url
 from .model import DEFAULT_STORE, DaemonConfig, FlexiqOptions, PoolConfig
 
 TOP_KEYS = ("store", "tick", "fleet", "retention", "dead_retention", "dependencies", "pools")
 POOL_KEYS = ("app", "queues", "concurrency", "batch_size", "drain_timeout", "lease", "policy", "environment",
-             "resources", "min_workers", "max_workers", "scale_to_zero", "cpu_bound", "targets",
+             "credentials", "resources", "min_workers", "max_workers", "scale_to_zero", "cpu_bound", "targets",
              "behavior", "knee", "uses", "flexiq")
 POLICY_KEYS = ("min_workers", "max_workers", "scale_to_zero", "cpu_bound", "targets", "behavior", "knee")
 RESOURCE_KEYS = ("memory_max", "cpu_weight")
@@ -34,10 +35,12 @@ FLEXIQ_KEYS = ("target_queue_depth_per_worker", "target_utilisation", "tolerance
 DURATION_KEYS = {"age", "drain_time", "lead_time", "up_window", "down_window", "period",
                  "settle_time", "reprobe_interval", "sample_max_age", "max_latency",
                  "scale_up_window", "scale_down_window"}
+CREDENTIAL_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)?$", re.IGNORECASE)
 
 
-def load_config(path: str) -> DaemonConfig:
+def load_config(path: str, *, fleet: str | None = None) -> DaemonConfig:
     """Parse and validate the file at ``path``; ``ConfigError`` names what is wrong and where."""
     try:
         with open(path, encoding="utf-8") as handle:
@@ -46,10 +49,11 @@ def load_config(path: str) -> DaemonConfig:
         raise ConfigError(f"{path}: no such file") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read it: {exc.strerror}") from None
-    return parse_config(text, path)
+    return parse_config(text, path, fleet=fleet)
 
 
-def parse_config(text: str, path: str = "<config>") -> DaemonConfig:
+def parse_config(text: str, path: str = "<config>", *, fleet: str | None = None) -> DaemonConfig:
+    """Validate ``text``; ``fleet`` (the daemon's --fleet) overrides the file's, as the checks do."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -60,7 +64,7 @@ def parse_config(text: str, path: str = "<config>") -> DaemonConfig:
     if data is None:
         data = {}
     try:
-        config = _daemon(data, path)
+        config = _daemon(data, path, fleet)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     return dataclasses.replace(config, source=text)
@@ -113,24 +117,29 @@ def _number(value: Any, where: str, low: float, high: float | None = None) -> fl
     return float(value)
 
 
-def _daemon(data: Any, path: str) -> DaemonConfig:
+def _daemon(data: Any, path: str, fleet_override: str | None) -> DaemonConfig:
     data = _mapping(data, "the file")
     _known(data, TOP_KEYS, "")
     store = data.get("store", DEFAULT_STORE)
     if not isinstance(store, str) or "://" not in store and not store.startswith("sqlite:"):
         raise _fail("store", f"must be a store URL such as {DEFAULT_STORE}, got {_show(store)}")
+    try:
+        check_url(store)
+    except StoreUnavailable as exc:
+        raise _fail("store", str(exc)) from None
     tick = _duration(data.get("tick", "1s"), "tick")
     if tick <= 0:
         raise _fail("tick", "must be more than 0s")
     fleet = data.get("fleet", "systemd")
     if fleet not in ("systemd", "process"):
         raise _fail("fleet", f"must be 'systemd' or 'process', got {_show(fleet)}")
+    fleet = fleet_override or fleet
     dependencies = {name: _dependency(name, value)
                     for name, value in _mapping(data.get("dependencies") or {}, "dependencies").items()}
     pools_data = data.get("pools")
     if pools_data is None:
         pools_data = {"default": {}}
-    pools = {str(name): _pool(str(name), value, dependencies)
+    pools = {str(name): _pool(str(name), value, dependencies, fleet)
              for name, value in _mapping(pools_data, "pools").items()}
     retention = _duration(data.get("retention", "7d"), "retention")
     dead_retention = _duration(data.get("dead_retention", "30d"), "dead_retention")
@@ -153,7 +162,7 @@ def _dependency(name: str, value: Any) -> Dependency:
         raise _fail(where, str(exc)) from None
 
 
-def _pool(name: str, value: Any, dependencies: Mapping[str, Dependency]) -> PoolConfig:
+def _pool(name: str, value: Any, dependencies: Mapping[str, Dependency], fleet: str) -> PoolConfig:
     where = f"pools.{name}"
     if not POOL_NAME.match(name):
         raise _fail(where, "a pool name may hold only a-z, 0-9 and _")
@@ -176,6 +185,8 @@ def _pool(name: str, value: Any, dependencies: Mapping[str, Dependency]) -> Pool
             raise _fail(f"{where}.environment.{key}", "is not a valid variable name")
         if not isinstance(val, (str, int, float)) or isinstance(val, bool):
             raise _fail(f"{where}.environment.{key}", f"must be a string, got {_show(val)}")
+        if "\0" in str(val):
+            raise _fail(f"{where}.environment.{key}", "must not contain a NUL character")
     resources = _mapping(value.get("resources") or {}, f"{where}.resources")
     _known(resources, RESOURCE_KEYS, f"{where}.resources")
     memory_max = (_size(resources["memory_max"], f"{where}.resources.memory_max")
@@ -194,7 +205,35 @@ def _pool(name: str, value: Any, dependencies: Mapping[str, Dependency]) -> Pool
         environment={str(k): str(v) for k, v in environment.items()},
         memory_max=memory_max, cpu_weight=cpu_weight,
         batch_size=(_int(value["batch_size"], f"{where}.batch_size", 1)
-                    if value.get("batch_size") is not None else None))
+                    if value.get("batch_size") is not None else None),
+        credentials=_credentials(value.get("credentials"), f"{where}.credentials", fleet))
+
+
+def _credentials(value: Any, where: str, fleet: str) -> tuple[Credential, ...]:
+    """``name: /path`` (LoadCredential=) or ``name: {encrypted: /path}`` (LoadCredentialEncrypted=)."""
+    if not value:
+        return ()
+    value = _mapping(value, where)
+    if fleet != "systemd":
+        raise _fail(where, "needs fleet: systemd (systemd hands each worker unit its credentials; "
+                           "child processes of the process fleet have no private place for them)")
+    credentials = []
+    for name, source in value.items():
+        here = f"{where}.{name}"
+        if not isinstance(name, str) or not CREDENTIAL_NAME.match(name) or name in (".", ".."):
+            raise _fail(here, "a credential name may hold only A-Z, a-z, 0-9, _, . and -")
+        encrypted = isinstance(source, Mapping)
+        if encrypted:
+            _known(source, ("encrypted",), here)
+            if "encrypted" not in source:
+                raise _fail(f"{here}.encrypted", "is required: the path of a file made by systemd-creds encrypt")
+            source, here = source["encrypted"], f"{here}.encrypted"
+        if not isinstance(source, str) or not source.startswith("/"):
+            raise _fail(here, f"must be an absolute file path, got {_show(source)}")
+        if _CONTROL.search(source):
+            raise _fail(here, "must not contain control characters (a newline, a tab, ...)")
+        credentials.append(Credential(name=name, path=source, encrypted=encrypted))
+    return tuple(credentials)
 
 
 def _policy(value: Mapping[str, Any], where: str, dependencies: Mapping[str, Dependency]):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
-from ..fleet.base import WorkerSpec
+from ..fleet.base import Credential, WorkerSpec
 from ..policy.config import Dependency, PoolPolicy
 
 DEFAULT_CONFIG_PATH = "/etc/flexiqd/flexiqd.yaml"
@@ -40,18 +40,15 @@ class PoolConfig:
     memory_max: int | None
     cpu_weight: int | None
     batch_size: int | None = None
+    credentials: tuple[Credential, ...] = ()
 
     def worker_spec(self, store_url: str) -> WorkerSpec:
         return WorkerSpec(pool=self.name, app=self.app, queues=self.queues,
                           concurrency=self.concurrency, drain_timeout=self.drain_timeout,
                           lease_seconds=self.lease, store_url=store_url,
                           environment=dict(self.environment), memory_max=self.memory_max,
-                          cpu_weight=self.cpu_weight, batch_size=self.batch_size)
-
-    @property
-    def stop_timeout(self) -> float:
-        """systemd's TimeoutStopSec for this pool: the drain budget plus time to release."""
-        return self.drain_timeout + 10.0
+                          cpu_weight=self.cpu_weight, batch_size=self.batch_size,
+                          credentials=self.credentials)
 
 
 @dataclasses.dataclass(frozen=True)

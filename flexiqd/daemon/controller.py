@@ -1,9 +1,14 @@
 """One tick of the control loop: read, decide, apply.  The only place that sequences I/O.
 
     fleet.list -> recover orphaned leases -> queue stats -> decide_pools -> fleet.start/stop
+    -> hold paused pools paused
 
 systemd (or the process fleet) is asked every tick which workers exist; the
-controller keeps only the policies' histories and the last decisions.
+controller keeps the policies' histories, the last decisions and the
+operators' overrides -- the latter kept in a file (``IntentFile``) so that a
+restart of the daemon does not forget a drain, a pin or a pause, and published
+for workers (``paused.json``) so a worker that (re)starts in a paused pool
+starts paused.
 """
 
 from __future__ import annotations
@@ -18,12 +23,15 @@ from typing import Any, Callable, Iterable
 import psutil
 
 from ..config.model import DaemonConfig, PoolConfig
+from ..config.runtime import write_paused_pools
 from ..errors import ControlError, FleetError, QueueError
 from ..fleet.base import Fleet, WorkerInfo, WorkerState, parse_instance
 from ..policy import PoolMetrics
 from ..queue.backend import Backend
+from ..queue.owners import owner_parts, process_exists
 from ..queue.types import JobState
 from .events import EventLog
+from .intent import IntentFile
 from .overrides import Override, apply_override
 from .scaling import PoolDecision, PoolState, combine_metrics, decide_pools
 
@@ -51,25 +59,6 @@ class PoolView:
         return combine_metrics(self.stats) if self.stats else None
 
 
-def owner_parts(owner: str) -> tuple[str, str, int] | None:
-    """(host, instance, pid) of a worker's lease owner name ``host:instance:pid``."""
-    parts = owner.rsplit(":", 2)
-    if len(parts) != 3 or not parts[2].isdigit():
-        return None
-    return parts[0], parts[1], int(parts[2])
-
-
-def process_exists(pid: int) -> bool:
-    """Whether a process with this pid exists, even one we may not signal or see in /proc."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def choose_victims(workers: Iterable[WorkerInfo], count: int, busy: dict[str, int]) -> list[WorkerInfo]:
     """Whom to stop: workers still starting, then idle ones, then the newest."""
     def order(worker: WorkerInfo) -> tuple:
@@ -93,7 +82,8 @@ class Controller:
 
     def __init__(self, config: DaemonConfig, backend: Backend, fleet: Fleet, *,
                  host: str | None = None, clock: Callable[[], float] = time.time,
-                 pid_alive: Callable[[int], bool] = process_exists, events: EventLog | None = None) -> None:
+                 pid_alive: Callable[[int], bool] = process_exists, events: EventLog | None = None,
+                 intent: IntentFile | None = None, paused_path: str | None = None) -> None:
         self.config = config
         self.backend = backend
         self.fleet = fleet
@@ -103,23 +93,63 @@ class Controller:
         self.histories: dict[str, Any] = {}
         self.views: dict[str, PoolView] = {}
         self.events = events if events is not None else EventLog()
-        self.overrides: dict[str, Override] = {}
+        self.intent = intent or IntentFile(None)
+        self.paused_path = paused_path
+        #: What the tick is doing now (read by the daemon's loop to report a blocked tick).
+        self.activity: str | None = None
         self._cpu = CpuSampler()
         self._warned_p99: set[str] = set()
         self._maintained_at: float | None = None
+        self._resuming: dict[str, set[str]] = {}   # pool -> instances to tell "resume" once ready
+        loaded = self.intent.load(clock())
+        self.overrides: dict[str, Override] = {n: o for n, o in loaded.items() if n in config.pools}
+        for name, override in sorted(self.overrides.items()):
+            log.info("Pool %s: keeping the operator's %s from before the restart.", name, _describe(override))
+        self._intent_changed(save=self.overrides != loaded)
+        self.activity = "configuring the workers"
         self.fleet.configure(p.worker_spec(config.store) for p in config.pools.values())
+        self.activity = None
 
     def reconfigure(self, config: DaemonConfig) -> None:
-        """Use a new config from the next tick; pools that stay keep their history."""
+        """Use a new config from the next tick; pools that stay keep their history.
+
+        Running workers get the new limits and stop timeout now (``Fleet.configure``).
+        """
         self.config = config
         self.histories = {name: h for name, h in self.histories.items() if name in config.pools}
-        self.overrides = {name: o for name, o in self.overrides.items() if name in config.pools}
-        self.fleet.configure(p.worker_spec(config.store) for p in config.pools.values())
+        kept = {name: o for name, o in self.overrides.items() if name in config.pools}
+        if kept != self.overrides:
+            self.overrides = kept
+            self._intent_changed()
+        self.activity = "configuring the running workers"
+        try:
+            self.fleet.configure(p.worker_spec(config.store) for p in config.pools.values())
+        finally:
+            self.activity = None
+
+    def _intent_changed(self, save: bool = True) -> None:
+        """Keep the overrides for the next daemon, and tell workers which pools are paused."""
+        if save:
+            self.intent.save(self.overrides)
+        if self.paused_path:
+            paused = sorted(name for name, o in self.overrides.items() if o.paused)
+            try:
+                write_paused_pools(self.paused_path, paused)
+            except OSError as exc:
+                log.error("Cannot publish the paused pools at %s (a worker restarted in a paused pool "
+                          "would claim until the next tick pauses it): %s", self.paused_path, exc.strerror)
 
     # -- the tick ---------------------------------------------------------------------------
 
     def tick(self) -> dict[str, PoolDecision]:
+        try:
+            return self._tick()
+        finally:
+            self.activity = None
+
+    def _tick(self) -> dict[str, PoolDecision]:
         now = self.clock()
+        self.activity = "listing the workers"
         try:
             workers = self.fleet.list()
         except FleetError as exc:
@@ -138,6 +168,7 @@ class Controller:
         states, stats = {}, {}
         for pool in self.config.pools.values():
             mine = by_pool.get(pool.name, [])
+            self.activity = f"reading the queue stats of pool {pool.name}"
             stats[pool.name] = self._read_stats(pool, now)
             states[pool.name] = PoolState(
                 pool=pool.name, active=_count(mine, WorkerState.ACTIVE),
@@ -151,11 +182,14 @@ class Controller:
                 if override.expired(now):
                     log.info("Pool %s: the operator's pin ended; the policy decides again.", name)
                     del self.overrides[name]
+                    self._intent_changed()
                 else:
                     decision = apply_override(decision, override, self.config.pools[name], now)
                     decisions[name] = decision
             pool = self.config.pools[name]
+            self.activity = f"resizing pool {name}"
             self._apply(pool, decision, by_pool.get(name, []), busy, now)
+            self._hold_pause(name, by_pool.get(name, []))
             self.views[name] = PoolView(
                 pool=name, active=states[name].active, starting=states[name].starting,
                 draining=states[name].draining, failed=failed.get(name, 0),
@@ -163,11 +197,35 @@ class Controller:
         self.views = {name: view for name, view in self.views.items() if name in self.config.pools}
         return decisions
 
+    def _hold_pause(self, name: str, workers: list[WorkerInfo]) -> None:
+        """Make every ready worker do what the pool's override says (idempotent, every tick).
+
+        Catches a worker that became ready after a pause, or that systemd restarted;
+        and after a resume, one that started paused because it read the file before.
+        """
+        override = self.overrides.get(name)
+        try:
+            if override is not None and override.paused:
+                self.fleet.set_paused(workers, True)
+                return
+            waiting = self._resuming.get(name)
+            if not waiting:
+                return
+            ready = [w for w in workers if w.instance in waiting and w.state is WorkerState.ACTIVE]
+            self.fleet.set_paused(ready, False)
+            waiting -= {w.instance for w in ready}
+            waiting &= {w.instance for w in workers}
+            if not waiting:
+                del self._resuming[name]
+        except FleetError as exc:
+            log.warning("Pool %s: could not signal its workers (retried next tick): %s", name, exc)
+
     def _maintain(self, now: float) -> None:
         """Once a minute: expired leases back to the queue, old finished jobs out of it."""
         if self._maintained_at is not None and now - self._maintained_at < MAINTENANCE_INTERVAL:
             return
         self._maintained_at = now
+        self.activity = "sweeping expired leases and old jobs"
         try:
             recovered = self.backend.recover_expired(now=now)
             purged = self.backend.purge(states=[JobState.DONE, JobState.CANCELLED],
@@ -240,6 +298,7 @@ class Controller:
         lease to expire.  Returns running jobs per live instance (for choosing
         idle workers to stop).
         """
+        self.activity = "reading the lease owners"
         try:
             owners = self.backend.lease_owners()
         except QueueError as exc:
@@ -255,6 +314,7 @@ class Controller:
             if pid in live_pids or self.pid_alive(pid):
                 busy[instance] = busy.get(instance, 0) + running
                 continue
+            self.activity = f"releasing the jobs of dead worker {instance}"
             try:
                 recovered = self.backend.recover_owner(owner, now=now, reason=f"worker {instance} died")
             except QueueError as exc:
@@ -301,6 +361,7 @@ class Controller:
         until = None if seconds is None else self.clock() + seconds
         self.overrides[name] = Override(pinned=workers, until=until,
                                         paused=self.overrides.get(name, Override()).paused)
+        self._intent_changed()
         log.info("Pool %s pinned at %d workers%s by an operator.", name, workers,
                  f" for {seconds:g}s" if seconds else "")
 
@@ -309,12 +370,14 @@ class Controller:
         override = self.overrides.pop(name, None)
         if override is not None and override.paused:
             self.overrides[name] = Override(paused=True)
+        self._intent_changed()
         log.info("Pool %s unpinned: the policy decides again.", name)
 
     def drain(self, name: str) -> None:
         """Drain every worker of the pool and keep it at zero until ``unpin``."""
         self._pool(name)
         self.overrides[name] = Override(pinned=0, until=None)
+        self._intent_changed()
         log.info("Pool %s: draining every worker by an operator's request.", name)
 
     def pause(self, name: str) -> None:
@@ -322,7 +385,9 @@ class Controller:
         self._pool(name)
         current = self.overrides.get(name, Override())
         self.overrides[name] = dataclasses.replace(current, paused=True)
-        self.fleet.pause(self._workers_of(name), True)
+        self._resuming.pop(name, None)
+        self._intent_changed()  # first: a worker starting now reads it
+        self.fleet.set_paused(self._workers_of(name), True)
         log.info("Pool %s paused: its workers claim nothing new.", name)
 
     def resume(self, name: str) -> None:
@@ -330,7 +395,11 @@ class Controller:
         current = self.overrides.pop(name, Override())
         if current.pinned is not None:
             self.overrides[name] = dataclasses.replace(current, paused=False)
-        self.fleet.pause(self._workers_of(name), False)
+        self._intent_changed()  # first: a worker starting now reads it
+        workers = self._workers_of(name)
+        # Those still starting may have read the file before: tell them once they are ready.
+        self._resuming[name] = {w.instance for w in workers if w.state is WorkerState.STARTING}
+        self.fleet.set_paused(workers, False)
         log.info("Pool %s resumed.", name)
 
     def _workers_of(self, name: str) -> list[WorkerInfo]:
@@ -354,6 +423,17 @@ class Controller:
                          f"{format_duration(metrics.oldest_runnable_age)} "
                          f"ttd {format_duration(metrics.time_to_drain)}")
         return "; ".join(parts) or "no pools"
+
+
+def _describe(override: Override) -> str:
+    parts = []
+    if override.pinned is not None:
+        parts.append(f"pin at {override.pinned} workers" +
+                     (" (until unpinned)" if override.until is None else
+                      f" (until {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(override.until))})"))
+    if override.paused:
+        parts.append("pause")
+    return " and ".join(parts)
 
 
 def _count(workers: list[WorkerInfo], state: WorkerState) -> int:

@@ -11,6 +11,13 @@ from typing import Iterator
 
 log = logging.getLogger(__name__)
 
+PRIVATE_MODE = 0o600
+
+
+def _open_private(path: str, append: bool):
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+    return os.fdopen(os.open(path, flags, PRIVATE_MODE), "a" if append else "w", encoding="utf-8")
+
 
 @dataclasses.dataclass(frozen=True)
 class ScaleEvent:
@@ -30,7 +37,8 @@ class EventLog:
 
     The file is appended to on every event and rewritten to the last ``limit``
     lines when it grows past twice that, so it stays bounded.  A damaged file
-    loses only its unreadable lines.  Not thread-safe.
+    loses only its unreadable lines.  The file is the daemon's alone (mode 0600).
+    Not thread-safe.
     """
 
     def __init__(self, path: str | None = None, limit: int = 1000) -> None:
@@ -51,6 +59,10 @@ class EventLog:
             log.warning("Cannot read the event history %s: %s", self.path, exc.strerror)
             return
         self._lines_in_file = len(lines)
+        try:
+            os.chmod(self.path, PRIVATE_MODE)  # one an older version left group-writable
+        except OSError:
+            pass
         for number, line in enumerate(lines, 1):
             try:
                 self._events.append(ScaleEvent(**json.loads(line)))
@@ -73,12 +85,12 @@ class EventLog:
         try:
             if self._lines_in_file >= 2 * self.limit:
                 temporary = f"{self.path}.tmp"
-                with open(temporary, "w", encoding="utf-8") as handle:
+                with _open_private(temporary, append=False) as handle:
                     handle.writelines(json.dumps(dataclasses.asdict(e)) + "\n" for e in self._events)
                 os.replace(temporary, self.path)
                 self._lines_in_file = len(self._events)
             else:
-                with open(self.path, "a", encoding="utf-8") as handle:
+                with _open_private(self.path, append=True) as handle:
                     handle.write(json.dumps(dataclasses.asdict(event)) + "\n")
                 self._lines_in_file += 1
         except OSError as exc:

@@ -3,6 +3,12 @@
 Signals only set flags (or wake the loop); everything else happens in the loop.
 Blocking work -- queue reads, systemd calls -- runs on one dedicated thread, so
 the loop stays responsive and sd-bus/SQLite objects never cross threads.
+
+The watchdog is kept by a heartbeat task on the loop, not by the tick: a long
+``tick:`` or a tick blocked on a locked store or a hung bus call is reported in
+STATUS= ("tick blocked 42s reading the queue stats of pool default") instead of
+ending in a restart loop; a hung *loop* stops the heartbeat and systemd restarts
+the daemon.
 """
 
 from __future__ import annotations
@@ -11,17 +17,21 @@ import asyncio
 import dataclasses
 import logging
 import os
+import shutil
 import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from ..config import DEFAULT_CONFIG_PATH, DaemonConfig, load_config
+from ..config.runtime import APPLIED_CONFIG, PAUSED_FILE, write_published
 from ..errors import ConfigError, FlexiqdError
 from ..fleet.base import Fleet
 from ..notify import Notifier, watchdog_interval
-from ..queue.url import open_backend
+from ..queue.url import open_backend, sqlite_path
 from .controller import Controller
 from .events import EventLog
+from .intent import INTENT_FILE, IntentFile
 
 log = logging.getLogger(__name__)
 
@@ -29,11 +39,31 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_CONFIG = 78  # EX_CONFIG: the config file is invalid; systemd shows it in the unit's status
 
-# The applied config, for workers, in the daemon's runtime directory (/run/flexiqd).
-APPLIED_CONFIG = "applied.yaml"
+EVENTS_FILE = "events.jsonl"
 
 # After a wake-up from a worker unit's change, tick at most this often.
 MIN_TICK_GAP = 0.2
+# The heartbeat: how often it pings the watchdog (at most) and looks at the running tick.
+HEARTBEAT = 1.0
+# A tick running longer than this is reported in STATUS= as blocked.
+BLOCKED_AFTER = 5.0
+
+
+def blocked_status(seconds: float, activity: str | None, last_status: str) -> str:
+    """``tick blocked 42s reading the queue stats of pool default; default 3/10 ...`` for STATUS=."""
+    what = f" {activity}" if activity else ""
+    return f"tick blocked {seconds:.0f}s{what}; {last_status}"
+
+
+def restart_needed(old: DaemonConfig, new: DaemonConfig) -> str | None:
+    """Why ``new`` cannot be applied by a reload, or None when it can."""
+    if new.store != old.store:
+        return (f"'store' changed from {old.store} to {new.store}: that takes a restart of flexiqd "
+                f"(systemctl restart flexiqd)")
+    if new.fleet != old.fleet:
+        return (f"'fleet' changed from {old.fleet} to {new.fleet}: that takes a restart of flexiqd "
+                f"(systemctl restart flexiqd)")
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,20 +72,41 @@ class DaemonOptions:
     fleet: str | None = None          # overrides the config's "fleet"
     bus_address: str | None = None    # the system bus by default
     serve_api: bool = True            # offer org.flexiq.flexiqd1 on the bus
-    state_dir: str | None = None      # where the event history is kept ($STATE_DIRECTORY)
+    state_dir: str | None = None      # the daemon's own state ($STATE_DIRECTORY)
+
+
+def store_folder(config: DaemonConfig) -> str | None:
+    if config.store.startswith("sqlite:///"):
+        return os.path.dirname(os.path.abspath(sqlite_path(config.store)))
+    return None
 
 
 def state_dir(options: DaemonOptions, config: DaemonConfig) -> str | None:
-    """$STATE_DIRECTORY (systemd's StateDirectory=), else the SQLite store's folder."""
+    """Where the event history and the operators' intent are kept.
+
+    $STATE_DIRECTORY (systemd's StateDirectory=, root-only), else -- a daemon run
+    by hand -- the SQLite store's folder.
+    """
     if options.state_dir:
         return options.state_dir
     if os.environ.get("STATE_DIRECTORY"):
         return os.environ["STATE_DIRECTORY"].split(":")[0]
-    if config.store.startswith("sqlite:///"):
-        from ..queue.url import sqlite_path
+    return store_folder(config)
 
-        return os.path.dirname(os.path.abspath(sqlite_path(config.store)))
-    return None
+
+def take_over_events(old: str, new: str) -> None:
+    """Move the event history of an older version (kept beside the store) into the state dir, once."""
+    if os.path.abspath(old) == os.path.abspath(new) or os.path.exists(new) or not os.path.exists(old):
+        return
+    try:
+        shutil.copyfile(old, f"{new}.tmp")
+        os.chmod(f"{new}.tmp", 0o600)
+        os.replace(f"{new}.tmp", new)
+        os.unlink(old)
+    except OSError as exc:
+        log.warning("Could not move the event history from %s to %s: %s", old, new, exc.strerror)
+        return
+    log.info("Moved the event history from %s to %s.", old, new)
 
 
 class Daemon:
@@ -70,6 +121,8 @@ class Daemon:
         self._watcher = None
         self.api = None                   # the D-Bus service, once serving
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flexiqd-io")
+        self._running: tuple[float, str] | None = None   # (monotonic start, what) of the I/O thread's job
+        self._status = "starting"
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
         self._reload_requested = False
@@ -87,41 +140,99 @@ class Daemon:
     def wake(self) -> None:
         self._wake.set()
 
-    async def io(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run blocking work on the daemon's one I/O thread."""
-        return await asyncio.get_running_loop().run_in_executor(self._io, lambda: fn(*args))
+    async def io(self, fn: Callable[..., Any], *args: Any, what: str = "") -> Any:
+        """Run blocking work on the daemon's one I/O thread; ``what`` names it if it blocks."""
+        def job() -> Any:
+            self._running = (time.monotonic(), what)
+            try:
+                return fn(*args)
+            finally:
+                self._running = None
+
+        return await asyncio.get_running_loop().run_in_executor(self._io, job)
+
+    def _set_status(self, text: str) -> None:
+        self._status = text
+        self.notifier.status(text)
+
+    def blocked_for(self) -> tuple[float, str] | None:
+        """(seconds, what) of the I/O thread's job when it has run past BLOCKED_AFTER."""
+        running = self._running
+        if running is None:
+            return None
+        seconds = time.monotonic() - running[0]
+        if seconds < BLOCKED_AFTER:
+            return None
+        what = running[1]
+        if what == "tick" and self.controller is not None:
+            what = self.controller.activity or "tick"
+        return seconds, what
+
+    async def _heartbeat(self) -> None:
+        """Keep the watchdog while the loop runs, and say in STATUS= when a tick is blocked."""
+        interval = watchdog_interval()
+        period = min(HEARTBEAT, interval) if interval else HEARTBEAT
+        warned = False
+        while True:
+            if interval:
+                self.notifier.watchdog()
+            blocked = self.blocked_for()
+            if blocked is not None:
+                seconds, what = blocked
+                self.notifier.status(blocked_status(seconds, what, self._status))
+                if not warned and seconds >= 2 * BLOCKED_AFTER:
+                    log.warning("The I/O thread has been blocked for %.0fs %s; the daemon keeps "
+                                "running and says so in its status.", seconds, what)
+                    warned = True
+            elif warned:
+                warned = False
+                self.notifier.status(self._status)
+            await asyncio.sleep(period)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
+        heartbeat = loop.create_task(self._heartbeat())
         try:
-            await self._startup(loop)
-        except ConfigError as exc:
-            log.error("Cannot start: %s", exc)
-            self.notifier.status(f"config error: {exc}")
-            return EXIT_CONFIG
-        except FlexiqdError as exc:
-            log.error("Cannot start: %s", exc)
-            self.notifier.status(f"cannot start: {exc}")
-            return EXIT_FAILURE
-        try:
-            await self._loop()
+            try:
+                await self._startup(loop)
+            except ConfigError as exc:
+                log.error("Cannot start: %s", exc)
+                self.notifier.status(f"config error: {exc}")
+                return EXIT_CONFIG
+            except FlexiqdError as exc:
+                log.error("Cannot start: %s", exc)
+                self.notifier.status(f"cannot start: {exc}")
+                return EXIT_FAILURE
+            try:
+                await self._loop()
+            finally:
+                await self._shutdown(loop)
+            return EXIT_OK
         finally:
-            await self._shutdown(loop)
-        return EXIT_OK
+            heartbeat.cancel()
 
     async def _startup(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.config = load_config(self.options.config_path)
+        self.config = load_config(self.options.config_path, fleet=self.options.fleet)
         self._publish(self.config)
-        kind = self.options.fleet or self.config.fleet
-        backend = await self.io(open_backend, self.config.store)
-        self.fleet = await self.io(self._make_fleet, kind)
+        kind = self.config.fleet
+        backend = await self.io(open_backend, self.config.store, what="opening the store")
+        self.fleet = await self.io(self._make_fleet, kind, what="connecting to systemd")
         folder = state_dir(self.options, self.config)
-        events = EventLog(os.path.join(folder, "events.jsonl") if folder else None)
-        self.controller = Controller(self.config, backend, self.fleet, events=events)
+        events_path = intent_path = None
+        if folder:
+            events_path, intent_path = os.path.join(folder, EVENTS_FILE), os.path.join(folder, INTENT_FILE)
+            old = store_folder(self.config)
+            if old:
+                take_over_events(os.path.join(old, EVENTS_FILE), events_path)
+        events = EventLog(events_path)
+        self.controller = await self.io(
+            lambda: Controller(self.config, backend, self.fleet, events=events,
+                               intent=IntentFile(intent_path), paused_path=self._published_path(PAUSED_FILE)),
+            what="adopting the workers")
         # Adopt: the first tick lists what systemd already runs and sizes from there.
-        await self.io(self.controller.tick)
+        await self.io(self.controller.tick, what="tick")
         if self._systemd is not None:
             from ..fleet.systemd import UnitWatcher
 
@@ -140,48 +251,57 @@ class Daemon:
                 log.warning("Not offering the D-Bus API (flexiqctl will not reach this daemon): %s", exc)
         pools = ", ".join(f"{v.pool} ({v.active + v.starting} running)" for v in self.controller.views.values())
         log.info("flexiqd ready with %s fleet; pools: %s.", kind, pools or "none")
-        self.notifier.ready(self.controller.status_line())
+        self._status = self.controller.status_line()
+        self.notifier.ready(self._status)
 
     def _make_fleet(self, kind: str) -> Fleet:
         if kind == "process":
             from ..fleet.process import ProcessFleet
 
-            return ProcessFleet()
+            return ProcessFleet(config_path=self._published_path(APPLIED_CONFIG),
+                                paused_path=self._published_path(PAUSED_FILE))
         from ..fleet.systemd import Systemd, SystemdFleet, open_bus
 
         self._systemd = Systemd(open_bus(self.options.bus_address))
         # Workers read their pool from the default file unless told where the daemon's is.
-        config_path = self._applied_path()
+        config_path = self._published_path(APPLIED_CONFIG)
         if config_path is None and self.options.config_path != DEFAULT_CONFIG_PATH:
             config_path = self.options.config_path
-        return SystemdFleet(self._systemd, config_path=config_path)
+        return SystemdFleet(self._systemd, config_path=config_path,
+                            paused_path=self._published_path(PAUSED_FILE))
 
-    def _applied_path(self) -> str | None:
-        """Where the config in force is published for the workers ($RUNTIME_DIRECTORY), if anywhere."""
+    def _published_path(self, name: str) -> str | None:
+        """Where a file for the workers is published, if anywhere.
+
+        $RUNTIME_DIRECTORY (/run/flexiqd) under systemd.  A daemon run by hand with the
+        process fleet uses its state folder: its workers are its own children.
+        """
         runtime = os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
-        return os.path.join(runtime, APPLIED_CONFIG) if runtime else None
+        if runtime:
+            return os.path.join(runtime, name)
+        kind = self.config.fleet if self.config is not None else None
+        folder = state_dir(self.options, self.config) if self.config is not None else None
+        return os.path.join(folder, name) if kind == "process" and folder else None
 
     def _publish(self, config: DaemonConfig) -> None:
         """Give workers the config the daemon applied, not whatever the file holds now.
 
-        A worker unit reads its pool's settings when it starts; an edit not yet
-        reloaded -- or one with a typo -- must not reach a worker that systemd
-        restarts in the meantime.
+        A worker reads its pool's settings when it starts (and its drain budget when
+        it drains); an edit not yet reloaded -- or one with a typo -- must not reach
+        a worker that systemd restarts in the meantime.  Written 0640 whatever the
+        umask: readable by the workers' group, writable by the daemon alone.
         """
-        path = self._applied_path()
+        path = self._published_path(APPLIED_CONFIG)
         if path is None:
             return
         try:
-            with open(f"{path}.tmp", "w", encoding="utf-8") as handle:
-                handle.write(config.source)
-            os.replace(f"{path}.tmp", path)
+            write_published(path, config.source)
         except OSError as exc:
             log.warning("Cannot publish the applied config at %s (workers read %s): %s",
                         path, self.options.config_path, exc.strerror)
 
     async def _loop(self) -> None:
         assert self.config is not None and self.controller is not None
-        interval = watchdog_interval()
         loop = asyncio.get_running_loop()
         last_tick = loop.time()
         while not self._stop.is_set():
@@ -192,16 +312,14 @@ class Daemon:
                 await self._reload()
             last_tick = loop.time()
             try:
-                decisions = await self.io(self.controller.tick)
+                decisions = await self.io(self.controller.tick, what="tick")
             except FlexiqdError as exc:
                 log.error("Tick failed, holding every pool: %s", exc)
                 decisions = {}
             status = self.controller.status_line()
             if self.config_error:
                 status += f" (config rejected: {self.config_error})"
-            self.notifier.status(status)
-            if interval:
-                self.notifier.watchdog()
+            self._set_status(status)
             for decision in decisions.values():
                 if decision.changed:
                     self._emit("scale", decision)
@@ -231,22 +349,24 @@ class Daemon:
         self.notifier.reloading()
         path = self.options.config_path
         try:
-            config = await self.io(load_config, path)
+            config = await self.io(lambda: load_config(path, fleet=self.options.fleet), what="reading the config")
+            refused = restart_needed(self.config, config) if self.config is not None else None
+            if refused:
+                raise ConfigError(f"{path}: {refused}")
         except ConfigError as exc:
             self.config_error = str(exc)
             log.error("Reload rejected, keeping the previous config: %s", exc)
             self._emit("reload", (False, str(exc)))
         else:
-            if self.config is not None and config.fleet != self.config.fleet and not self.options.fleet:
-                log.warning("Reload: 'fleet' changed to %s; that takes a restart of flexiqd.", config.fleet)
-            self.config = dataclasses.replace(config, fleet=self.config.fleet if self.config else config.fleet)
+            self.config = config
             self.config_error = None
             self._publish(config)
-            await self.io(self.controller.reconfigure, self.config)
+            await self.io(self.controller.reconfigure, self.config, what="applying the config to running workers")
             log.info("Reloaded %s: pools %s.", path, ", ".join(sorted(config.pools)) or "none")
             self._emit("reload", (True, f"reloaded {path}"))
-        self.notifier.ready(self.controller.status_line() +
-                            (f" (config rejected: {self.config_error})" if self.config_error else ""))
+        self._status = self.controller.status_line() + (
+            f" (config rejected: {self.config_error})" if self.config_error else "")
+        self.notifier.ready(self._status)
 
     async def _shutdown(self, loop: asyncio.AbstractEventLoop) -> None:
         self.notifier.stopping("stopping")
@@ -255,32 +375,12 @@ class Daemon:
         if self._watcher is not None:
             self._watcher.stop(loop)
         try:
-            await self.io(self._leave_fleet)
+            if self.fleet is not None:
+                await self.io(self.fleet.leave, what="leaving the workers")
         except FlexiqdError as exc:
             log.error("While stopping: %s", exc)
         finally:
             self._io.shutdown(wait=True)
-
-    def _leave_fleet(self) -> None:
-        from ..fleet.process import ProcessFleet
-
-        if isinstance(self.fleet, ProcessFleet):
-            log.info("Draining every worker before exiting.")
-            self.fleet.shutdown()
-            return
-        if self._systemd is None or self.fleet is None:
-            return
-        from ..fleet.systemd import own_job_type
-
-        # `systemctl stop flexiqd` stops the fleet; a restart (or an upgrade) leaves it
-        # running for the next daemon to adopt.  A crash runs none of this.
-        job = own_job_type(self._systemd)
-        if job == "stop":
-            log.info("flexiqd is being stopped: stopping every worker (each drains).")
-            self.fleet.stop_all()
-        else:
-            log.info("flexiqd is %s: leaving the workers running for the next daemon.",
-                     "restarting" if job else "exiting")
 
     def _emit(self, kind: str, payload: Any) -> None:
         for listener in self.listeners:

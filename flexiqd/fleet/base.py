@@ -14,6 +14,9 @@ import re
 from typing import Iterable, Mapping
 
 POOL_NAME = re.compile(r"^[a-z0-9_]+$")
+# A worker's stop timeout is its drain budget plus this: time to interrupt what is still
+# running, hand back (or abandon) its jobs and exit before anything is killed.
+STOP_GRACE = 10.0
 
 
 class WorkerState(str, enum.Enum):
@@ -21,6 +24,19 @@ class WorkerState(str, enum.Enum):
     ACTIVE = "active"       # ready and claiming
     DRAINING = "draining"   # asked to stop: finishing or releasing its jobs
     FAILED = "failed"       # exited unsuccessfully; its leases need recovering
+
+
+@dataclasses.dataclass(frozen=True)
+class Credential:
+    """A secret file handed to each worker of a pool (systemd's ``LoadCredential=``).
+
+    The worker reads it as ``$CREDENTIALS_DIRECTORY/<name>``; ``encrypted`` ones were
+    made with ``systemd-creds encrypt`` (``LoadCredentialEncrypted=``).
+    """
+
+    name: str
+    path: str
+    encrypted: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +54,12 @@ class WorkerSpec:
     memory_max: int | None = None     # bytes
     cpu_weight: int | None = None     # 1..10000
     batch_size: int | None = None     # most jobs a worker claims at once
+    credentials: tuple[Credential, ...] = ()
+
+    @property
+    def stop_timeout(self) -> float:
+        """How long a stopping worker may take before it is killed (systemd's TimeoutStopSec)."""
+        return self.drain_timeout + STOP_GRACE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +91,15 @@ def parse_instance(instance: str) -> tuple[str, int] | None:
 
 
 class Fleet(abc.ABC):
-    """The controller's handle on running workers.  Methods block briefly; not thread-safe."""
+    """The controller's handle on running workers.  Methods block briefly; not thread-safe.
+
+    Signals that pause or resume claiming go only to ACTIVE (ready) workers: a worker
+    that is still starting has no handler yet, and reads the pools' paused state
+    itself when it starts.
+    """
+
+    def __init__(self) -> None:
+        self._told_paused: dict[int, bool] = {}   # pid -> what it was last told
 
     @abc.abstractmethod
     def list(self) -> list[WorkerInfo]:
@@ -77,7 +107,8 @@ class Fleet(abc.ABC):
 
     @abc.abstractmethod
     def configure(self, specs: Iterable[WorkerSpec]) -> None:
-        """Make the fleet ready to run these pools (drop-ins, limits).  Idempotent."""
+        """Run these pools' workers with these specs: future starts, and the limits and stop
+        timeout of workers already running.  Idempotent."""
 
     @abc.abstractmethod
     def start(self, spec: WorkerSpec, indices: Iterable[int]) -> None:
@@ -85,11 +116,44 @@ class Fleet(abc.ABC):
 
     @abc.abstractmethod
     def stop(self, workers: Iterable[WorkerInfo]) -> None:
-        """Drain-stop: ask each to stop claiming, then to stop within its drain budget."""
+        """Drain-stop: ask each to stop claiming, then to stop within its stop timeout."""
+
+    def stop_pool(self, pool: str) -> None:
+        """Drain-stop every worker of ``pool``."""
+        self.stop([w for w in self.list() if w.pool == pool
+                   and w.state in (WorkerState.ACTIVE, WorkerState.STARTING)])
 
     @abc.abstractmethod
-    def pause(self, workers: Iterable[WorkerInfo], paused: bool) -> None:
-        """Ask workers to stop claiming (``paused``) or to claim again.  Nothing is killed."""
+    def leave(self) -> None:
+        """What becomes of the workers when the daemon exits (each fleet says in its own docs)."""
+
+    def set_paused(self, workers: Iterable[WorkerInfo], paused: bool) -> None:
+        """Tell ACTIVE workers to stop claiming (``paused``) or to claim again.  Nothing is killed.
+
+        Idempotent: a worker (by pid) already told the same is not signalled again, so
+        the controller may call this every tick to catch workers that became ready (or
+        were restarted) since.
+        """
+        for worker in workers:
+            if worker.state is not WorkerState.ACTIVE or not worker.pid:
+                continue
+            if self._told_paused.get(worker.pid) is paused:
+                continue
+            self._signal_pause(worker, paused)
+            self._told_paused[worker.pid] = paused
+
+    def told_paused(self, worker: WorkerInfo) -> bool | None:
+        """What this worker's process was last told (None: nothing since it started)."""
+        return self._told_paused.get(worker.pid) if worker.pid else None
+
+    def _forget_pids(self, live: Iterable[int]) -> None:
+        live = set(live)
+        for pid in [pid for pid in self._told_paused if pid not in live]:
+            del self._told_paused[pid]
+
+    @abc.abstractmethod
+    def _signal_pause(self, worker: WorkerInfo, paused: bool) -> None:
+        """Send the pause (or resume) signal to one ACTIVE worker."""
 
     @abc.abstractmethod
     def forget(self, worker: WorkerInfo) -> None:

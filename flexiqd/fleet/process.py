@@ -2,9 +2,11 @@
 
 Each worker runs in its own process group.  A drain-stop sends SIGUSR1 (stop
 claiming) and SIGTERM to the worker itself -- like systemd's ``KillMode=mixed``
--- and SIGKILLs the whole group once its drain budget plus a grace period has
-passed.  Unlike the systemd fleet, this one's memory *is* the source of truth:
-its workers die with it.
+-- and SIGKILLs the whole group once its stop timeout has passed.  Workers
+start with SIGUSR1/SIGUSR2 blocked (they unblock them once their handlers are
+in), so a pause sent while one is starting waits for it instead of killing it.
+Unlike the systemd fleet, this one's memory *is* the source of truth: its
+workers die with it, so ``leave`` drains them all and waits.
 """
 
 from __future__ import annotations
@@ -16,13 +18,16 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Iterable
+from typing import Iterable, Mapping, Sequence
 
+from ..config.runtime import PAUSED_FILE_ENV
 from .base import Fleet, WorkerInfo, WorkerSpec, WorkerState, instance_name
+from .dropin import CONFIG_ENV
 
 log = logging.getLogger(__name__)
 
-KILL_GRACE = 5.0  # seconds past the drain budget before SIGKILL
+# Held until the worker's handlers are in place: their default action would kill it.
+BLOCKED_UNTIL_READY = {signal.SIGUSR1, signal.SIGUSR2}
 
 
 @dataclasses.dataclass
@@ -39,25 +44,58 @@ class _Child:
         return self.stop_deadline is not None
 
 
-def worker_command(spec: WorkerSpec, index: int) -> list[str]:
-    """The command line of worker ``<pool>-<index>``."""
+def worker_command(spec: WorkerSpec, index: int, config_path: str | None = None) -> list[str]:
+    """The command line of worker ``<pool>-<index>``.
+
+    With the daemon's published config the worker takes its pool's settings from
+    there (and re-reads them on a reload); without one they are spelled out.
+    """
+    instance = instance_name(spec.pool, index)
+    if config_path:
+        return [sys.executable, "-m", "flexiqd.cli.flexiq", "worker", "--instance", instance,
+                "--config", config_path]
     return [sys.executable, "-m", "flexiqd.cli.flexiq", "--url", spec.store_url, "worker",
             "--app", spec.app, "--queues", ",".join(spec.queues),
             "--concurrency", str(spec.concurrency), "--lease", f"{spec.lease_seconds:g}",
-            "--drain-timeout", f"{spec.drain_timeout:g}", "--instance", instance_name(spec.pool, index),
+            "--drain-timeout", f"{spec.drain_timeout:g}", "--instance", instance,
             *(["--batch-size", str(spec.batch_size)] if spec.batch_size else [])]
+
+
+def spawn_with_signals_blocked(command: Sequence[str], *, env: Mapping[str, str],
+                               output=None) -> subprocess.Popen:
+    """Popen ``command`` in a new session with SIGUSR1/SIGUSR2 blocked in the child.
+
+    The mask is set on the calling thread around the fork (the child inherits it),
+    not with ``preexec_fn``, which is unsafe in a process with threads.
+    """
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, BLOCKED_UNTIL_READY)
+    try:
+        return subprocess.Popen(list(command), env=dict(env), start_new_session=True,
+                                stdout=output, stderr=subprocess.STDOUT if output else None)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 class ProcessFleet(Fleet):
     """Not thread-safe: one controller drives it."""
 
-    def __init__(self, *, log_dir: str | None = None) -> None:
+    def __init__(self, *, log_dir: str | None = None, config_path: str | None = None,
+                 paused_path: str | None = None) -> None:
+        super().__init__()
         self._children: dict[tuple[str, int], _Child] = {}
         self._failed: dict[tuple[str, int], WorkerInfo] = {}
+        self._specs: dict[str, WorkerSpec] = {}
         self._log_dir = log_dir
+        self.config_path = config_path
+        self.paused_path = paused_path
 
     def configure(self, specs: Iterable[WorkerSpec]) -> None:
-        pass  # nothing to prepare: each start carries its whole spec
+        self._specs = {spec.pool: spec for spec in specs}
+        for (pool, _), child in self._children.items():
+            # A later stop of a running worker uses the new stop timeout; the worker
+            # itself re-reads its drain budget from the published config.
+            if pool in self._specs and not child.draining:
+                child.spec = self._specs[pool]
 
     def start(self, spec: WorkerSpec, indices: Iterable[int]) -> None:
         for index in indices:
@@ -71,13 +109,19 @@ class ProcessFleet(Fleet):
         env = dict(os.environ, **spec.environment)
         env.pop("NOTIFY_SOCKET", None)  # our notify socket is not the worker's
         env.pop("WATCHDOG_USEC", None)
+        if self.config_path:
+            env[CONFIG_ENV] = self.config_path
+        if self.paused_path:
+            env[PAUSED_FILE_ENV] = self.paused_path
         output = None
         if self._log_dir:
             output = open(os.path.join(self._log_dir, f"{instance_name(*key)}.log"), "ab")
-        proc = subprocess.Popen(worker_command(spec, index), env=env, start_new_session=True,
-                                stdout=output, stderr=subprocess.STDOUT if output else None)
-        if output:
-            output.close()
+        try:
+            proc = spawn_with_signals_blocked(worker_command(spec, index, self.config_path), env=env,
+                                              output=output)
+        finally:
+            if output:
+                output.close()
         self._children[key] = _Child(spec, index, proc, time.time())
         self._failed.pop(key, None)
         log.info("Started worker %s (pid %d).", instance_name(*key), proc.pid)
@@ -92,10 +136,10 @@ class ProcessFleet(Fleet):
     def _ask_to_stop(self, child: _Child) -> None:
         if child.draining or child.proc.poll() is not None:
             return
-        child.stop_deadline = time.monotonic() + child.spec.drain_timeout + KILL_GRACE
+        child.stop_deadline = time.monotonic() + child.spec.stop_timeout
         try:
             # Stop claiming first, then drain: like KillMode=mixed, only the worker itself
-            # gets SIGTERM; its process group is killed only when the budget is spent.
+            # gets SIGTERM; its process group is killed only when the stop timeout is spent.
             child.proc.send_signal(signal.SIGUSR1)
             child.proc.send_signal(signal.SIGTERM)
         except ProcessLookupError:
@@ -112,17 +156,20 @@ class ProcessFleet(Fleet):
                 workers.append(WorkerInfo(key[0], key[1], state, child.proc.pid, child.started_at))
                 continue
             del self._children[key]
-            if code != 0 or child.killed:
+            # SIGTERM before its handler was in (a worker stopped while starting) is a clean
+            # stop, as systemd counts it too.
+            clean = code == 0 or (child.draining and code == -signal.SIGTERM)
+            if not clean or child.killed:
                 log.warning("Worker %s (pid %d) exited with %s.", instance_name(*key), child.proc.pid,
                             f"signal {-code}" if code < 0 else f"code {code}")
                 self._failed[key] = WorkerInfo(key[0], key[1], WorkerState.FAILED, child.proc.pid)
+        self._forget_pids(w.pid for w in workers)
         return workers + list(self._failed.values())
 
-    def pause(self, workers: Iterable[WorkerInfo], paused: bool) -> None:
-        for worker in workers:
-            child = self._children.get((worker.pool, worker.index))
-            if child is not None and child.proc.poll() is None:
-                child.proc.send_signal(signal.SIGUSR1 if paused else signal.SIGUSR2)
+    def _signal_pause(self, worker: WorkerInfo, paused: bool) -> None:
+        child = self._children.get((worker.pool, worker.index))
+        if child is not None and child.proc.poll() is None:
+            child.proc.send_signal(signal.SIGUSR1 if paused else signal.SIGUSR2)
 
     def forget(self, worker: WorkerInfo) -> None:
         self._failed.pop((worker.pool, worker.index), None)
@@ -131,8 +178,8 @@ class ProcessFleet(Fleet):
         now = time.monotonic()
         for child in self._children.values():
             if child.stop_deadline is not None and now > child.stop_deadline and child.proc.poll() is None:
-                log.warning("Worker %s did not drain within %.0fs: killing it.",
-                            instance_name(child.spec.pool, child.index), child.spec.drain_timeout + KILL_GRACE)
+                log.warning("Worker %s did not stop within %gs: killing it.",
+                            instance_name(child.spec.pool, child.index), child.spec.stop_timeout)
                 self._kill_group(child)
 
     @staticmethod
@@ -148,6 +195,14 @@ class ProcessFleet(Fleet):
     def pids(self, pool: str | None = None) -> list[int]:
         return [c.proc.pid for (p, _), c in sorted(self._children.items())
                 if (pool is None or p == pool) and c.proc.poll() is None]
+
+    def stop_pool(self, pool: str) -> None:
+        """Drain-stop every worker of ``pool`` and wait until all have exited."""
+        self.shutdown(pool)
+
+    def leave(self) -> None:
+        log.info("Draining every worker before exiting.")
+        self.shutdown()
 
     def shutdown(self, pool: str | None = None, timeout: float | None = None) -> None:
         """Drain-stop every worker (of ``pool``) and wait until all have exited."""

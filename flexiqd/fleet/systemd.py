@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable
 
 from ..errors import FleetError
 from .base import Fleet, WorkerInfo, WorkerSpec, WorkerState, instance_name, parse_instance
+from .dropin import dropin_text
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,8 @@ TEMPLATE = "flexiq-worker@"
 UNIT_PATTERN = "flexiq-worker@*.service"
 DROPIN_ROOT = "/run/systemd/system"
 DROPIN_NAME = "50-flexiqd.conf"
+# What SetUnitProperties takes for "no limit": MemoryMax=infinity, CPUWeight= (the default).
+UNLIMITED = 2 ** 64 - 1
 
 # ActiveState -> what the controller cares about.  "inactive" units are gone.
 _STATES = {"active": WorkerState.ACTIVE, "reloading": WorkerState.ACTIVE,
@@ -167,12 +170,21 @@ def unit_path(name: str) -> bytes:
 
 
 class SystemdFleet(Fleet):
-    """Workers as template instances.  Blocking calls; drive it from one thread."""
+    """Workers as template instances.  Blocking calls; drive it from one thread.
+
+    Each instance gets a drop-in (stop timeout, environment, credentials, where the
+    applied config and the paused pools are published) and its cgroup limits by
+    ``SetUnitProperties``; ``configure`` brings running instances up to date too.
+    ``leave`` stops the workers only when flexiqd.service itself is being stopped: a
+    restart (an upgrade) or a crash leaves them running for the next daemon to adopt.
+    """
 
     def __init__(self, systemd: Systemd, *, config_path: str | None = None,
-                 dropin_root: str = DROPIN_ROOT) -> None:
+                 paused_path: str | None = None, dropin_root: str = DROPIN_ROOT) -> None:
+        super().__init__()
         self.systemd = systemd
         self.config_path = config_path
+        self.paused_path = paused_path
         self.dropin_root = dropin_root
 
     # -- reading ----------------------------------------------------------------------------
@@ -194,85 +206,92 @@ class SystemdFleet(Fleet):
             except FleetError:
                 pass  # the unit went away between the two calls; list it without details
             workers.append(WorkerInfo(parsed[0], parsed[1], state, pid, started))
+        self._forget_pids(w.pid for w in workers if w.pid)
         return workers
 
     # -- changing ---------------------------------------------------------------------------
 
     def configure(self, specs: Iterable[WorkerSpec]) -> None:
-        pass  # drop-ins are written by start(), for exactly the instances it starts
+        """Rewrite the drop-ins of running instances (one Reload) and set their limits now.
+
+        The stop timeout takes effect at once; environment and credentials at the
+        instance's next start (a process's environment cannot change).
+        """
+        specs = {spec.pool: spec for spec in specs}
+        running = [w for w in self.list() if w.pool in specs
+                   and w.state in (WorkerState.ACTIVE, WorkerState.STARTING)]
+        changed = False
+        for worker in running:
+            changed |= self._write_dropin(specs[worker.pool], worker.index)
+        if changed:
+            self.systemd.Reload()
+        for worker in running:
+            self._set_limits(specs[worker.pool], unit_name(worker.pool, worker.index))
 
     def dropin_text(self, spec: WorkerSpec) -> str:
-        """The per-instance drop-in of a pool's workers (template drop-ins cannot be per pool)."""
-        lines = ["# Written by flexiqd for this pool; replaced on every scale-up.", "[Service]",
-                 # The drain budget plus time to release what could not finish.
-                 f"TimeoutStopSec={int(spec.drain_timeout + 10)}s"]
-        if self.config_path:
-            lines.append(f'Environment="FLEXIQD_CONFIG={self.config_path}"')
-        for key, value in sorted(spec.environment.items()):
-            escaped = str(value).replace("\\", "\\\\").replace('"', '\\"')
-            lines.append(f'Environment="{key}={escaped}"')
-        return "\n".join(lines) + "\n"
+        return dropin_text(spec, config_path=self.config_path, paused_path=self.paused_path)
 
-    def _write_dropins(self, spec: WorkerSpec, indices: list[int]) -> bool:
-        """Write the drop-ins; True when any changed (systemd must then reload)."""
+    def _write_dropin(self, spec: WorkerSpec, index: int) -> bool:
+        """Write one instance's drop-in; True when it changed (systemd must then reload)."""
         text = self.dropin_text(spec)
-        changed = False
-        for index in indices:
-            folder = os.path.join(self.dropin_root, f"{unit_name(spec.pool, index)}.d")
-            path = os.path.join(folder, DROPIN_NAME)
-            try:
-                with open(path, encoding="utf-8") as handle:
-                    if handle.read() == text:
-                        continue
-            except OSError:
-                pass
-            try:
-                os.makedirs(folder, exist_ok=True)
-                with open(path + ".tmp", "w", encoding="utf-8") as handle:
-                    handle.write(text)
-                os.replace(path + ".tmp", path)
-            except OSError as exc:
-                raise FleetError(f"cannot write the drop-in {path}: {exc.strerror}") from None
-            changed = True
-        return changed
+        folder = os.path.join(self.dropin_root, f"{unit_name(spec.pool, index)}.d")
+        path = os.path.join(folder, DROPIN_NAME)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                if handle.read() == text:
+                    return False
+        except OSError:
+            pass
+        try:
+            os.makedirs(folder, exist_ok=True)
+            with open(path + ".tmp", "w", encoding="utf-8") as handle:
+                handle.write(text)
+            os.replace(path + ".tmp", path)
+        except OSError as exc:
+            raise FleetError(f"cannot write the drop-in {path}: {exc.strerror}") from None
+        return True
 
     def start(self, spec: WorkerSpec, indices: Iterable[int]) -> None:
         indices = list(indices)
         if not indices:
             return
+        changed = False
+        for index in indices:
+            changed |= self._write_dropin(spec, index)
         # One Reload for the whole batch: it costs ~100 ms with many units loaded.
-        if self._write_dropins(spec, indices):
+        if changed:
             self.systemd.Reload()
         for index in indices:
             name = unit_name(spec.pool, index)
+            # Limits first: the instance name may have run before with other limits,
+            # and runtime properties outlive the run that set them.
+            self._set_limits(spec, name)
             self.systemd.StartUnit(name, "replace")
-            self._apply_limits(spec, name)
             log.info("Starting %s.", name)
 
-    def _apply_limits(self, spec: WorkerSpec, name: str) -> None:
-        properties = []
-        if spec.memory_max is not None:
-            properties.append(("MemoryMax", b"t", spec.memory_max))
-        if spec.cpu_weight is not None:
-            properties.append(("CPUWeight", b"t", spec.cpu_weight))
-        if properties:
-            self.systemd.SetUnitProperties(name, True, properties)
+    def _set_limits(self, spec: WorkerSpec, name: str) -> None:
+        memory = spec.memory_max if spec.memory_max is not None else UNLIMITED
+        weight = spec.cpu_weight if spec.cpu_weight is not None else UNLIMITED
+        self.systemd.SetUnitProperties(name, True, [("MemoryMax", b"t", memory),
+                                                    ("CPUWeight", b"t", weight)])
 
     def stop(self, workers: Iterable[WorkerInfo]) -> None:
         for worker in workers:
             name = unit_name(worker.pool, worker.index)
-            try:
-                # Stop claiming now (SIGUSR1), then drain under the unit's stop timeout.
-                self.systemd.KillUnit(name, "main", signal.SIGUSR1)
-            except FleetError as exc:
-                log.debug("Could not pause %s before stopping it: %s", name, exc)
+            if worker.state is WorkerState.ACTIVE:
+                try:
+                    # Stop claiming now (SIGUSR1), then drain under the unit's stop timeout.
+                    # Never to a starting worker: it has no handler yet.  StopUnit's SIGTERM
+                    # before READY=1 is a clean exit for systemd.
+                    self.systemd.KillUnit(name, "main", signal.SIGUSR1)
+                except FleetError as exc:
+                    log.debug("Could not pause %s before stopping it: %s", name, exc)
             self.systemd.StopUnit(name, "replace")
             log.info("Stopping %s (draining).", name)
 
-    def pause(self, workers: Iterable[WorkerInfo], paused: bool) -> None:
-        for worker in workers:
-            self.systemd.KillUnit(unit_name(worker.pool, worker.index), "main",
-                                  signal.SIGUSR1 if paused else signal.SIGUSR2)
+    def _signal_pause(self, worker: WorkerInfo, paused: bool) -> None:
+        self.systemd.KillUnit(unit_name(worker.pool, worker.index), "main",
+                              signal.SIGUSR1 if paused else signal.SIGUSR2)
 
     def forget(self, worker: WorkerInfo) -> None:
         try:
@@ -282,7 +301,18 @@ class SystemdFleet(Fleet):
 
     def stop_all(self) -> None:
         """Ask every worker unit to stop (each drains in its own time); do not wait."""
-        self.stop([w for w in self.list() if w.state is not WorkerState.FAILED])
+        self.stop([w for w in self.list() if w.state in (WorkerState.ACTIVE, WorkerState.STARTING)])
+
+    def leave(self) -> None:
+        # `systemctl stop flexiqd` stops the fleet; a restart (or an upgrade) leaves it
+        # running for the next daemon to adopt.  A crash runs none of this.
+        job = own_job_type(self.systemd)
+        if job == "stop":
+            log.info("flexiqd is being stopped: stopping every worker (each drains).")
+            self.stop_all()
+        else:
+            log.info("flexiqd is %s: leaving the workers running for the next daemon.",
+                     "restarting" if job else "exiting")
 
 
 def own_job_type(systemd: Systemd) -> str | None:

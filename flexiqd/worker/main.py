@@ -35,6 +35,9 @@ def run_worker(app_spec: str, config: WorkerConfig, url: str | None = None) -> i
             loop.add_signal_handler(signum, worker.request_stop)
         loop.add_signal_handler(signal.SIGUSR1, worker.pause)
         loop.add_signal_handler(signal.SIGUSR2, worker.resume)
+        # The process fleet starts workers with these blocked: a pause sent while this one
+        # started is delivered now, to its handler.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1, signal.SIGUSR2})
         return await worker.run()
 
     try:

@@ -110,3 +110,23 @@ def test_a_worker_killed_mid_job_is_replaced_and_its_job_runs_again_at_once(tmp_
             daemon.kill()
     starts, ends = read_marks(workers.marks)
     assert starts[job_id] == 2 and ends[job_id] == 1
+
+
+def test_a_pause_sent_while_a_worker_starts_waits_for_it_instead_of_killing_it(tmp_path, store, workers):
+    from flexiqd.fleet.base import WorkerSpec, WorkerState
+    from flexiqd.fleet.process import ProcessFleet
+
+    fleet = ProcessFleet(log_dir=str(tmp_path))
+    spec = WorkerSpec(pool="p", app="counting_app:queue", queues=("default",), concurrency=1,
+                      drain_timeout=5, lease_seconds=30, store_url=store,
+                      environment={"PYTHONPATH": os.pathsep.join([str(APPS), str(REPO)]),
+                                   "FLEXIQ_TEST_MARKS": str(workers.marks)})
+    fleet.start(spec, [1])
+    fleet.set_paused(fleet.list(), True)  # at once: the worker is still importing
+    log = tmp_path / "p-1.log"
+    try:
+        wait_for(lambda: "paused: claiming no new jobs" in log.read_text(), 30, "the worker to be paused")
+        assert [w.state for w in fleet.list()] == [WorkerState.ACTIVE]
+    finally:
+        fleet.leave()
+    assert fleet.list() == []  # drained and exited cleanly: not failed

@@ -6,11 +6,34 @@ for a state with a deadline; counts of executions come from the tasks' own marks
 
 from __future__ import annotations
 
+import json
+import time
+
 import pytest
 
-from .flexiqd_install import (CONFIG, DAEMON, REPO, done_count, enqueue, install, main_pids, marks,
-                              stats, workers)
+from .flexiqd_install import (BIN, CONFIG, DAEMON, REPO, STORE, done_count, enqueue, install, main_pids,
+                              marks, stats, workers)
 from .sandbox import Sandbox
+
+# The daemon's root-only state directory (events, operators' intent), as the package sets it up.
+STATE_DROPIN = "[Service]\nStateDirectory=flexiqd\nStateDirectoryMode=0700\n"
+
+
+def ctl(sbx: Sandbox, *args: str):
+    return sbx.run([str(BIN / "flexiqctl"), *args])
+
+
+def crash(sbx: Sandbox, unit: str) -> None:
+    """SIGKILL a worker's main process, as the OOM killer would.
+
+    (Not `systemctl kill --signal=KILL`: on systemd 252 it now and then fails with
+    "Failed to send signal SIGKILL to auxiliary processes: Input/output error".)
+    """
+    sbx.run(["kill", "-9", sbx.unit_property(unit, "MainPID")])
+
+
+def stop_everything(sbx: Sandbox) -> None:
+    sbx.run(f"systemctl stop {DAEMON} 'flexiq-worker@*'; rm -rf /var/lib/flexiqd; true", timeout=120)
 
 
 @pytest.fixture
@@ -54,7 +77,7 @@ def test_a_worker_killed_with_sigkill_has_its_job_released_and_run_again_once(fl
     enqueue(flexiqd, 2.0, 1)
     flexiqd.wait_for(lambda: sum(marks(flexiqd)[0].values()) == 1, 30, what="the job to start")
     unit = workers(flexiqd)[0]
-    flexiqd.systemctl("kill", "--signal=KILL", unit)
+    crash(flexiqd, unit)
     # Leases last 30 s: a finish well within that proves the daemon released the job on the death.
     flexiqd.wait_for(lambda: done_count(flexiqd) == 1, 20, interval=0.3, what="the job to run again")
     starts, ends = marks(flexiqd)
@@ -128,19 +151,47 @@ def test_the_watchdog_restarts_a_hung_daemon(sandbox: Sandbox):
     sandbox.run(f"systemctl stop {DAEMON} 'flexiq-worker@*'; true", timeout=120)
 
 
-def test_per_pool_settings_reach_the_worker_units(sandbox: Sandbox):
+HOSTILE = "x\\nExecStartPre=/bin/sh -c 'touch /run/pwned' %h $HOME \\\"q\\\" \\\\"
+
+
+def environ_of(sbx: Sandbox, pid: str) -> dict[str, str]:
+    raw = sbx.run(f"tr '\\0' '\\36' </proc/{pid}/environ").stdout
+    return dict(item.split("=", 1) for item in raw.split("\x1e") if "=" in item)
+
+
+def test_per_pool_settings_reach_the_worker_units_and_a_reload_reaches_running_ones(sandbox: Sandbox):
+    sandbox.write_file("/etc/flexiqd/test.secret", "s3cret\n", mode=0o600)
     config = CONFIG.replace("    drain_timeout: 20s\n",
-                            "    drain_timeout: 45s\n    resources: {memory_max: 300M, cpu_weight: 250}\n")
+                            "    drain_timeout: 45s\n    resources: {memory_max: 300M, cpu_weight: 250}\n"
+                            "    credentials: {db_password: /etc/flexiqd/test.secret}\n")
+    config = config.replace("      FLEXIQ_TEST_MARKS:", f'      EVIL: "{HOSTILE}"\n      FLEXIQ_TEST_MARKS:')
     install(sandbox, config)
     unit = "flexiq-worker@default-1.service"
     sandbox.wait_for(lambda: workers(sandbox) == [unit], 30, what="the minimum worker unit")
-    props = sandbox.unit_properties(unit, "TimeoutStopUSec", "MemoryMax", "CPUWeight", "KillMode", "Environment")
-    assert props["TimeoutStopUSec"] == "55s"          # drain budget + 10 s, from the runtime drop-in
+    props = sandbox.unit_properties(unit, "TimeoutStopUSec", "MemoryMax", "CPUWeight", "KillMode",
+                                    "ExecStartPre", "MainPID")
+    assert props["TimeoutStopUSec"] == "55s"          # drain budget + STOP_GRACE, from the runtime drop-in
     assert props["MemoryMax"] == str(300 * 1024 ** 2)  # through SetUnitProperties
     assert props["CPUWeight"] == "250"
     assert props["KillMode"] == "mixed"
-    assert "FLEXIQ_TEST_MARKS=/var/lib/flexiq/marks" in props["Environment"]
-    sandbox.run(f"systemctl stop {DAEMON} 'flexiq-worker@*'; true", timeout=120)
+    # A hostile value is one variable, exactly as configured: no directive added, no specifier expanded.
+    assert props["ExecStartPre"] == ""
+    environment = environ_of(sandbox, props["MainPID"])
+    assert environment["EVIL"] == "x\nExecStartPre=/bin/sh -c 'touch /run/pwned' %h $HOME \"q\" \\"
+    assert environment["FLEXIQ_TEST_MARKS"] == "/var/lib/flexiq/marks"
+    assert sandbox.run("test -e /run/pwned", check=False).returncode != 0
+    # The secret reaches this unit as a credential, not through its environment.
+    assert sandbox.run(f"cat /run/credentials/{unit}/db_password").stdout == "s3cret\n"
+    assert "s3cret" not in "".join(environment.values())
+
+    sandbox.write_file("/etc/flexiqd/flexiqd.yaml", config.replace("drain_timeout: 45s", "drain_timeout: 50s")
+                       .replace("memory_max: 300M, cpu_weight: 250", "memory_max: 400M"))
+    sandbox.systemctl("reload", DAEMON)
+    sandbox.wait_for(lambda: sandbox.unit_property(unit, "TimeoutStopUSec") == "1min", 10,
+                     what="the running worker's stop timeout to follow the reload")
+    after = sandbox.unit_properties(unit, "MemoryMax", "CPUWeight", "MainPID")
+    assert after == {"MemoryMax": str(400 * 1024 ** 2), "CPUWeight": "[not set]", "MainPID": props["MainPID"]}
+    stop_everything(sandbox)
 
 
 def test_a_worker_crash_is_seen_from_systemds_signals_not_at_the_next_tick(sandbox: Sandbox):
@@ -150,7 +201,7 @@ def test_a_worker_crash_is_seen_from_systemds_signals_not_at_the_next_tick(sandb
     sandbox.wait_for(lambda: len(workers(sandbox)) == 1, 30, what="the minimum worker unit")
     enqueue(sandbox, 20.0, 1)
     sandbox.wait_for(lambda: sum(marks(sandbox)[0].values()) == 1, 30, what="the job to start")
-    sandbox.systemctl("kill", "--signal=KILL", workers(sandbox)[0])
+    crash(sandbox, workers(sandbox)[0])
     sandbox.wait_for(lambda: "released its 1 jobs" in sandbox.journal(DAEMON), 15, interval=0.2,
                      what="the daemon to release the dead worker's job (a tick is 30 s away)")
     sandbox.run(f"systemctl stop {DAEMON} 'flexiq-worker@*'; true", timeout=120)
@@ -192,9 +243,121 @@ def test_workers_start_with_the_applied_config_not_an_unreloaded_edit(flexiqd):
     assert "FLEXIQD_CONFIG=/run/flexiqd/applied.yaml" in flexiqd.unit_property(unit, "Environment")
     flexiqd.write_file("/etc/flexiqd/flexiqd.yaml", CONFIG + "    max_wrkers: 3\n")  # not reloaded
     old_pid = flexiqd.unit_property(unit, "MainPID")
-    flexiqd.systemctl("kill", "--signal=KILL", unit)  # systemd restarts it (Restart=on-failure)
+    crash(flexiqd, unit)  # systemd restarts it (Restart=on-failure)
     flexiqd.wait_for(lambda: flexiqd.unit_property(unit, "MainPID") not in ("0", old_pid)
                      and flexiqd.unit_property(unit, "ActiveState") == "active", 30,
                      what="the worker to come back with the config in force")
     enqueue(flexiqd, 0.1, 1)
     flexiqd.wait_for(lambda: done_count(flexiqd) == 1, 30, what="the restarted worker to run a job")
+
+
+def test_a_tick_longer_than_the_watchdog_period_does_not_get_the_daemon_killed(sandbox: Sandbox):
+    install(sandbox, CONFIG.replace("tick: 500ms", "tick: 40s"), daemon_dropin="[Service]\nWatchdogSec=3s\n")
+    sandbox.wait_for(lambda: len(workers(sandbox)) == 1, 30, what="the minimum worker unit")
+    pid = sandbox.unit_property(DAEMON, "MainPID")
+    started = time.monotonic()
+    # Four watchdog periods without a tick: a daemon that pinged once per tick is restarted by now.
+    sandbox.wait_for(lambda: sandbox.unit_property(DAEMON, "NRestarts") != "0" or time.monotonic() - started > 12,
+                     30, what="four watchdog periods to pass")
+    assert sandbox.unit_properties(DAEMON, "NRestarts", "MainPID", "ActiveState") == \
+        {"NRestarts": "0", "MainPID": pid, "ActiveState": "active"}
+    stop_everything(sandbox)
+
+
+def test_a_tick_blocked_on_a_locked_store_shows_in_status_and_is_not_a_restart(sandbox: Sandbox):
+    locked_store = f"{STORE}?busy_timeout=60"
+    install(sandbox, CONFIG.replace(f"store: {STORE}", f"store: {locked_store}"),
+            daemon_dropin="[Service]\nWatchdogSec=3s\n")
+    sandbox.wait_for(lambda: len(workers(sandbox)) == 1, 30, what="the minimum worker unit")
+    pid = sandbox.unit_property(DAEMON, "MainPID")
+    enqueue(sandbox, 30.0, 1)
+    sandbox.wait_for(lambda: sum(marks(sandbox)[0].values()) == 1, 30, what="the job to start")
+    # Another process holds the store's write lock for 12 s (four watchdog periods).
+    locker = ("import sqlite3, time; c = sqlite3.connect('/var/lib/flexiq/queue.db', isolation_level=None, "
+              "timeout=30); c.execute('BEGIN IMMEDIATE'); open('/run/flexiq-locked', 'w').close(); time.sleep(12)")
+    sandbox.run(["rm", "-f", "/run/flexiq-locked"])
+    sandbox.run(["systemd-run", "--unit", "flexiq-test-locker", "--collect", "python3", "-c", locker])
+    sandbox.wait_for(lambda: sandbox.run("test -e /run/flexiq-locked", check=False).returncode == 0, 10,
+                     what="the store to be locked")
+    # The worker dies: releasing its job needs the store, and the tick blocks on the lock.
+    crash(sandbox, workers(sandbox)[0])
+    status = sandbox.wait_for(
+        lambda: (lambda text: text if "tick blocked" in text and int(text.split()[2].rstrip("s")) >= 6 else None)(
+            sandbox.unit_property(DAEMON, "StatusText")), 20, interval=0.5,
+        what="STATUS= to show a tick blocked for two watchdog periods")
+    assert "releasing the jobs of dead worker default-1" in status
+    sandbox.wait_for(lambda: done_count(sandbox) == 1 or sum(marks(sandbox)[0].values()) == 2, 60,
+                     what="the job to run again once the lock is gone")
+    assert sandbox.unit_properties(DAEMON, "NRestarts", "MainPID") == {"NRestarts": "0", "MainPID": pid}
+    stop_everything(sandbox)
+
+
+SLOW_APP = "import time\ntime.sleep(4)  # a slow import: the worker is starting for 4 s\nfrom counting_app import queue\n"
+
+
+def test_pausing_or_stopping_a_starting_worker_does_not_kill_it(sandbox: Sandbox):
+    sandbox.write_file("/usr/local/lib/flexiq-test/slow_app.py", SLOW_APP)
+    config = (CONFIG.replace("app: counting_app:queue", "app: slow_app:queue")
+              .replace(f"PYTHONPATH: {REPO / 'tests' / 'apps'}",
+                       f"PYTHONPATH: /usr/local/lib/flexiq-test:{REPO / 'tests' / 'apps'}"))
+    install(sandbox, config)
+    first = "flexiq-worker@default-1.service"
+    sandbox.wait_for(lambda: sandbox.unit_property(first, "ActiveState") == "activating", 10,
+                     what="the first worker to be starting")
+    ctl(sandbox, "pause", "default")
+    sandbox.wait_for(lambda: workers(sandbox) == [first], 30, what="the first worker to become ready")
+    sandbox.wait_for(lambda: "paused: claiming no new jobs" in sandbox.journal(first), 10,
+                     what="the worker to be paused once ready")
+    assert sandbox.unit_property(first, "NRestarts") == "0"
+    ctl(sandbox, "resume", "default")
+
+    second = "flexiq-worker@default-2.service"
+    ctl(sandbox, "scale", "default", "2")
+    sandbox.wait_for(lambda: sandbox.unit_property(second, "ActiveState") == "activating", 10,
+                     what="a second worker to be starting")
+    ctl(sandbox, "scale", "default", "1")  # the starting one is the first to go
+    sandbox.wait_for(lambda: sandbox.unit_property(second, "ActiveState") in ("inactive", "failed"), 30,
+                     what="the starting worker to stop")
+    assert sandbox.unit_properties(second, "ActiveState", "Result") == {"ActiveState": "inactive", "Result": "success"}
+    assert workers(sandbox, "failed") == []
+    stop_everything(sandbox)
+
+
+def test_a_drain_and_a_pause_survive_a_restart_of_the_daemon(sandbox: Sandbox):
+    sandbox.run("rm -rf /var/lib/flexiqd")
+    install(sandbox, CONFIG + "  mail:\n    app: counting_app:queue\n    queues: [mail]\n    min_workers: 1\n"
+                     f"    environment: {{PYTHONPATH: {REPO / 'tests' / 'apps'}}}\n", daemon_dropin=STATE_DROPIN)
+    sandbox.wait_for(lambda: len(workers(sandbox)) == 2, 30, what="one worker per pool")
+    ctl(sandbox, "drain", "default")
+    ctl(sandbox, "pause", "mail")
+    sandbox.wait_for(lambda: workers(sandbox) == ["flexiq-worker@mail-1.service"], 60, what="the drain")
+    assert sandbox.run("stat -c '%a %U' /run/flexiqd/paused.json /run/flexiqd/applied.yaml "
+                       "/var/lib/flexiqd/intent.json").stdout.split("\n")[:3] == ["640 root", "640 root", "600 root"]
+    assert json.loads(sandbox.run("cat /run/flexiqd/paused.json").stdout) == {"paused": ["mail"]}
+    mail = "flexiq-worker@mail-1.service"
+    assert "FLEXIQD_PAUSED_FILE=/run/flexiqd/paused.json" in sandbox.unit_property(mail, "Environment")
+
+    old = sandbox.unit_property(DAEMON, "MainPID")
+    sandbox.systemctl("restart", DAEMON)
+    sandbox.wait_for(lambda: sandbox.unit_property(DAEMON, "MainPID") not in ("0", old)
+                     and sandbox.unit_property(DAEMON, "ActiveState") == "active", 30, what="a new daemon")
+    # READY=1 comes after the first tick: a forgotten drain would show a starting worker here.
+    assert sandbox.unit_property(DAEMON, "StatusText").startswith("default 0/6")
+    document = json.loads(ctl(sandbox, "status", "--json").stdout)
+    assert document["pools"]["default"]["pinned"] == {"workers": 0, "until": None}
+    assert document["pools"]["mail"]["paused"] is True
+    assert "keeping the operator's pin at 0 workers" in sandbox.journal(DAEMON)
+    ctl(sandbox, "unpin", "default")
+    ctl(sandbox, "resume", "mail")
+    stop_everything(sandbox)
+
+
+def test_a_reload_that_changes_the_store_is_refused_and_says_it_takes_a_restart(flexiqd):
+    flexiqd.write_file("/etc/flexiqd/flexiqd.yaml", CONFIG.replace(STORE, "sqlite:////var/lib/flexiq/other.db"))
+    flexiqd.systemctl("reload", DAEMON)
+    flexiqd.wait_for(lambda: "config rejected" in flexiqd.unit_property(DAEMON, "StatusText"), 10,
+                     what="STATUS= to report the refused reload")
+    assert "'store' changed" in flexiqd.unit_property(DAEMON, "StatusText")
+    assert "takes a restart" in flexiqd.unit_property(DAEMON, "StatusText")
+    enqueue(flexiqd, 0.1, 1)  # still served from the store in force
+    flexiqd.wait_for(lambda: done_count(flexiqd) == 1, 30, what="a job on the old store to run")

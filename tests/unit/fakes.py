@@ -7,6 +7,7 @@ from flexiqd.fleet.base import Fleet, WorkerInfo, WorkerState
 
 class FakeFleet(Fleet):
     def __init__(self) -> None:
+        super().__init__()
         self.workers: dict[tuple[str, int], WorkerInfo] = {}
         self.started: list[tuple[str, int]] = []
         self.stopped: list[tuple[str, int]] = []
@@ -38,9 +39,12 @@ class FakeFleet(Fleet):
             self.workers[(worker.pool, worker.index)] = WorkerInfo(
                 worker.pool, worker.index, WorkerState.DRAINING, worker.pid, worker.started_at)
 
-    def pause(self, workers, paused):
-        self.paused = getattr(self, "paused", [])
-        self.paused.extend(((w.pool, w.index), paused) for w in workers)
+    def _signal_pause(self, worker, paused):
+        self.signalled = getattr(self, "signalled", [])
+        self.signalled.append(((worker.pool, worker.index), paused))
+
+    def leave(self):
+        self.left = True
 
     def forget(self, worker):
         self.forgotten.append((worker.pool, worker.index))

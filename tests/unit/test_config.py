@@ -62,6 +62,23 @@ def test_durations_are_read_in_every_form():
     ("fleet: docker\n", "fleet: must be 'systemd' or 'process'"),
     ("pools: [\n", "line 2 column 1: not valid YAML"),
     ("- just\n- a list\n", "the file: must be a mapping"),
+    ("store: mysql://db/q\n", "store: mysql://db/q: unknown store scheme 'mysql'"),
+    ("store: postgresql://db/q\n", "store: postgresql://db/q: the PostgreSQL store is not available"),
+    ("store: sqlite:////q.db?journal=wal\n", "store: sqlite:////q.db?journal=wal: unknown option 'journal'"),
+    ("pools:\n  default:\n    environment: {A: \"x\\0y\"}\n",
+     "pools.default.environment.A: must not contain a NUL character"),
+    ("pools:\n  default:\n    credentials: {db: relative/path}\n",
+     "pools.default.credentials.db: must be an absolute file path"),
+    ("pools:\n  default:\n    credentials: {\"a/b\": /etc/secret}\n",
+     "pools.default.credentials.a/b: a credential name may hold only"),
+    ("pools:\n  default:\n    credentials: {db: \"/etc/x\\nExecStartPre=/bin/true\"}\n",
+     "pools.default.credentials.db: must not contain control characters"),
+    ("pools:\n  default:\n    credentials: {db: {encrypted: x}}\n",
+     "pools.default.credentials.db.encrypted: must be an absolute file path"),
+    ("pools:\n  default:\n    credentials: {db: {encryptd: /x}}\n",
+     "pools.default.credentials.db.encryptd: unknown key; did you mean 'encrypted'?"),
+    ("fleet: process\npools:\n  default:\n    credentials: {db: /etc/secret}\n",
+     "pools.default.credentials: needs fleet: systemd"),
 ])
 def test_errors_name_the_key_and_why(text, expected):
     message = error_of(text)
@@ -80,3 +97,16 @@ def test_resources_and_environment_are_parsed():
 def test_a_missing_file_is_one_clear_line(tmp_path):
     with pytest.raises(ConfigError, match="no such file"):
         load_config(str(tmp_path / "absent.yaml"))
+
+
+def test_credentials_are_files_or_encrypted_files():
+    config = parse_config("pools:\n  default:\n    credentials:\n      db_password: /etc/flexiqd/db.secret\n"
+                          "      api.key: {encrypted: /etc/flexiqd/api.cred}\n")
+    credentials = config.pools["default"].worker_spec(config.store).credentials
+    assert [(c.name, c.path, c.encrypted) for c in credentials] == [
+        ("db_password", "/etc/flexiqd/db.secret", False), ("api.key", "/etc/flexiqd/api.cred", True)]
+
+
+def test_the_fleet_given_on_the_command_line_decides_what_is_valid():
+    text = "fleet: process\npools:\n  default:\n    credentials: {db: /etc/secret}\n"
+    assert parse_config(text, "x", fleet="systemd").fleet == "systemd"

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from flexiqd.config import parse_config
-from flexiqd.daemon.controller import Controller, choose_victims, free_indices, owner_parts
+from flexiqd.daemon.controller import Controller, choose_victims, free_indices
 from flexiqd.errors import QueueError
 from flexiqd.fleet.base import WorkerInfo, WorkerState
 from flexiqd.queue.types import ClaimRequest, NewJob
@@ -126,11 +126,6 @@ def test_free_indices_fill_gaps_from_one():
     assert free_indices({1, 3}, 3) == [2, 4, 5]
 
 
-def test_owner_names_are_parsed():
-    assert owner_parts("host.example:default-3:123") == ("host.example", "default-3", 123)
-    assert owner_parts("garbage") is None
-
-
 def test_scale_in_waits_for_the_down_window_then_stops_idle_workers(backend):
     text = "pools:\n  default:\n    max_workers: 8\n    behavior: {down_window: 60s}\n"
     controller, fleet, clock = make(backend, text)
@@ -191,17 +186,6 @@ def test_a_p99_above_the_drain_budget_is_warned_about_once(backend, caplog):
     assert len(warnings) == 1 and "p99 job duration 19.0s" in warnings[0].getMessage()
 
 
-def test_process_exists_sees_processes_it_may_not_signal_and_not_the_gone():
-    import subprocess
-
-    from flexiqd.daemon.controller import process_exists
-
-    assert process_exists(1) and process_exists(os.getpid())
-    child = subprocess.Popen(["true"])
-    child.wait()
-    assert not process_exists(child.pid)
-
-
 def test_finished_jobs_past_their_retention_are_removed_once_a_minute(backend):
     from flexiqd.queue.types import Outcome
 
@@ -232,3 +216,137 @@ def test_the_process_fleet_shuts_down_workers_that_already_exited():
     fleet._children[("p", 1)] = _Child(spec, 1, gone, 0.0)
     fleet.shutdown()  # must not trip over a worker that is no longer there
     assert fleet.pids() == []
+
+
+# -- operators' intent: kept across restarts, published for workers -------------------------------
+
+def restarted(backend, text, tmp_path, clock, fleet=None):
+    """A new controller (a restarted daemon) over the same state folder."""
+    from flexiqd.daemon.intent import IntentFile
+
+    fleet = fleet or FakeFleet()
+    controller = Controller(parse_config(text, "test.yaml"), backend, fleet, host=HOST, clock=clock,
+                            pid_alive=lambda pid: True, intent=IntentFile(str(tmp_path / "intent.json")),
+                            paused_path=str(tmp_path / "paused.json"))
+    return controller, fleet
+
+
+def test_a_drain_a_pin_and_a_pause_survive_a_restart_and_an_ended_pin_does_not(backend, tmp_path):
+    text = "pools:\n  default:\n    max_workers: 8\n  images: {}\n  mail: {}\n"
+    clock = Clock()
+    first, _ = restarted(backend, text, tmp_path, clock)
+    first.drain("default")
+    first.pin("images", 3, 60)
+    first.pause("mail")
+    assert oct((tmp_path / "intent.json").stat().st_mode & 0o777) == "0o600"
+
+    clock.now += 30
+    second, fleet = restarted(backend, text, tmp_path, clock)
+    fleet.add("default", 1, started_at=clock.now)
+    decisions = second.tick()
+    assert decisions["default"].desired == 0 and ("default", 1) in fleet.stopped  # still drained
+    assert decisions["images"].desired == 3 and decisions["images"].reason == "Pinned"
+    assert second.overrides["images"].until == clock.now + 30  # the same absolute end
+    assert decisions["mail"].reason == "Paused"
+
+    clock.now += 31
+    third, _ = restarted(backend, text, tmp_path, clock)
+    assert "images" not in third.overrides and third.overrides["default"].pinned == 0
+
+
+def test_a_damaged_intent_file_is_one_warning_not_a_failure(backend, tmp_path, caplog):
+    (tmp_path / "intent.json").write_text("{not json")
+    controller, _ = restarted(backend, POOL, tmp_path, Clock())
+    assert controller.overrides == {}
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "intent.json" in warnings[0] and "damaged" in warnings[0]
+
+
+def test_a_paused_pool_is_published_and_workers_that_become_ready_are_paused(backend, tmp_path):
+    from flexiqd.config.runtime import is_paused
+
+    clock = Clock()
+    controller, fleet = restarted(backend, POOL, tmp_path, clock)
+    fleet.add("default", 1, started_at=clock.now)
+    starting = fleet.add("default", 2, WorkerState.STARTING)
+    controller.pause("default")
+    assert is_paused(str(tmp_path / "paused.json"), "default")
+    assert fleet.signalled == [(("default", 1), True)]  # not the one still starting
+    fleet.workers[("default", 2)] = WorkerInfo("default", 2, WorkerState.ACTIVE, starting.pid, clock.now)
+    controller.tick()
+    controller.tick()
+    assert fleet.signalled == [(("default", 1), True), (("default", 2), True)]  # each once
+
+    fleet.add("default", 3, WorkerState.STARTING)  # read paused.json while it said paused
+    controller.resume("default")
+    assert not is_paused(str(tmp_path / "paused.json"), "default")
+    fleet.workers[("default", 3)] = WorkerInfo("default", 3, WorkerState.ACTIVE, 999, clock.now)
+    controller.tick()
+    controller.tick()
+    resumed = [who for who, paused in fleet.signalled if not paused]
+    assert resumed == [("default", 1), ("default", 2), ("default", 3)]
+
+
+def test_a_paused_pool_stays_paused_for_a_restarted_daemon(backend, tmp_path):
+    clock = Clock()
+    first, _ = restarted(backend, POOL, tmp_path, clock)
+    first.pause("default")
+    second, fleet = restarted(backend, POOL, tmp_path, clock)
+    fleet.add("default", 1, started_at=clock.now)
+    second.tick()
+    assert fleet.signalled == [(("default", 1), True)]
+
+
+def test_the_tick_says_what_it_is_doing_while_it_runs(backend, monkeypatch):
+    controller, fleet, clock = make(backend, POOL)
+    seen = []
+
+    def stats(queue, *, now, window=60.0):
+        seen.append(controller.activity)
+        return original(queue, now=now, window=window)
+
+    original = backend.stats
+    monkeypatch.setattr(backend, "stats", stats)
+    controller.tick()
+    assert seen == ["reading the queue stats of pool default"] and controller.activity is None
+
+
+def test_a_reload_configures_the_fleet_with_the_new_specs(backend):
+    controller, fleet, _ = make(backend, POOL)
+    controller.reconfigure(parse_config("pools:\n  default:\n    drain_timeout: 2m\n", "x"))
+    assert fleet.specs["default"].stop_timeout == 120 + 10
+
+
+# -- the daemon's pure parts --------------------------------------------------------------------
+
+def test_a_reload_that_changes_the_store_or_the_fleet_needs_a_restart():
+    from flexiqd.daemon.service import restart_needed
+
+    old = parse_config("store: sqlite:////a.db\n", "x")
+    assert restart_needed(old, parse_config("store: sqlite:////a.db\ntick: 5s\n", "x")) is None
+    why = restart_needed(old, parse_config("store: sqlite:////b.db\n", "x"))
+    assert "'store' changed from sqlite:////a.db to sqlite:////b.db" in why and "restart" in why
+    assert "'fleet' changed" in restart_needed(old, parse_config("store: sqlite:////a.db\nfleet: process\n", "x"))
+
+
+def test_a_blocked_tick_is_reported_with_what_it_waits_for():
+    from flexiqd.daemon.service import blocked_status
+
+    assert blocked_status(42.3, "reading the queue stats of pool default", "default 1/4 age 0ms ttd 0ms") == \
+        "tick blocked 42s reading the queue stats of pool default; default 1/4 age 0ms ttd 0ms"
+
+
+def test_process_fleet_workers_start_with_the_pause_signals_blocked():
+    import signal
+    import subprocess
+    import sys
+
+    from flexiqd.fleet.process import spawn_with_signals_blocked
+
+    probe = "print(open('/proc/self/status').read())"
+    child = spawn_with_signals_blocked([sys.executable, "-c", probe], env={}, output=subprocess.PIPE)
+    status = child.stdout.read().decode()
+    child.wait()
+    blocked = int(next(line for line in status.splitlines() if line.startswith("SigBlk:")).split()[1], 16)
+    assert blocked & (1 << (signal.SIGUSR1 - 1)) and blocked & (1 << (signal.SIGUSR2 - 1))
+    assert not signal.pthread_sigmask(signal.SIG_BLOCK, []) & {signal.SIGUSR1, signal.SIGUSR2}  # ours untouched

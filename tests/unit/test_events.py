@@ -41,3 +41,33 @@ def test_without_a_path_events_live_in_memory_only():
     log = EventLog(None)
     log.record(1.0, "p", 0, 1, "RaisedToMinimum", "")
     assert len(log) == 1 and log[-1].pool == "p"
+
+
+def test_the_history_file_is_private_to_the_daemon(tmp_path):
+    import os
+
+    path = tmp_path / "events.jsonl"
+    old = os.umask(0)
+    try:
+        EventLog(str(path)).record(1.0, "default", 1, 2, "ScaleUp", "default 1 -> 2")
+    finally:
+        os.umask(old)
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    path.chmod(0o666)  # as an older version left it
+    EventLog(str(path))
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_an_older_history_beside_the_store_is_taken_over_once(tmp_path):
+    from flexiqd.daemon.service import take_over_events
+
+    old, new = tmp_path / "store" / "events.jsonl", tmp_path / "state" / "events.jsonl"
+    old.parent.mkdir()
+    new.parent.mkdir()
+    log = EventLog(str(old))
+    log.record(1.0, "default", 1, 2, "ScaleUp", "default 1 -> 2")
+    take_over_events(str(old), str(new))
+    assert not old.exists() and [e.seq for e in EventLog(str(new))] == [1]
+    old.write_text("stale\n")
+    take_over_events(str(old), str(new))  # the state dir's own history wins
+    assert old.exists() and len(EventLog(str(new))) == 1

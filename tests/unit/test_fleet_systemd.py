@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from flexiqd.fleet.base import WorkerSpec, WorkerState, parse_instance
-from flexiqd.fleet.systemd import SystemdFleet, unit_name, unit_path, worker_state
+import pytest
+
+from flexiqd.fleet.base import STOP_GRACE, Credential, WorkerSpec, WorkerState, parse_instance
+from flexiqd.fleet.dropin import dropin_text, escape_quoted
+from flexiqd.fleet.systemd import UNLIMITED, SystemdFleet, unit_name, unit_path, worker_state
 
 
 def test_a_pending_start_job_counts_as_starting_before_the_unit_leaves_inactive():
@@ -32,3 +35,150 @@ def test_the_dropin_carries_the_stop_timeout_environment_and_config_path():
     assert "TimeoutStopSec=55s" in text
     assert 'Environment="FLEXIQD_CONFIG=/srv/flexiqd.yaml"' in text
     assert 'Environment="MODE=a \\"b\\""' in text
+
+
+# -- drop-ins: what systemd reads back must be exactly the configured value ------------------
+
+def systemd_unquote(word: str) -> str:
+    """What systemd 252 makes of one double-quoted Environment= word: C-unescape, then %% -> %.
+
+    Only the escapes ``escape_quoted`` writes; anything else fails the test.
+    """
+    assert word.startswith('"') and word.endswith('"')
+    body, out, i = word[1:-1], [], 0
+    simple = {"\\": "\\", '"': '"', "n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
+    while i < len(body):
+        char = body[i]
+        if char == '"':
+            raise AssertionError(f"an unescaped quote ends the word early: {word}")
+        if char == "\\":
+            nxt = body[i + 1]
+            if nxt == "x":
+                out.append(chr(int(body[i + 2:i + 4], 16)))
+                i += 4
+                continue
+            out.append(simple[nxt])
+            i += 2
+            continue
+        if char == "%":
+            assert body[i + 1] == "%", f"a bare % is a specifier: {word}"
+            out.append("%")
+            i += 2
+            continue
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+HOSTILE = ["x\nExecStartPre=/bin/sh -c 'touch /tmp/pwned'", "%h and %i", "$HOME ${PATH}", 'a "quoted" \\ value',
+           "tab\there\r\x1b[31m\x7f", "trailing backslash \\"]
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_a_hostile_environment_value_stays_one_directive_and_reads_back_verbatim(value):
+    spec = WorkerSpec(pool="p", app="a:q", queues=("q",), concurrency=1, drain_timeout=30,
+                      lease_seconds=30, store_url="sqlite:////x.db", environment={"EVIL": value})
+    lines = dropin_text(spec).splitlines()
+    evil = [line for line in lines if line.startswith('Environment="EVIL=')]
+    assert len(evil) == 1 and len(lines) == 4  # comment, [Service], TimeoutStopSec, the variable
+    assert systemd_unquote(evil[0][len("Environment="):]) == f"EVIL={value}"
+
+
+def test_a_nul_cannot_be_written():
+    with pytest.raises(ValueError):
+        escape_quoted("a\0b")
+
+
+def test_credentials_become_load_credential_lines_with_specifiers_escaped():
+    spec = WorkerSpec(pool="p", app="a:q", queues=("q",), concurrency=1, drain_timeout=30,
+                      lease_seconds=30, store_url="sqlite:////x.db",
+                      credentials=(Credential("db", "/etc/flexiqd/db%i.secret"),
+                                   Credential("api", "/etc/flexiqd/api.cred", encrypted=True)))
+    text = dropin_text(spec, config_path="/run/flexiqd/applied.yaml", paused_path="/run/flexiqd/paused.json")
+    assert "LoadCredential=db:/etc/flexiqd/db%%i.secret\n" in text
+    assert "LoadCredentialEncrypted=api:/etc/flexiqd/api.cred\n" in text
+    assert 'Environment="FLEXIQD_PAUSED_FILE=/run/flexiqd/paused.json"' in text
+    assert f"TimeoutStopSec={30 + STOP_GRACE:g}s" in text
+
+
+# -- the fleet's calls, against a recording stand-in for systemd's Manager ---------------------
+
+class RecordingSystemd:
+    """Answers ListUnitsByPatterns from ``units`` (name -> (ActiveState, job, pid)); records the rest."""
+
+    def __init__(self, units):
+        self.units = units
+        self.calls = []
+
+    def ListUnitsByPatterns(self, states, patterns):
+        return [(name, "", "loaded", active, "", "", name.encode(), 0, job, b"/")
+                for name, (active, job, _) in self.units.items()]
+
+    def unit_property(self, path, interface, prop, signature):
+        if prop == "MainPID":
+            return self.units[path.decode()][2]
+        return 0
+
+    def __getattr__(self, method):
+        return lambda *args: self.calls.append((method, *args))
+
+
+def test_signals_go_to_ready_workers_only_and_a_paused_pool_is_signalled_once_per_process(tmp_path):
+    import signal
+
+    systemd = RecordingSystemd({"flexiq-worker@p-1.service": ("active", "", 101),
+                                "flexiq-worker@p-2.service": ("activating", "start", 102)})
+    fleet = SystemdFleet(systemd, dropin_root=str(tmp_path))
+    workers = fleet.list()
+    fleet.set_paused(workers, True)
+    fleet.set_paused(fleet.list(), True)  # the next tick: nothing new to tell
+    assert systemd.calls == [("KillUnit", "flexiq-worker@p-1.service", "main", signal.SIGUSR1)]
+    systemd.units["flexiq-worker@p-2.service"] = ("active", "", 102)  # became ready
+    systemd.calls.clear()
+    fleet.set_paused(fleet.list(), True)
+    assert systemd.calls == [("KillUnit", "flexiq-worker@p-2.service", "main", signal.SIGUSR1)]
+    systemd.units["flexiq-worker@p-1.service"] = ("active", "", 201)  # restarted by systemd
+    systemd.calls.clear()
+    fleet.set_paused(fleet.list(), True)
+    assert systemd.calls == [("KillUnit", "flexiq-worker@p-1.service", "main", signal.SIGUSR1)]
+
+
+def test_a_starting_worker_is_stopped_without_a_signal(tmp_path):
+    import signal
+
+    systemd = RecordingSystemd({"flexiq-worker@p-1.service": ("active", "", 101),
+                                "flexiq-worker@p-2.service": ("activating", "start", 102)})
+    fleet = SystemdFleet(systemd, dropin_root=str(tmp_path))
+    fleet.stop(fleet.list())
+    assert systemd.calls == [("KillUnit", "flexiq-worker@p-1.service", "main", signal.SIGUSR1),
+                             ("StopUnit", "flexiq-worker@p-1.service", "replace"),
+                             ("StopUnit", "flexiq-worker@p-2.service", "replace")]
+
+
+def test_configure_rewrites_running_instances_dropins_once_and_sets_their_limits(tmp_path):
+    systemd = RecordingSystemd({"flexiq-worker@p-1.service": ("active", "", 101),
+                                "flexiq-worker@q-1.service": ("active", "", 102)})
+    fleet = SystemdFleet(systemd, dropin_root=str(tmp_path))
+    spec = WorkerSpec(pool="p", app="a:q", queues=("q",), concurrency=1, drain_timeout=50,
+                      lease_seconds=30, store_url="sqlite:////x.db", memory_max=2 ** 30)
+    fleet.configure([spec])
+    assert systemd.calls == [
+        ("Reload",),
+        ("SetUnitProperties", "flexiq-worker@p-1.service", True,
+         [("MemoryMax", b"t", 2 ** 30), ("CPUWeight", b"t", UNLIMITED)])]
+    dropin = tmp_path / "flexiq-worker@p-1.service.d" / "50-flexiqd.conf"
+    assert "TimeoutStopSec=60s" in dropin.read_text()
+    systemd.calls.clear()
+    fleet.configure([spec])  # nothing changed on disk: no Reload
+    assert [c[0] for c in systemd.calls] == ["SetUnitProperties"]
+
+
+def test_a_start_sets_the_limits_before_starting_and_reloads_once_per_batch(tmp_path):
+    systemd = RecordingSystemd({})
+    fleet = SystemdFleet(systemd, dropin_root=str(tmp_path))
+    spec = WorkerSpec(pool="p", app="a:q", queues=("q",), concurrency=1, drain_timeout=5,
+                      lease_seconds=30, store_url="sqlite:////x.db", cpu_weight=50)
+    fleet.start(spec, [1, 2])
+    assert [c[:2] for c in systemd.calls] == [
+        ("Reload",), ("SetUnitProperties", "flexiq-worker@p-1.service"), ("StartUnit", "flexiq-worker@p-1.service"),
+        ("SetUnitProperties", "flexiq-worker@p-2.service"), ("StartUnit", "flexiq-worker@p-2.service")]
