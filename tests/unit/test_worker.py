@@ -305,3 +305,94 @@ def test_the_worker_pings_the_watchdog_when_systemd_asks(queue, monkeypatch):
     started = time.monotonic()
     _, notifier, code = run_until(queue, lambda: time.monotonic() - started > 0.4)
     assert code == 0 and notifier.messages.count("WATCHDOG=1") >= 4
+
+
+def test_a_timeout_interrupt_only_ever_hits_the_job_it_was_meant_for(queue):
+    # Jobs that time out just as they return, interleaved with jobs without a timeout on the
+    # same threads: an interrupt that comes late must vanish, not land in the next job (a
+    # failure), in the pool's own code (a lost thread: the backlog never drains) or in the
+    # run's bookkeeping (a slot lost for good).  Frequent thread switches widen the windows.
+    import sys
+
+    def spin():
+        deadline = time.perf_counter() + 0.001
+        while time.perf_counter() < deadline:
+            pass
+
+    racer = queue.task("racer", timeout=0.001, max_attempts=1)(spin)
+    innocent = queue.task("innocent", max_attempts=1)(lambda: spin())
+    ids = queue.enqueue_many([job for _ in range(2000) for job in (racer.new_job(), innocent.new_job())])
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)
+    try:
+        worker, _, code = run_until(
+            queue, lambda: queue.stats().runnable == 0 and queue.stats().running == 0,
+            config=WorkerConfig(concurrency=4, idle_poll_max=0.05), timeout=60)
+    finally:
+        sys.setswitchinterval(old)
+    assert code == 0
+    hit = [queue.get(i).error for i in ids[1::2] if queue.get(i).state is not JobState.DONE]
+    assert hit == [], f"{len(hit)} jobs without a timeout were interrupted: {hit[:1]}"
+    assert worker.running_jobs() == [], "a finished job still holds a slot"
+
+
+def test_a_timed_out_task_keeps_its_slot_and_lease_until_its_thread_returns(queue):
+    unblock = threading.Event()
+    runs, running, overlaps = [0], [0], [0]
+    lock = threading.Lock()
+
+    @queue.task("stubborn", timeout=0.1, max_attempts=2)
+    def stubborn():
+        with lock:
+            runs[0] += 1
+            running[0] += 1
+            overlaps[0] += running[0] > 1
+            first = runs[0] == 1
+        try:
+            if first:
+                unblock.wait(30)  # blocks in C: the interrupt cannot land until it returns
+        finally:
+            with lock:
+                running[0] -= 1
+
+    job_id = stubborn.enqueue()
+    seen = {}
+
+    def timed_out_and_renewed(worker):
+        job = queue.get(job_id)
+        if worker.counters.timed_out == 0 or job.lease_expires is None:
+            return False
+        seen.setdefault("lease", job.lease_expires)  # the lease when the timeout hit...
+        return job.lease_expires > seen["lease"]       # ...renewed since
+
+    def check_then_unblock(worker):
+        job = queue.get(job_id)
+        seen["while_blocked"] = (job.state, job.lease_owner, worker._free_slots())
+        unblock.set()
+
+    from flexiqd.queue.url import open_backend
+
+    backend = open_backend(queue.url)
+    config = WorkerConfig(concurrency=1, lease_seconds=0.3, idle_poll_max=0.05)
+    worker = Worker(queue, backend, config, notifier=RecordingNotifier())
+
+    async def main():
+        runner = asyncio.create_task(worker.run())
+        deadline = time.monotonic() + 20
+        while not timed_out_and_renewed(worker):
+            assert time.monotonic() < deadline and not runner.done()
+            await asyncio.sleep(0.02)
+        check_then_unblock(worker)
+        while queue.get(job_id).state is not JobState.DONE:
+            assert time.monotonic() < deadline + 10 and not runner.done()
+            await asyncio.sleep(0.02)
+        worker.request_stop()
+        return await runner
+
+    try:
+        assert asyncio.run(main()) == 0
+    finally:
+        backend.close()
+    assert seen["while_blocked"] == (JobState.RUNNING, config.name, 0)
+    assert overlaps[0] == 0 and runs[0] == 2
+    assert [r["outcome"] for r in queue.backend.executions(job_id=job_id)] == ["fail", "ack"]
