@@ -396,3 +396,150 @@ def test_a_timed_out_task_keeps_its_slot_and_lease_until_its_thread_returns(queu
     assert seen["while_blocked"] == (JobState.RUNNING, config.name, 0)
     assert overlaps[0] == 0 and runs[0] == 2
     assert [r["outcome"] for r in queue.backend.executions(job_id=job_id)] == ["fail", "ack"]
+
+
+# -- what becomes of a run --------------------------------------------------------------------
+
+def _job(job_id=1, timeout=None):
+    from flexiqd.queue.types import Job
+
+    return Job(id=job_id, queue="default", task="t", payload=None, priority=0, state=JobState.RUNNING,
+               run_at=0.0, attempts=1, max_attempts=3, timeout=timeout, idempotency_key=None,
+               tenant=None, lease_owner="h:w:1", lease_expires=1.0, enqueued_at=0.0,
+               started_at=0.0, finished_at=None)
+
+
+@pytest.mark.parametrize("returned, error, timed_out, given_up, kind", [
+    (True, None, False, False, "ack"),          # returned
+    (False, ValueError("x"), False, False, "fail"),  # raised on its own
+    (True, None, True, False, "fail"),          # past its timeout: fails even though it returned
+    (False, None, True, True, "fail"),          # timed out, then given up at a drain's end
+    (False, RuntimeError("in finally"), False, True, "release"),  # ended by the drain's interrupt
+    (True, None, False, True, "ack"),           # returned before the interrupt landed
+])
+def test_how_a_run_ended_decides_its_outcome(returned, error, timed_out, given_up, kind):
+    from flexiqd.worker.execution import decide_outcome
+
+    outcome = decide_outcome(_job(timeout=2.0), returned=returned, value="v" if returned else None,
+                             error=error, timed_out=timed_out, given_up=given_up)
+    assert outcome.kind.value == kind
+    if timed_out:
+        assert outcome.error == "task t timed out after 2s"
+
+
+def test_task_interrupts_are_not_swallowed_by_except_exception():
+    from flexiqd.worker.execution import TaskInterrupted, TaskTimeout
+
+    assert not issubclass(TaskInterrupted, Exception) and issubclass(TaskTimeout, TaskInterrupted)
+
+
+# -- settings from the config file ------------------------------------------------------------
+
+POOL_FILE = """
+store: sqlite:////tmp/elsewhere.db
+pools:
+  images:
+    app: imaging.tasks:queue
+    queues: [images, thumbs]
+    concurrency: 7
+    lease: 20s
+    drain_timeout: 45s
+    batch_size: 3
+"""
+
+
+def test_a_worker_takes_its_pools_settings_from_the_config_file_and_flags_override_them(tmp_path):
+    from flexiqd.config.worker import worker_setup
+
+    path = tmp_path / "flexiqd.yaml"
+    path.write_text(POOL_FILE)
+    setup = worker_setup(app=None, url=None, instance="images-3", config=str(path),
+                         overrides={"concurrency": 2, "drain_timeout": None})
+    assert setup.app == "imaging.tasks:queue" and setup.store_url == "sqlite:////tmp/elsewhere.db"
+    assert setup.pool == "images" and setup.config_path == str(path)
+    config = setup.config
+    assert (config.queues, config.concurrency, config.lease_seconds, config.drain_timeout,
+            config.batch_size) == (("images", "thumbs"), 2, 20.0, 45.0, 3)
+    assert config.name.split(":")[1:2] == ["images-3"]  # host:instance:pid, the lease owner name
+
+
+def test_a_drain_reads_the_budget_a_reload_wrote_unless_a_flag_fixed_it(tmp_path, monkeypatch):
+    from flexiqd.config.worker import drain_timeout_now, worker_setup
+
+    path = tmp_path / "flexiqd.yaml"
+    path.write_text(POOL_FILE)
+    monkeypatch.setenv("FLEXIQD_CONFIG", str(path))
+    from_file = worker_setup(app=None, url=None, instance="images-1", config=None, overrides={})
+    fixed = worker_setup(app=None, url=None, instance="images-1", config=None,
+                         overrides={"drain_timeout": 5.0})
+    path.write_text(POOL_FILE.replace("drain_timeout: 45s", "drain_timeout: 2m"))
+    assert drain_timeout_now(from_file) == 120.0
+    assert drain_timeout_now(fixed) == 5.0
+    path.write_text("pools: [broken\n")  # a file it cannot read: keep the budget it has
+    assert drain_timeout_now(from_file) == 45.0
+
+
+def test_a_worker_with_neither_app_nor_a_known_pool_gets_one_clear_line(tmp_path):
+    from flexiqd.config.worker import worker_setup
+    from flexiqd.errors import FlexiqdError
+
+    path = tmp_path / "flexiqd.yaml"
+    path.write_text(POOL_FILE)
+    for instance, message in [(None, "give --app module:attribute, or --instance"),
+                              ("images", "is not <pool>-<n>"),
+                              ("videos-1", "has no pool 'videos' (pools: images)")]:
+        with pytest.raises(FlexiqdError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            worker_setup(app=None, url=None, instance=instance, config=str(path), overrides={})
+
+
+# -- signals before the loop runs -------------------------------------------------------------
+
+def test_signals_caught_while_starting_are_replayed_in_order_once_the_worker_exists():
+    import os
+    import signal
+
+    from flexiqd.worker.signals import HANDLED, WorkerSignals
+
+    previous = {signum: signal.getsignal(signum) for signum in HANDLED}
+    seen = []
+
+    class Recorder:
+        def request_stop(self): seen.append("stop")
+        def pause(self): seen.append("pause")
+        def resume(self): seen.append("resume")
+
+    loop = asyncio.new_event_loop()
+    try:
+        signals = WorkerSignals.install()
+        for signum in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGUSR1, signal.SIGTERM):
+            os.kill(os.getpid(), signum)  # handled at once, in this (the main) thread
+        assert seen == []  # only recorded until there is a worker
+        signals.attach(loop, Recorder())
+        assert seen == ["pause", "resume", "pause", "stop"]
+        os.kill(os.getpid(), signal.SIGUSR2)
+        loop.run_until_complete(asyncio.sleep(0.01))  # now the loop dispatches
+        assert seen[-1] == "resume"
+        signals.detach(loop)
+    finally:
+        loop.close()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+# -- credentials --------------------------------------------------------------------------------
+
+def test_a_credential_is_read_from_the_directory_systemd_gives(tmp_path, monkeypatch):
+    from flexiqd import credential
+    from flexiqd.credentials import CredentialError
+
+    (tmp_path / "db-password").write_text("s3cret\n")
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))
+    assert credential("db-password") == "s3cret\n"
+    with pytest.raises(CredentialError, match=f"credential 'api-key' is not in {tmp_path} "
+                                              r"\(given: db-password"):
+        credential("api-key")
+    with pytest.raises(CredentialError, match="not a credential name"):
+        credential("../etc/passwd")
+    monkeypatch.delenv("CREDENTIALS_DIRECTORY")
+    with pytest.raises(CredentialError, match=r"credential 'db-password': \$CREDENTIALS_DIRECTORY is not set"):
+        credential("db-password")
