@@ -20,8 +20,6 @@ import os
 import signal
 import sys
 
-import psutil
-
 log = logging.getLogger(__name__)
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -48,20 +46,44 @@ def kill_descendants() -> int:
     """SIGKILL every descendant process of this one; return how many were killed."""
     killed: set[int] = set()
     for _ in range(_KILL_ROUNDS):
-        try:
-            children = psutil.Process().children(recursive=True)
-        except psutil.Error:
-            break
-        alive = [child for child in children if child.pid not in killed]
+        alive = descendants(os.getpid()) - killed
         if not alive:
             break
-        for child in alive:
+        for pid in alive:
             try:
-                os.kill(child.pid, signal.SIGKILL)
-                killed.add(child.pid)
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
             except (ProcessLookupError, PermissionError):
                 pass
     return len(killed)
+
+
+def descendants(root: int) -> set[int]:
+    """Pids of ``root``'s descendants, from /proc.
+
+    Read from each process's own ``stat`` (its parent), which a worker unit's
+    ``ProcSubset=pid`` and ``ProtectProc=invisible`` leave readable for its own
+    processes -- unlike /proc/stat, which psutil needs.
+    """
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue  # gone meanwhile, or not ours to see
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses; split after the last ')'.
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 1 and fields[0] != b"Z":
+            parents[int(entry)] = int(fields[1])
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
 
 
 def exit_now(code: int) -> None:

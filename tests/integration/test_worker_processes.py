@@ -162,3 +162,46 @@ def test_a_drain_budget_changed_by_a_reload_reaches_a_running_worker(app, worker
     job = app.get(job_id)
     assert job.state is JobState.QUEUED and job.attempts == 0
     assert "budget 0.5s" in workers.log_text(index)
+
+
+def test_sigkilled_workers_rerun_at_most_the_jobs_they_had_started_and_not_settled(app, workers):
+    # The crash-duplicate bound (runtime.py): a SIGKILL re-runs only jobs the worker was running
+    # or had finished without committing yet, at most concurrency + UNSETTLED_MAX of them.
+    import collections
+    import random
+
+    from flexiqd.worker.runtime import UNSETTLED_MAX
+
+    concurrency, kills = 4, 10
+    ids = app.tasks["count"].map([(0.01,)] * 3000)
+    live = [workers.start(concurrency=concurrency, lease="1s") for _ in range(3)]
+    killed = set()
+    rng = random.Random(7)
+    for _ in range(kills):
+        before = sum(read_marks(workers.marks)[0].values())
+        wait_for(lambda: sum(read_marks(workers.marks)[0].values()) >= before + 20, 30, "work to go on")
+        victim = live.pop(rng.randrange(len(live)))
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        killed.add(victim.pid)
+        live.append(workers.start(concurrency=concurrency, lease="1s"))
+    wait_for(lambda: all(app.get(i).state is JobState.DONE for i in ids), 120, "every job to finish")
+    for proc in live:
+        proc.send_signal(signal.SIGTERM)
+    assert [proc.wait(timeout=30) for proc in live] == [0] * len(live)
+
+    starts_by_job: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
+    for log in workers.marks.glob("*.log"):
+        for line in log.read_text().splitlines():
+            what, job_id, attempt, pid = line.split()
+            if what == "start":
+                starts_by_job[int(job_id)].append((int(attempt), int(pid)))
+    assert set(starts_by_job) == set(ids), "a job never ran"
+    reruns = collections.Counter()  # pid -> its executions that had to be run again
+    for starts in starts_by_job.values():
+        for _attempt, pid in sorted(starts)[:-1]:  # a crash uses an attempt: the last one counted
+            reruns[pid] += 1
+    assert set(reruns) <= killed, "a worker that was not killed ran a job again"
+    assert max(reruns.values(), default=0) <= concurrency + UNSETTLED_MAX
+    print(f"\n{kills} kills: {sum(reruns.values())} re-runs, at most {max(reruns.values(), default=0)} "
+          f"per kill (bound {concurrency + UNSETTLED_MAX})")
