@@ -25,7 +25,7 @@ import time
 import pytest
 
 from flexiqd import Queue
-from flexiqd.fleet.base import WorkerInfo, WorkerSpec, WorkerState
+from flexiqd.fleet.base import WorkerSpec
 from flexiqd.fleet.process import ProcessFleet
 from flexiqd.queue.types import JobState, NewJob
 
@@ -93,12 +93,11 @@ class HostileWorkers:
         self.procs.append(proc)
         return proc
 
-    def spawn_in_fleet(self, index: int, concurrency: int = len(HOSTILE)) -> subprocess.Popen:
+    def spawn_in_fleet(self, index: int, concurrency: int = len(HOSTILE)) -> int:
         spec = WorkerSpec(pool="hostile", app="hostile_app:queue", queues=("default",),
                           concurrency=concurrency, drain_timeout=DRAIN, lease_seconds=1.0,
                           store_url=self.url, environment=self.environment)
-        self.fleet.spawn(spec, index)
-        return self.fleet._children[("hostile", index)].proc
+        return self.fleet.spawn(spec, index)
 
     def log_text(self, index: int) -> str:
         return (self.logs / f"worker-{index}.log").read_text()
@@ -155,11 +154,12 @@ def test_a_drain_past_its_budget_never_runs_a_hostile_job_twice_at_once(queue, h
     # A second worker is polling already: anything the first lets go of, it claims at once.
     second = hostile.start()
     if launch == "process fleet":
-        hostile.fleet.stop([WorkerInfo("hostile", 1, WorkerState.ACTIVE)])
-        code = first.wait(timeout=STOP_TIMEOUT)
+        # Drain-stop (SIGUSR1, SIGTERM) and wait; one that outlives its stop timeout is killed
+        # and listed as failed, as is one that exits with an error.
+        hostile.fleet.shutdown("hostile", timeout=STOP_TIMEOUT)
+        assert hostile.fleet.list() == []
     else:
-        code, _ = stop_within(first, STOP_TIMEOUT)
-    assert code == 0
+        assert stop_within(first, STOP_TIMEOUT)[0] == 0
 
     wait_for(lambda: all(queue.get(i).state is JobState.DONE for i in jobs), 60,
              "every hostile job to be recovered and completed")
