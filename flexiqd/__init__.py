@@ -2,9 +2,10 @@
 
 __version__ = "0.1.0"
 
+from .credentials import credential  # noqa: E402  (secrets: from flexiqd import credential)
 from .queue import Queue  # noqa: E402  (the application API: from flexiqd import Queue)
 
-__all__ = ["Autoscaler", "Queue", "__version__", "serve_autoscaler"]
+__all__ = ["Autoscaler", "Queue", "__version__", "credential", "serve_autoscaler"]
 
 
 def __getattr__(name: str):

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from ..durations import format_duration
 from ..errors import FlexiqdError
@@ -15,9 +15,6 @@ from .argtypes import duration, whole_number
 from ..logs import setup_logging
 from ..queue.types import Job, JobState, NewJob, Stats
 from ..queue.url import URL_ENV, default_url, open_backend
-
-if TYPE_CHECKING:
-    from ..config import PoolConfig
 
 EXIT_OK = 0
 EXIT_ERROR = 1  # a user or store error, explained in one line
@@ -180,43 +177,19 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
+    # Signals first: reading the config and importing the app can take a while, and a
+    # pause or stop sent meanwhile must be recorded, not kill a worker that is starting.
+    from ..worker.signals import WorkerSignals
+
+    signals = WorkerSignals.install()
+    from ..config.worker import worker_setup
     from ..worker.main import run_worker
-    from ..worker.runtime import WorkerConfig
 
-    app, url = args.app, args.url
-    settings = {"queues": ("default",), "concurrency": 4, "lease_seconds": 30.0, "drain_timeout": 30.0,
-                "batch_size": None}
-    if app is None:
-        pool, store = _pool_of_instance(args)
-        app, url = pool.app, url or store
-        settings = {"queues": pool.queues, "concurrency": pool.concurrency,
-                    "lease_seconds": pool.lease, "drain_timeout": pool.drain_timeout,
-                    "batch_size": pool.batch_size}
-    given = {"queues": args.queues, "concurrency": args.concurrency, "lease_seconds": args.lease,
-             "drain_timeout": args.drain_timeout, "batch_size": args.batch_size}
-    settings.update({key: value for key, value in given.items() if value is not None})
-    name = f"{os.uname().nodename}:{args.instance or 'worker'}:{os.getpid()}"
-    return run_worker(app, WorkerConfig(name=name, **settings), url=url)
-
-
-def _pool_of_instance(args: argparse.Namespace) -> tuple["PoolConfig", str]:
-    """The settings of the pool that worker ``--instance <pool>-<n>`` belongs to."""
-    from ..config import DEFAULT_CONFIG_PATH, load_config
-    from ..fleet.base import parse_instance
-
-    if not args.instance:
-        raise FlexiqdError("worker: give --app module:attribute, or --instance <pool>-<n> to take "
-                           "the pool's settings from the config file")
-    parsed = parse_instance(args.instance)
-    if parsed is None:
-        raise FlexiqdError(f"worker: --instance {args.instance!r} is not <pool>-<n>, as in default-3")
-    path = args.config or os.environ.get("FLEXIQD_CONFIG") or DEFAULT_CONFIG_PATH
-    config = load_config(path)
-    pool = config.pools.get(parsed[0])
-    if pool is None:
-        raise FlexiqdError(f"worker {args.instance}: {path} has no pool {parsed[0]!r} "
-                           f"(pools: {', '.join(sorted(config.pools)) or 'none'})")
-    return pool, config.store
+    setup = worker_setup(app=args.app, url=args.url, instance=args.instance, config=args.config,
+                         overrides={"queues": args.queues, "concurrency": args.concurrency,
+                                    "lease_seconds": args.lease, "drain_timeout": args.drain_timeout,
+                                    "batch_size": args.batch_size})
+    return run_worker(setup, signals)
 
 
 def _autoscale(args: argparse.Namespace) -> int:

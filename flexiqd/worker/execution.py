@@ -4,6 +4,18 @@ Everything a task can do wrong ends here as an ``Outcome``: an exception is a
 failure (retried), a timeout is a failure, an unknown task or a malformed payload
 or result is dead on arrival (retrying cannot help).  Nothing escapes to the
 worker's other jobs.
+
+A run is *done* only when nothing runs its job any more: the thread returned
+(or the coroutine ended).  A task past its timeout, or one the worker gave up
+on at the end of a drain, is interrupted -- an asynchronous exception, which a
+thread blocked in C only sees when that call returns -- and keeps its slot until
+it is done; a worker that must exit first gives its job up with
+``Backend.abandon`` (see runtime.py).
+
+An interrupt can only hit the run it was meant for: it is sent under the run's
+lock and only while the run has not finished; a finishing thread marks the run
+finished and drops any interrupt not yet delivered under that same lock, and
+its epilogue catches one that lands there.  Each run is interrupted at most once.
 """
 
 from __future__ import annotations
@@ -11,17 +23,22 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import ctypes
-import dataclasses
 import json
+import queue as queue_module
 import threading
+import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
 from ..queue.tasks import Task
 from ..queue.types import Job, Outcome
 
 current_job_var: contextvars.ContextVar[Job | None] = contextvars.ContextVar("flexiqd_job", default=None)
+
+# How long an interrupted task has to unwind before the worker counts it as stuck.
+INTERRUPT_GRACE = 1.0
+
+_SET_ASYNC_EXC = ctypes.pythonapi.PyThreadState_SetAsyncExc
 
 
 def current_job() -> Job | None:
@@ -29,25 +46,26 @@ def current_job() -> Job | None:
     return current_job_var.get()
 
 
-class TaskTimeout(Exception):
-    """Raised inside a task that ran past its timeout."""
+class TaskInterrupted(BaseException):
+    """Raised inside a sync task its worker stopped waiting for (the end of a drain).
+
+    A ``BaseException``, like ``KeyboardInterrupt``: ``except Exception`` in a task
+    does not swallow it.
+    """
 
 
-@dataclasses.dataclass
-class SyncRun:
-    """Where a sync task runs, so a timeout can interrupt that very thread."""
-
-    thread_id: int | None = None
-    finished: bool = False
-    timed_out: bool = False
+class TaskTimeout(TaskInterrupted):
+    """Raised inside a sync task that ran past its job's timeout."""
 
 
-def _interrupt_thread(thread_id: int) -> bool:
-    # The only way to stop a Python thread from outside: an asynchronous
-    # exception, delivered at its next bytecode.  A thread blocked in C stays
-    # blocked until that call returns; the worker counts it as stuck.
-    hit = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(TaskTimeout))
-    return hit == 1
+def _raise_in(thread_id: int, kind: type[BaseException]) -> None:
+    # The only way to stop a Python thread from outside: an asynchronous exception,
+    # raised at its next bytecode.  A thread blocked in C sees it when that call returns.
+    _SET_ASYNC_EXC(ctypes.c_ulong(thread_id), ctypes.py_object(kind))
+
+
+def _drop_pending(thread_id: int) -> None:
+    _SET_ASYNC_EXC(ctypes.c_ulong(thread_id), None)  # NULL: clear what is pending, if anything
 
 
 def _error_text(exc: BaseException) -> str:
@@ -75,85 +93,241 @@ def _result_outcome(job: Job, result: Any) -> Outcome:
     return Outcome.ack(job.id, result)
 
 
+def timed_out_outcome(job: Job) -> Outcome:
+    limit = f" after {job.timeout:g}s" if job.timeout else ""
+    return Outcome.fail(job.id, f"task {job.task} timed out{limit}")
+
+
+def decide_outcome(job: Job, *, returned: bool, value: Any, error: BaseException | None,
+                   timed_out: bool, given_up: bool) -> Outcome:
+    """What becomes of a job whose run has ended (pure).
+
+    Past its timeout the attempt fails whatever the task did next; a task that
+    ended by raising after the worker gave up on it (end of a drain) is released
+    -- its exception, whatever it is, came from the interrupt -- and one that
+    returned is acknowledged.
+    """
+    if timed_out:
+        return timed_out_outcome(job)
+    if returned:
+        return _result_outcome(job, value)
+    if given_up:
+        return Outcome.release(job.id)
+    return Outcome.fail(job.id, _error_text(error) if error is not None else f"task {job.task} ended")
+
+
+class Run:
+    """One job's execution.  ``done`` resolves to its outcome once nothing runs the job.
+
+    Loop-side methods (``on_timeout``, ``give_up``) run on the event loop's thread.
+    """
+
+    def __init__(self, job: Job, loop: asyncio.AbstractEventLoop) -> None:
+        self.job = job
+        self.began = time.monotonic()
+        self.done: asyncio.Future[Outcome] = loop.create_future()
+        self.timed_out = False
+        self.given_up = False
+        self.stuck = False  # interrupted, and still running after INTERRUPT_GRACE
+
+    @property
+    def finished(self) -> bool:
+        return self.done.done()
+
+    def interrupt(self, kind: type[TaskInterrupted]) -> None:
+        raise NotImplementedError
+
+    def on_timeout(self) -> None:
+        if self.finished:
+            return
+        self.timed_out = True
+        self.interrupt(TaskTimeout)
+
+    def give_up(self) -> None:
+        """Stop waiting for it (end of a drain): interrupt it; a timed-out run stays failed."""
+        if self.finished:
+            return
+        self.given_up = True
+        self.interrupt(TaskInterrupted)
+
+    def _resolve(self, outcome: Outcome) -> None:
+        if not self.done.done():
+            self.done.set_result(outcome)
+
+
+class _ThreadRun(Run):
+    """A sync task on a pool thread.  ``lock`` orders interrupts against the thread's finish."""
+
+    def __init__(self, job: Job, loop: asyncio.AbstractEventLoop, fn: Callable[..., Any],
+                 args: list, kwargs: dict) -> None:
+        super().__init__(job, loop)
+        self._loop = loop
+        self._fn, self._args, self._kwargs = fn, args, kwargs
+        self.lock = threading.RLock()
+        self.thread_id: int | None = None
+        self.thread_finished = False
+        self.interrupt_sent: type[TaskInterrupted] | None = None
+        self.returned = False
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def interrupt(self, kind: type[TaskInterrupted]) -> None:
+        with self.lock:
+            if self.thread_finished or self.interrupt_sent is not None:
+                return  # finished (an interrupt now would hit the thread's next job), or sent once
+            self.interrupt_sent = kind
+            if self.thread_id is not None:
+                _raise_in(self.thread_id, kind)
+            # Not started yet: the thread sees interrupt_sent and never calls the task.
+
+    # -- on the pool thread -----------------------------------------------------------------
+
+    def execute(self) -> None:
+        """Call the task; record how it ended.  An interrupt may land anywhere in here."""
+        try:
+            with self.lock:
+                if self.interrupt_sent is not None:
+                    raise self.interrupt_sent()
+                self.thread_id = threading.get_ident()
+            current_job_var.set(self.job)
+            self.value = self._fn(*self._args, **self._kwargs)
+            self.returned = True
+        except BaseException as exc:  # noqa: BLE001 - a task's failure is data, not a crash
+            self.error = exc
+
+    def report(self) -> None:
+        outcome = decide_outcome(self.job, returned=self.returned, value=self.value, error=self.error,
+                                 timed_out=self.timed_out, given_up=self.given_up)
+        try:
+            self._loop.call_soon_threadsafe(self._resolve, outcome)
+        except RuntimeError:
+            pass  # the loop is closed: the process is exiting
+
+
+class TaskThreads:
+    """Daemon threads for sync tasks: at least one per run not yet finished.
+
+    Daemon threads, so nothing at exit waits for a task stuck in C.  Thread-safe.
+    """
+
+    def __init__(self, name: str = "flexiq-task") -> None:
+        self._name = name
+        self._work: queue_module.SimpleQueue[_ThreadRun] = queue_module.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._unfinished = 0
+
+    def submit(self, run: _ThreadRun) -> None:
+        with self._lock:
+            self._unfinished += 1
+            if self._unfinished > self._threads:
+                self._threads += 1
+                threading.Thread(target=self._serve, name=f"{self._name}-{self._threads}", daemon=True).start()
+        self._work.put(run)
+
+    def _serve(self) -> None:
+        ident = threading.get_ident()
+        while True:
+            run = self._work.get()
+            try:
+                run.execute()
+            except TaskInterrupted:
+                pass  # landed after execute() recorded how the task ended
+            # The epilogue: finished, and no interrupt for this run outlives it.  The one
+            # interrupt a run can get may land in here too; then the loop goes round once more.
+            while True:
+                try:
+                    with run.lock:
+                        run.thread_finished = True
+                        _drop_pending(ident)
+                    break
+                except TaskInterrupted:
+                    pass
+            current_job_var.set(None)
+            with self._lock:
+                self._unfinished -= 1
+            run.report()
+
+
+class _AsyncRun(Run):
+    """An async task on the loop; an interrupt is a cancellation."""
+
+    def __init__(self, job: Job, loop: asyncio.AbstractEventLoop, coroutine_fn: Callable[..., Any],
+                 args: list, kwargs: dict) -> None:
+        super().__init__(job, loop)
+        context = contextvars.copy_context()
+        context.run(current_job_var.set, job)
+        self._task = loop.create_task(self._main(coroutine_fn, args, kwargs), name=f"job-{job.id}",
+                                      context=context)
+
+    async def _main(self, coroutine_fn: Callable[..., Any], args: list, kwargs: dict) -> None:
+        returned, value, error = False, None, None
+        try:
+            value = await coroutine_fn(*args, **kwargs)
+            returned = True
+        except BaseException as exc:  # noqa: BLE001 - cancellation included: that is how it ends
+            error = exc
+        self._resolve(decide_outcome(self.job, returned=returned, value=value, error=error,
+                                     timed_out=self.timed_out, given_up=self.given_up))
+
+    def interrupt(self, kind: type[TaskInterrupted]) -> None:
+        self._task.cancel()
+
+
+class _EndedRun(Run):
+    """A job that cannot run at all (unknown task, malformed payload): done at once."""
+
+    def __init__(self, job: Job, loop: asyncio.AbstractEventLoop, outcome: Outcome) -> None:
+        super().__init__(job, loop)
+        self._resolve(outcome)
+
+    def interrupt(self, kind: type[TaskInterrupted]) -> None:
+        pass
+
+
 class Executor:
-    """Runs jobs' tasks.  ``run`` never raises for anything the task does."""
+    """Starts runs; ``start`` never raises for anything the task does.  Loop thread only."""
 
-    def __init__(self, tasks: dict[str, Task], threads: int) -> None:
+    def __init__(self, tasks: dict[str, Task], *, on_timeout: Callable[[Run], None] | None = None,
+                 on_stuck: Callable[[Run], None] | None = None) -> None:
         self.tasks = tasks
-        self._threads = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="flexiq-task")
-        self.sync_runs: dict[int, SyncRun] = {}  # job id -> its sync run, until its thread returns
+        self._threads = TaskThreads()
+        self._on_timeout = on_timeout
+        self._on_stuck = on_stuck
 
-    def shutdown(self) -> None:
-        self._threads.shutdown(wait=False, cancel_futures=True)
-
-    async def run(self, job: Job) -> Outcome:
+    def start(self, job: Job) -> Run:
+        loop = asyncio.get_running_loop()
         task = self.tasks.get(job.task)
         if task is None:
-            return Outcome.dead(job.id, f"unknown task {job.task!r}: this worker's app does not register it")
+            return _EndedRun(job, loop, Outcome.dead(
+                job.id, f"unknown task {job.task!r}: this worker's app does not register it"))
         arguments = _arguments(job)
         if arguments is None:
-            return Outcome.dead(job.id, f"the payload of job {job.id} is not "
-                                        f'{{"args": [...], "kwargs": {{...}}}}: {job.payload!r:.200}')
+            return _EndedRun(job, loop, Outcome.dead(
+                job.id, f'the payload of job {job.id} is not {{"args": [...], "kwargs": {{...}}}}: '
+                        f"{job.payload!r:.200}"))
         args, kwargs = arguments
-        try:
-            if task.is_async:
-                return await self._run_async(job, task, args, kwargs)
-            return await self._run_sync(job, task, args, kwargs)
-        except asyncio.CancelledError:
-            raise
-        except TaskTimeout:
-            limit = f" after {job.timeout:g}s" if job.timeout else ""
-            return Outcome.fail(job.id, f"task {job.task} timed out{limit}")
-        except Exception as exc:  # noqa: BLE001 - a task's failure is data, not a crash
-            return Outcome.fail(job.id, _error_text(exc))
+        run: Run
+        if task.is_async:
+            run = _AsyncRun(job, loop, task.fn, args, kwargs)
+        else:
+            run = _ThreadRun(job, loop, task.fn, args, kwargs)
+            self._threads.submit(run)
+        if job.timeout:
+            timer = loop.call_later(job.timeout, self._time_out, run)
+            run.done.add_done_callback(lambda _: timer.cancel())
+        return run
 
-    async def _run_async(self, job: Job, task: Task, args: list, kwargs: dict) -> Outcome:
-        token = current_job_var.set(job)
-        try:
-            coroutine = task.fn(*args, **kwargs)
-            if job.timeout:
-                try:
-                    result = await asyncio.wait_for(coroutine, job.timeout)
-                except asyncio.TimeoutError:
-                    raise TaskTimeout() from None
-            else:
-                result = await coroutine
-        finally:
-            current_job_var.reset(token)
-        return _result_outcome(job, result)
+    def _time_out(self, run: Run) -> None:
+        if run.finished:
+            return
+        run.on_timeout()
+        if self._on_timeout is not None:
+            self._on_timeout(run)
+        asyncio.get_running_loop().call_later(INTERRUPT_GRACE, self._check_stuck, run)
 
-    async def _run_sync(self, job: Job, task: Task, args: list, kwargs: dict) -> Outcome:
-        run = SyncRun()
-
-        def call() -> Any:
-            run.thread_id = threading.get_ident()
-            try:
-                current_job_var.set(job)
-                return task.fn(*args, **kwargs)
-            finally:
-                run.finished = True
-                self.sync_runs.pop(job.id, None)
-
-        self.sync_runs[job.id] = run
-        future = asyncio.get_running_loop().run_in_executor(self._threads, call)
-        try:
-            result = await asyncio.wait_for(asyncio.shield(future), job.timeout) if job.timeout else await future
-        except asyncio.TimeoutError:
-            run.timed_out = True
-            self._interrupt(run)
-            raise TaskTimeout() from None
-        return _result_outcome(job, result)
-
-    @staticmethod
-    def _interrupt(run: SyncRun) -> None:
-        if run.thread_id is not None and not run.finished:
-            _interrupt_thread(run.thread_id)
-
-    def stuck(self) -> int:
-        """Threads still inside a task that already timed out (they hold a slot)."""
-        return sum(1 for run in list(self.sync_runs.values()) if run.timed_out)
-
-    def interrupt_all(self) -> None:
-        """Raise TaskTimeout in every thread still running a task (end of a drain)."""
-        for run in list(self.sync_runs.values()):
-            self._interrupt(run)
+    def _check_stuck(self, run: Run) -> None:
+        if not run.finished:
+            run.stuck = True
+            if self._on_stuck is not None:
+                self._on_stuck(run)

@@ -1,46 +1,71 @@
-"""The worker process's entry point: the only place that installs signal handlers."""
+"""The worker process's entry point: the only place that handles signals and ends the process.
+
+Order of start-up, each step for a reason:
+1. signals are caught (by the ``flexiq worker`` command, before anything slow):
+   a pause or stop sent to a starting worker is recorded, never fatal;
+2. the worker becomes its descendants' subreaper, then loads the app, opens
+   the store, starts paused if its pool is paused (``$FLEXIQD_PAUSED_FILE``);
+3. the recorded signals are replayed and the loop runs: READY=1 is sent only now.
+At the end every descendant process is killed, and a worker that gave up on a
+thread still running a job ends with ``os._exit`` instead of waiting for it.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import signal
+import os
+import threading
 
+from ..config.runtime import PAUSED_FILE_ENV, is_paused
+from ..config.worker import WorkerSetup, drain_timeout_now
 from ..errors import StoreUnavailable
 from ..queue.url import open_backend
+from .exit import become_subreaper, exit_now, kill_descendants
 from .loader import load_app
-from .runtime import EXIT_UNAVAILABLE, Worker, WorkerConfig
+from .runtime import EXIT_UNAVAILABLE, Worker
+from .signals import WorkerSignals
 
 log = logging.getLogger(__name__)
 
 
-def run_worker(app_spec: str, config: WorkerConfig, url: str | None = None) -> int:
-    """Load the app, open the store, run until SIGTERM/SIGINT, drain; return the exit code.
+def run_worker(setup: WorkerSetup, signals: WorkerSignals | None = None) -> int:
+    """Run a worker until SIGTERM/SIGINT, drain, and return its exit code -- or end the process.
 
     SIGUSR1 pauses claiming and SIGUSR2 resumes it (what a scale-in or an
-    operator's pause asks of a worker before it is stopped).
+    operator's pause asks of a worker before it is stopped).  Main thread only.
     """
-    app = load_app(app_spec)
-    store_url = url or app.url
+    signals = signals or WorkerSignals.install()
+    become_subreaper()
+    app = load_app(setup.app)
+    store_url = setup.store_url or app.url
     try:
         backend = open_backend(store_url)
     except StoreUnavailable as exc:
-        log.error("Worker %s cannot start: %s", config.name, exc)
+        log.error("Worker %s cannot start: %s", setup.config.name, exc)
         return EXIT_UNAVAILABLE
-    worker = Worker(app, backend, config)
-
-    async def main() -> int:
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, worker.request_stop)
-        loop.add_signal_handler(signal.SIGUSR1, worker.pause)
-        loop.add_signal_handler(signal.SIGUSR2, worker.resume)
-        # The process fleet starts workers with these blocked: a pause sent while this one
-        # started is delivered now, to its handler.
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1, signal.SIGUSR2})
-        return await worker.run()
-
+    worker = Worker(app, backend, setup.config, drain_budget=lambda: drain_timeout_now(setup))
+    if setup.pool and is_paused(os.environ.get(PAUSED_FILE_ENV), setup.pool):
+        log.info("Pool %s is paused by an operator: worker %s starts paused.", setup.pool, setup.config.name)
+        worker.pause()
+    runner = asyncio.Runner()
     try:
-        return asyncio.run(main())
+        signals.attach(runner.get_loop(), worker)
+        code = runner.run(worker.run())
+        signals.detach(runner.get_loop())
     finally:
-        backend.close()
+        killed = kill_descendants()
+        if killed:
+            log.info("Worker %s killed %d processes its tasks had left running.", setup.config.name, killed)
+    if worker.left_running or _other_threads_block_exit():
+        # Interpreter shutdown would wait for them; the jobs they run are abandoned already.
+        exit_now(code)
+    runner.close()
+    backend.close()
+    return code
+
+
+def _other_threads_block_exit() -> bool:
+    main = threading.main_thread()
+    return any(t is not main and not t.daemon and t.is_alive() for t in threading.enumerate())
+

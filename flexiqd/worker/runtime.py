@@ -1,15 +1,24 @@
 """The worker: claim, run up to N jobs at once, keep their leases, drain on stop.
 
 One asyncio loop drives everything.  Store calls run on a single dedicated
-thread (one SQLite connection, never shared), sync tasks on a thread pool,
+thread (one SQLite connection, never shared), sync tasks on daemon threads,
 async tasks on the loop.  Finished jobs are settled in the same transaction as
 the next claim, so a busy worker pays one commit per exchange, not two per job.
 
-Drain order on stop (SIGTERM): stop claiming at once; keep settling what
-finishes and keep leases alive; tell systemd we are making progress
-(EXTEND_TIMEOUT_USEC) until the drain budget is spent; then interrupt what is
-still running and *release* it -- back to runnable, no attempt used -- before
-exiting, so no job runs twice because of a scale-in.
+A job is handed back only when nothing can still be running it.  Drain order on
+stop (SIGTERM): stop claiming at once and release the jobs claimed but never
+started; keep settling what finishes and keep leases alive; tell systemd we are
+making progress (EXTEND_TIMEOUT_USEC) until the drain budget is spent; then
+interrupt what still runs and give it INTERRUPT_GRACE to stop.  A job whose
+task ended is settled; one whose thread still runs (blocked in C, or deaf to
+interrupts) is *abandoned*: it stays leased to this worker, marked to be
+released (or failed, if it had timed out) once the worker is gone -- and the
+process then exits for real, so that happens within moments.
+
+Crash duplicates: a SIGKILLed worker's jobs run again, but only those it had
+started and not yet settled -- the ones running, plus the finished ones whose
+results were not committed yet.  ``_free_slots`` keeps both together at most
+``concurrency + UNSETTLED_MAX`` at every instant.
 """
 
 from __future__ import annotations
@@ -17,9 +26,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import functools
 import logging
-import os
-import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
@@ -29,7 +37,10 @@ from ..notify import Notifier, watchdog_interval
 from ..queue.api import Queue
 from ..queue.backend import Backend
 from ..queue.types import ClaimRequest, Job, Outcome, OutcomeKind
-from .execution import Executor
+from .execution import INTERRUPT_GRACE, Executor, Run, timed_out_outcome
+from .settings import WorkerConfig
+
+__all__ = ["EXIT_OK", "EXIT_STUCK", "EXIT_UNAVAILABLE", "Worker", "WorkerConfig"]
 
 log = logging.getLogger(__name__)
 
@@ -45,28 +56,12 @@ PREFETCH_SECONDS = 0.05
 PREFETCH_MAX = 32
 # The longest a finished job waits to be settled together with others.
 SETTLE_DELAY = 0.02
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkerConfig:
-    """How one worker claims and drains.  ``name`` identifies it in leases and executions."""
-
-    queues: tuple[str, ...] = ("default",)
-    concurrency: int = 4
-    lease_seconds: float = 30.0
-    drain_timeout: float = 30.0
-    idle_poll_min: float = 0.05
-    idle_poll_max: float = 0.5
-    batch_size: int | None = None  # most jobs claimed at once (None: as many as free slots)
-    name: str = dataclasses.field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
-
-    def __post_init__(self) -> None:
-        if self.concurrency < 1:
-            raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
-        if self.lease_seconds <= 0:
-            raise ValueError(f"lease_seconds must be positive, got {self.lease_seconds}")
-        if self.drain_timeout < 0:
-            raise ValueError(f"drain_timeout must not be negative, got {self.drain_timeout}")
+# Most finished jobs whose results are not committed yet (with the running ones, what a
+# SIGKILL can make run again): at this many, no new job starts until a commit goes through.
+UNSETTLED_MAX = 16
+# At exit, how long to keep trying to commit the last results: a result lost here is a job
+# run again.  Well inside the stop timeout's grace beyond the drain budget.
+FINAL_SETTLE_TIME = 3.0
 
 
 @dataclasses.dataclass
@@ -74,88 +69,129 @@ class Counters:
     done: int = 0
     failed: int = 0
     released: int = 0
+    timed_out: int = 0
+    abandoned: int = 0
 
 
 class Worker:
-    """One worker process's claim loop.  Not thread-safe except ``request_stop``/``pause``."""
+    """One worker process's claim loop.  Not thread-safe except ``request_stop``/``pause``/``resume``.
+
+    ``drain_budget`` is asked for the drain budget when a drain begins (a reload may have
+    changed it since the worker started); without it, ``config.drain_timeout`` holds.
+    """
 
     def __init__(self, app: Queue, backend: Backend, config: WorkerConfig, *,
-                 notifier: Notifier | None = None, clock: Callable[[], float] = time.time) -> None:
+                 notifier: Notifier | None = None, clock: Callable[[], float] = time.time,
+                 drain_budget: Callable[[], float] | None = None) -> None:
         self.app = app
         self.backend = backend
         self.config = config
         self.notifier = notifier or Notifier()
         self.clock = clock
         self.counters = Counters()
-        self._inflight: dict[int, asyncio.Task] = {}
+        self.left_running: list[int] = []  # jobs still running when it gave up on them (abandoned)
+        self._drain_budget = drain_budget or (lambda: config.drain_timeout)
+        self._inflight: dict[int, Run] = {}
         self._outcomes: list[Outcome] = []
+        self._settling = 0  # results in the store call under way
         self._first_outcome_at: float | None = None
         self._buffer: collections.deque[Job] = collections.deque()  # claimed, not started yet
         self._mean_run: float | None = None  # moving average of a job's run time
-        self._executor = Executor(app.tasks, threads=config.concurrency)
+        self._executor = Executor(app.tasks, on_timeout=self._on_timeout, on_stuck=self._on_stuck)
         self._store_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flexiq-store")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._stop: asyncio.Event | None = None
+        self._stop_before_start = False
         self._paused = False
         self._last_status = 0.0
 
     # -- control, safe from signal handlers and other threads -------------------------------
 
     def request_stop(self) -> None:
-        """Stop claiming now and drain.  Idempotent."""
+        """Stop claiming now and drain.  Idempotent; before ``run`` it makes ``run`` drain at once."""
         if self._loop is not None and self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
+        else:
+            self._stop_before_start = True
 
     def pause(self) -> None:
         """Stop claiming new jobs; running ones go on.  Nothing is killed."""
         self._paused = True
         log.info("Worker %s paused: claiming no new jobs.", self.config.name)
+        self._poke()
 
     def resume(self) -> None:
         self._paused = False
         log.info("Worker %s resumed claiming.", self.config.name)
+        self._poke()
+
+    def _poke(self) -> None:
         if self._loop is not None and self._wake is not None:
             self._loop.call_soon_threadsafe(self._wake.set)
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def running_jobs(self) -> list[int]:
+        """Ids of the jobs something still runs (timed-out ones included)."""
+        return list(self._inflight)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def run(self) -> int:
-        """Claim and run jobs until ``request_stop``; then drain.  Returns the exit code."""
+        """Claim and run jobs until ``request_stop``; then drain.  Returns the exit code.
+
+        When it returns, ``left_running`` lists the jobs a thread may still be running:
+        the caller must end the process rather than wait for them.
+        """
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
+        if self._stop_before_start:
+            self._stop.set()
         helpers = [asyncio.create_task(self._renew_leases())]
         interval = watchdog_interval()
         if interval:
             helpers.append(asyncio.create_task(self._watchdog(interval)))
         self.notifier.ready(self._status_line())
-        log.info("Worker %s ready: queues %s, concurrency %d.", self.config.name,
-                 ",".join(self.config.queues), self.config.concurrency)
+        log.info("Worker %s ready%s: queues %s, concurrency %d.", self.config.name,
+                 " (paused)" if self._paused else "", ",".join(self.config.queues), self.config.concurrency)
         try:
             code = await self._claim_loop()
-            await self._drain()
+            if code == EXIT_STUCK:
+                await self._stop_now()
+            else:
+                await self._drain()
         finally:
             for helper in helpers:
                 helper.cancel()
-            self._executor.shutdown()
             self._store_thread.shutdown(wait=True)
-        log.info("Worker %s stopped: %d done, %d failed, %d released.", self.config.name,
-                 self.counters.done, self.counters.failed, self.counters.released)
+        log.info("Worker %s stopped: %d done, %d failed, %d released, %d given up while running.",
+                 self.config.name, self.counters.done, self.counters.failed, self.counters.released,
+                 self.counters.abandoned)
         return code
 
     async def _store(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(
             self._store_thread, lambda: fn(*args, **kwargs))
 
+    def _stuck(self) -> int:
+        return sum(1 for run in self._inflight.values() if run.stuck)
+
     def _free_slots(self) -> int:
-        return self.config.concurrency - len(self._inflight) - self._executor.stuck()
+        """Jobs that may start now: free slots, within the crash-duplicate bound."""
+        running = len(self._inflight)
+        unsettled = len(self._outcomes) + self._settling
+        return max(0, min(self.config.concurrency - running,
+                          self.config.concurrency + UNSETTLED_MAX - running - unsettled))
 
     async def _claim_loop(self) -> int:
         assert self._wake is not None and self._stop is not None
         idle = self.config.idle_poll_min
         while not self._stop.is_set():
-            if self._executor.stuck() >= self.config.concurrency:
+            if self._stuck() >= self.config.concurrency:
                 log.error("Worker %s: all %d slots are held by tasks that ran past their timeout "
                           "and ignore interruption; exiting so a fresh worker takes over.",
                           self.config.name, self.config.concurrency)
@@ -169,6 +205,7 @@ class Worker:
                 outcomes, self._outcomes = self._outcomes, []
                 request = ClaimRequest(self.config.name, self.config.queues, want,
                                        self.config.lease_seconds) if want > 0 else None
+                self._settling = len(outcomes)
                 try:
                     _, claimed = await self._store(self.backend.settle_and_claim, self.config.name,
                                                    outcomes, request, now=self.clock())
@@ -178,6 +215,8 @@ class Worker:
                     await self._wait(idle)
                     idle = min(idle * 2, 5.0)
                     continue
+                finally:
+                    self._settling = 0
                 self._first_outcome_at = time.monotonic() if self._outcomes else None
                 self._buffer.extend(claimed)
                 self._fill_slots()
@@ -221,7 +260,7 @@ class Worker:
             return True  # the buffer runs low: refill before the slots go idle
         if not self._outcomes:
             return False
-        if len(self._outcomes) >= max(1, allowance // 2):
+        if len(self._outcomes) >= max(1, min(UNSETTLED_MAX, allowance // 2)):
             return True
         return time.monotonic() - (self._first_outcome_at or 0.0) >= SETTLE_DELAY
 
@@ -252,22 +291,31 @@ class Worker:
         self._wake.clear()
 
     def _start(self, job: Job) -> None:
-        task = asyncio.create_task(self._execute(job), name=f"job-{job.id}")
-        self._inflight[job.id] = task
+        run = self._executor.start(job)
+        self._inflight[job.id] = run
+        run.done.add_done_callback(functools.partial(self._finished, run))
 
-    async def _execute(self, job: Job) -> None:
-        began = time.monotonic()
-        try:
-            outcome = await self._executor.run(job)
-        except asyncio.CancelledError:
-            return  # the drain gave up on it; it is released there
-        ran = time.monotonic() - began
+    def _finished(self, run: Run, done: asyncio.Future) -> None:
+        """Nothing runs ``run``'s job any more: settle it with the next exchange."""
+        outcome = done.result()
+        ran = time.monotonic() - run.began
         self._mean_run = ran if self._mean_run is None else 0.8 * self._mean_run + 0.2 * ran
-        self._inflight.pop(job.id, None)
-        self._count(job, outcome)
+        self._inflight.pop(run.job.id, None)
+        self._count(run.job, outcome)
         self._add_outcomes([outcome])
         assert self._wake is not None
         self._wake.set()
+
+    def _on_timeout(self, run: Run) -> None:
+        self.counters.timed_out += 1
+        log.warning("Job %d (%s) ran past its %gs timeout: interrupting it; it keeps its slot and "
+                    "lease until its task returns.", run.job.id, run.job.task, run.job.timeout or 0)
+
+    def _on_stuck(self, run: Run) -> None:
+        log.warning("Job %d (%s) did not stop within %gs of its interrupt (blocked in C, or deaf "
+                    "to interrupts).", run.job.id, run.job.task, INTERRUPT_GRACE)
+        if self._wake is not None:
+            self._wake.set()
 
     def _count(self, job: Job, outcome: Outcome) -> None:
         if outcome.kind is OutcomeKind.ACK:
@@ -310,7 +358,9 @@ class Worker:
 
     def _status_line(self) -> str:
         state = "paused" if self._paused else ("draining" if self._stop and self._stop.is_set() else "claiming")
-        return (f"{state}: {len(self._inflight)}/{self.config.concurrency} running, "
+        stuck = self._stuck()
+        return (f"{state}: {len(self._inflight)}/{self.config.concurrency} running"
+                f"{f' ({stuck} stuck past their timeout)' if stuck else ''}, "
                 f"{self.counters.done} done, {self.counters.failed} failed")
 
     def _report_status(self) -> None:
@@ -321,28 +371,81 @@ class Worker:
 
     # -- drain --------------------------------------------------------------------------------
 
+    def _current_drain_budget(self) -> float:
+        try:
+            return max(0.0, float(self._drain_budget()))
+        except Exception as exc:  # noqa: BLE001 - a bad re-read must not stop the drain
+            log.warning("Worker %s could not read its drain budget (%s); using %gs.",
+                        self.config.name, exc, self.config.drain_timeout)
+            return self.config.drain_timeout
+
     async def _drain(self) -> None:
-        deadline = time.monotonic() + self.config.drain_timeout
+        budget = self._current_drain_budget()
+        deadline = time.monotonic() + budget
         self._release_buffer()  # claimed but never started: back to the queue at once
         self.notifier.stopping(f"draining {len(self._inflight)} jobs")
-        log.info("Worker %s draining %d running jobs (budget %.0fs).", self.config.name,
-                 len(self._inflight), self.config.drain_timeout)
+        log.info("Worker %s draining %d running jobs (budget %gs).", self.config.name,
+                 len(self._inflight), budget)
         while self._inflight and time.monotonic() < deadline:
             remaining = deadline - time.monotonic()
             # Ask systemd for a little beyond the next check, never past our own budget (+ a
-            # grace for the release below): a hung worker stops asking and is killed on time.
+            # grace for giving up below): a hung worker stops asking and is killed on time.
             self.notifier.extend_timeout(min(remaining, 2.0) + 3.0)
             await self._flush()
             await self._wait(min(remaining, 1.0))
         await self._flush()
         if self._inflight:
-            await self._release_unfinished()
+            await self._give_up_running(interrupt=True)
+        await self._final_flush()
 
-    async def _flush(self) -> None:
+    async def _stop_now(self) -> None:
+        """Exit without draining: every slot is stuck, nothing would finish."""
+        self._release_buffer()
+        self.notifier.stopping("every slot stuck past its timeout: exiting")
+        await self._flush()
+        await self._give_up_running(interrupt=False)
+        await self._final_flush()
+
+    async def _give_up_running(self, *, interrupt: bool) -> None:
+        """Interrupt what still runs; settle what stops within the grace; abandon the rest.
+
+        Order matters: a job is handed back only once nothing can still be running it, so
+        what is still running is not released here but abandoned -- marked, still leased
+        to this worker -- and its release (or, after a timeout, its failure) takes effect
+        once this process is gone.
+        """
+        if interrupt:
+            log.warning("Worker %s drain budget spent: interrupting %d running jobs (%s); they have "
+                        "%gs to stop.", self.config.name, len(self._inflight),
+                        ", ".join(map(str, self._inflight)), INTERRUPT_GRACE)
+            self.notifier.extend_timeout(INTERRUPT_GRACE + FINAL_SETTLE_TIME + 2.0)
+            runs = list(self._inflight.values())
+            for run in runs:
+                run.give_up()
+            await asyncio.wait([run.done for run in runs], timeout=INTERRUPT_GRACE)
+            await asyncio.sleep(0)  # let the finished runs' callbacks record their outcomes
+        left = list(self._inflight.values())
+        if not left:
+            return
+        marks = [timed_out_outcome(run.job) if run.timed_out else Outcome.release(run.job.id) for run in left]
+        try:
+            await self._store(self.backend.abandon, self.config.name, marks, now=self.clock())
+        except QueueError as exc:
+            log.error("Worker %s could not mark the jobs it gives up (%s): they count as lost once "
+                      "it has exited.", self.config.name, exc)
+        self.left_running = [run.job.id for run in left]
+        self.counters.abandoned += len(left)
+        log.warning("Worker %s gives up %d jobs still running (%s): they stay leased to it and run "
+                    "again once it has exited.", self.config.name, len(left),
+                    ", ".join(map(str, self.left_running)))
+
+    async def _flush(self) -> bool:
+        """Settle the results gathered so far; False if the store refused (they are kept)."""
         outcomes, self._outcomes = self._outcomes, []
         self._first_outcome_at = None
         if not outcomes:
-            return
+            return True
+        self._settling = len(outcomes)
         try:
             await self._store(self.backend.settle, self.config.name, outcomes, now=self.clock())
         except QueueError as exc:
@@ -350,22 +453,16 @@ class Worker:
             self._first_outcome_at = time.monotonic()
             log.warning("Worker %s could not settle %d jobs while draining: %s",
                         self.config.name, len(outcomes), exc)
+            return False
+        finally:
+            self._settling = 0
+        return True
 
-    async def _release_unfinished(self) -> None:
-        unfinished = dict(self._inflight)
-        log.warning("Worker %s drain budget spent: interrupting and releasing %d unfinished jobs "
-                    "(%s).", self.config.name, len(unfinished), ", ".join(map(str, unfinished)))
-        # Stop the code first, then release: a released job may start elsewhere at once.
-        self._executor.interrupt_all()
-        for task in unfinished.values():
-            task.cancel()
-        await asyncio.wait(list(unfinished.values()), timeout=1.0)
-        await self._flush()  # whatever finished during the interruption is acked, not released
-        releases = [Outcome.release(job_id) for job_id in unfinished if job_id in self._inflight]
-        self.counters.released += len(releases)
-        try:
-            await self._store(self.backend.settle, self.config.name, releases, now=self.clock())
-        except QueueError as exc:
-            log.error("Worker %s could not release %d jobs (%s); they run again when their "
-                      "leases expire.", self.config.name, len(releases), exc)
-        self._inflight.clear()
+    async def _final_flush(self) -> None:
+        deadline = time.monotonic() + FINAL_SETTLE_TIME
+        while not await self._flush():
+            if time.monotonic() >= deadline:
+                log.error("Worker %s exits with %d results not settled: those jobs run again.",
+                          self.config.name, len(self._outcomes))
+                return
+            await asyncio.sleep(0.2)

@@ -305,3 +305,241 @@ def test_the_worker_pings_the_watchdog_when_systemd_asks(queue, monkeypatch):
     started = time.monotonic()
     _, notifier, code = run_until(queue, lambda: time.monotonic() - started > 0.4)
     assert code == 0 and notifier.messages.count("WATCHDOG=1") >= 4
+
+
+def test_a_timeout_interrupt_only_ever_hits_the_job_it_was_meant_for(queue):
+    # Jobs that time out just as they return, interleaved with jobs without a timeout on the
+    # same threads: an interrupt that comes late must vanish, not land in the next job (a
+    # failure), in the pool's own code (a lost thread: the backlog never drains) or in the
+    # run's bookkeeping (a slot lost for good).  Frequent thread switches widen the windows.
+    import sys
+
+    def spin():
+        deadline = time.perf_counter() + 0.001
+        while time.perf_counter() < deadline:
+            pass
+
+    racer = queue.task("racer", timeout=0.001, max_attempts=1)(spin)
+    innocent = queue.task("innocent", max_attempts=1)(lambda: spin())
+    ids = queue.enqueue_many([job for _ in range(2000) for job in (racer.new_job(), innocent.new_job())])
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)
+    try:
+        worker, _, code = run_until(
+            queue, lambda: queue.stats().runnable == 0 and queue.stats().running == 0,
+            config=WorkerConfig(concurrency=4, idle_poll_max=0.05), timeout=60)
+    finally:
+        sys.setswitchinterval(old)
+    assert code == 0
+    hit = [queue.get(i).error for i in ids[1::2] if queue.get(i).state is not JobState.DONE]
+    assert hit == [], f"{len(hit)} jobs without a timeout were interrupted: {hit[:1]}"
+    assert worker.running_jobs() == [], "a finished job still holds a slot"
+
+
+def test_a_timed_out_task_keeps_its_slot_and_lease_until_its_thread_returns(queue):
+    unblock = threading.Event()
+    runs, running, overlaps = [0], [0], [0]
+    lock = threading.Lock()
+
+    @queue.task("stubborn", timeout=0.1, max_attempts=2)
+    def stubborn():
+        with lock:
+            runs[0] += 1
+            running[0] += 1
+            overlaps[0] += running[0] > 1
+            first = runs[0] == 1
+        try:
+            if first:
+                unblock.wait(30)  # blocks in C: the interrupt cannot land until it returns
+        finally:
+            with lock:
+                running[0] -= 1
+
+    job_id = stubborn.enqueue()
+    seen = {}
+
+    def timed_out_and_renewed(worker):
+        job = queue.get(job_id)
+        if worker.counters.timed_out == 0 or job.lease_expires is None:
+            return False
+        seen.setdefault("lease", job.lease_expires)  # the lease when the timeout hit...
+        return job.lease_expires > seen["lease"]       # ...renewed since
+
+    def check_then_unblock(worker):
+        job = queue.get(job_id)
+        seen["while_blocked"] = (job.state, job.lease_owner, worker._free_slots())
+        unblock.set()
+
+    from flexiqd.queue.url import open_backend
+
+    backend = open_backend(queue.url)
+    config = WorkerConfig(concurrency=1, lease_seconds=0.3, idle_poll_max=0.05)
+    worker = Worker(queue, backend, config, notifier=RecordingNotifier())
+
+    async def main():
+        runner = asyncio.create_task(worker.run())
+        deadline = time.monotonic() + 20
+        while not timed_out_and_renewed(worker):
+            assert time.monotonic() < deadline and not runner.done()
+            await asyncio.sleep(0.02)
+        check_then_unblock(worker)
+        while queue.get(job_id).state is not JobState.DONE:
+            assert time.monotonic() < deadline + 10 and not runner.done()
+            await asyncio.sleep(0.02)
+        worker.request_stop()
+        return await runner
+
+    try:
+        assert asyncio.run(main()) == 0
+    finally:
+        backend.close()
+    assert seen["while_blocked"] == (JobState.RUNNING, config.name, 0)
+    assert overlaps[0] == 0 and runs[0] == 2
+    assert [r["outcome"] for r in queue.backend.executions(job_id=job_id)] == ["fail", "ack"]
+
+
+# -- what becomes of a run --------------------------------------------------------------------
+
+def _job(job_id=1, timeout=None):
+    from flexiqd.queue.types import Job
+
+    return Job(id=job_id, queue="default", task="t", payload=None, priority=0, state=JobState.RUNNING,
+               run_at=0.0, attempts=1, max_attempts=3, timeout=timeout, idempotency_key=None,
+               tenant=None, lease_owner="h:w:1", lease_expires=1.0, enqueued_at=0.0,
+               started_at=0.0, finished_at=None)
+
+
+@pytest.mark.parametrize("returned, error, timed_out, given_up, kind", [
+    (True, None, False, False, "ack"),          # returned
+    (False, ValueError("x"), False, False, "fail"),  # raised on its own
+    (True, None, True, False, "fail"),          # past its timeout: fails even though it returned
+    (False, None, True, True, "fail"),          # timed out, then given up at a drain's end
+    (False, RuntimeError("in finally"), False, True, "release"),  # ended by the drain's interrupt
+    (True, None, False, True, "ack"),           # returned before the interrupt landed
+])
+def test_how_a_run_ended_decides_its_outcome(returned, error, timed_out, given_up, kind):
+    from flexiqd.worker.execution import decide_outcome
+
+    outcome = decide_outcome(_job(timeout=2.0), returned=returned, value="v" if returned else None,
+                             error=error, timed_out=timed_out, given_up=given_up)
+    assert outcome.kind.value == kind
+    if timed_out:
+        assert outcome.error == "task t timed out after 2s"
+
+
+def test_task_interrupts_are_not_swallowed_by_except_exception():
+    from flexiqd.worker.execution import TaskInterrupted, TaskTimeout
+
+    assert not issubclass(TaskInterrupted, Exception) and issubclass(TaskTimeout, TaskInterrupted)
+
+
+# -- settings from the config file ------------------------------------------------------------
+
+POOL_FILE = """
+store: sqlite:////tmp/elsewhere.db
+pools:
+  images:
+    app: imaging.tasks:queue
+    queues: [images, thumbs]
+    concurrency: 7
+    lease: 20s
+    drain_timeout: 45s
+    batch_size: 3
+"""
+
+
+def test_a_worker_takes_its_pools_settings_from_the_config_file_and_flags_override_them(tmp_path):
+    from flexiqd.config.worker import worker_setup
+
+    path = tmp_path / "flexiqd.yaml"
+    path.write_text(POOL_FILE)
+    setup = worker_setup(app=None, url=None, instance="images-3", config=str(path),
+                         overrides={"concurrency": 2, "drain_timeout": None})
+    assert setup.app == "imaging.tasks:queue" and setup.store_url == "sqlite:////tmp/elsewhere.db"
+    assert setup.pool == "images" and setup.config_path == str(path)
+    config = setup.config
+    assert (config.queues, config.concurrency, config.lease_seconds, config.drain_timeout,
+            config.batch_size) == (("images", "thumbs"), 2, 20.0, 45.0, 3)
+    assert config.name.split(":")[1:2] == ["images-3"]  # host:instance:pid, the lease owner name
+
+
+def test_a_drain_reads_the_budget_a_reload_wrote_unless_a_flag_fixed_it(tmp_path, monkeypatch):
+    from flexiqd.config.worker import drain_timeout_now, worker_setup
+
+    path = tmp_path / "flexiqd.yaml"
+    path.write_text(POOL_FILE)
+    monkeypatch.setenv("FLEXIQD_CONFIG", str(path))
+    from_file = worker_setup(app=None, url=None, instance="images-1", config=None, overrides={})
+    fixed = worker_setup(app=None, url=None, instance="images-1", config=None,
+                         overrides={"drain_timeout": 5.0})
+    path.write_text(POOL_FILE.replace("drain_timeout: 45s", "drain_timeout: 2m"))
+    assert drain_timeout_now(from_file) == 120.0
+    assert drain_timeout_now(fixed) == 5.0
+    path.write_text("pools: [broken\n")  # a file it cannot read: keep the budget it has
+    assert drain_timeout_now(from_file) == 45.0
+
+
+def test_a_worker_with_neither_app_nor_a_known_pool_gets_one_clear_line(tmp_path):
+    from flexiqd.config.worker import worker_setup
+    from flexiqd.errors import FlexiqdError
+
+    path = tmp_path / "flexiqd.yaml"
+    path.write_text(POOL_FILE)
+    for instance, message in [(None, "give --app module:attribute, or --instance"),
+                              ("images", "is not <pool>-<n>"),
+                              ("videos-1", "has no pool 'videos' (pools: images)")]:
+        with pytest.raises(FlexiqdError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            worker_setup(app=None, url=None, instance=instance, config=str(path), overrides={})
+
+
+# -- signals before the loop runs -------------------------------------------------------------
+
+def test_signals_caught_while_starting_are_replayed_in_order_once_the_worker_exists():
+    import os
+    import signal
+
+    from flexiqd.worker.signals import HANDLED, WorkerSignals
+
+    previous = {signum: signal.getsignal(signum) for signum in HANDLED}
+    seen = []
+
+    class Recorder:
+        def request_stop(self): seen.append("stop")
+        def pause(self): seen.append("pause")
+        def resume(self): seen.append("resume")
+
+    loop = asyncio.new_event_loop()
+    try:
+        signals = WorkerSignals.install()
+        for signum in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGUSR1, signal.SIGTERM):
+            os.kill(os.getpid(), signum)  # handled at once, in this (the main) thread
+        assert seen == []  # only recorded until there is a worker
+        signals.attach(loop, Recorder())
+        assert seen == ["pause", "resume", "pause", "stop"]
+        os.kill(os.getpid(), signal.SIGUSR2)
+        loop.run_until_complete(asyncio.sleep(0.01))  # now the loop dispatches
+        assert seen[-1] == "resume"
+        signals.detach(loop)
+    finally:
+        loop.close()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+# -- credentials --------------------------------------------------------------------------------
+
+def test_a_credential_is_read_from_the_directory_systemd_gives(tmp_path, monkeypatch):
+    from flexiqd import credential
+    from flexiqd.credentials import CredentialError
+
+    (tmp_path / "db-password").write_text("s3cret\n")
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))
+    assert credential("db-password") == "s3cret\n"
+    with pytest.raises(CredentialError, match=f"credential 'api-key' is not in {tmp_path} "
+                                              r"\(given: db-password"):
+        credential("api-key")
+    with pytest.raises(CredentialError, match="not a credential name"):
+        credential("../etc/passwd")
+    monkeypatch.delenv("CREDENTIALS_DIRECTORY")
+    with pytest.raises(CredentialError, match=r"credential 'db-password': \$CREDENTIALS_DIRECTORY is not set"):
+        credential("db-password")

@@ -1,0 +1,107 @@
+"""The one mapping from a pool's config to the settings its workers run with.
+
+``flexiq worker --instance <pool>-<n>`` takes its pool's settings from the
+config file (``--config``, else ``$FLEXIQD_CONFIG`` -- the daemon points its
+workers at the config it applied -- else the default path); flags given on the
+command line override them.  At the start of a drain the worker reads its
+pool's ``drain_timeout`` again (``drain_timeout_now``), so a budget changed by a
+reload reaches workers already running.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Any, Mapping
+
+from ..errors import ConfigError, FlexiqdError
+from ..fleet.base import parse_instance
+from ..queue.owners import owner_name
+from ..worker.settings import WorkerConfig
+from .load import load_config
+from .model import DEFAULT_CONFIG_PATH, PoolConfig
+
+log = logging.getLogger(__name__)
+
+CONFIG_ENV = "FLEXIQD_CONFIG"
+# A worker started with --app alone: the settings of a pool left at its defaults.
+DEFAULT_SETTINGS: Mapping[str, Any] = {"queues": ("default",), "concurrency": 4, "lease_seconds": 30.0,
+                                       "drain_timeout": 30.0, "batch_size": None}
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSetup:
+    """Everything a worker process needs to start: what to run, where, and how."""
+
+    app: str
+    store_url: str | None       # None: the app's own (``Queue(url)``, else $FLEXIQ_URL)
+    config: WorkerConfig
+    pool: str | None = None     # the pool it belongs to (--instance), for the paused-pools file
+    config_path: str | None = None  # where a drain re-reads its budget (None: the budget is fixed)
+
+
+def pool_settings(pool: PoolConfig) -> dict[str, Any]:
+    """The ``WorkerConfig`` fields of a worker of ``pool``."""
+    return {"queues": tuple(pool.queues), "concurrency": pool.concurrency, "lease_seconds": pool.lease,
+            "drain_timeout": pool.drain_timeout, "batch_size": pool.batch_size}
+
+
+def config_path(given: str | None) -> str:
+    return given or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH
+
+
+def pool_of_instance(instance: str, path: str) -> tuple[PoolConfig, str]:
+    """The pool worker ``<pool>-<n>`` belongs to, and the store, from the config file at ``path``."""
+    parsed = parse_instance(instance)
+    if parsed is None:
+        raise FlexiqdError(f"worker: --instance {instance!r} is not <pool>-<n>, as in default-3")
+    config = load_config(path)
+    pool = config.pools.get(parsed[0])
+    if pool is None:
+        raise FlexiqdError(f"worker {instance}: {path} has no pool {parsed[0]!r} "
+                           f"(pools: {', '.join(sorted(config.pools)) or 'none'})")
+    return pool, config.store
+
+
+def worker_setup(*, app: str | None, url: str | None, instance: str | None, config: str | None,
+                 overrides: Mapping[str, Any]) -> WorkerSetup:
+    """A worker's setup from its command line: ``overrides`` are the flags given (None: not given).
+
+    Without ``app``, ``instance`` names the pool whose settings (and app, and store)
+    the config file holds.
+    """
+    settings = dict(DEFAULT_SETTINGS)
+    parsed = parse_instance(instance) if instance else None
+    pool_name = parsed[0] if parsed else None
+    path = None
+    if app is None:
+        if not instance:
+            raise FlexiqdError("worker: give --app module:attribute, or --instance <pool>-<n> to take "
+                               "the pool's settings from the config file")
+        path = config_path(config)
+        pool, store = pool_of_instance(instance, path)
+        app, url, pool_name = pool.app, url or store, pool.name
+        settings.update(pool_settings(pool))
+    elif instance and (config or os.environ.get(CONFIG_ENV)):
+        path = config_path(config)  # --app given: the file is only asked for the drain budget
+    given = {key: value for key, value in overrides.items() if value is not None}
+    settings.update(given)
+    if "drain_timeout" in given:
+        path = None  # a budget given on the command line is not the file's to change
+    name = owner_name(instance or "worker")
+    return WorkerSetup(app=app, store_url=url, config=WorkerConfig(name=name, **settings),
+                       pool=pool_name, config_path=path)
+
+
+def drain_timeout_now(setup: WorkerSetup) -> float:
+    """The pool's drain budget in the config file now; the worker's own when it cannot tell."""
+    if setup.config_path is None or setup.pool is None:
+        return setup.config.drain_timeout
+    try:
+        pool = load_config(setup.config_path).pools.get(setup.pool)
+    except ConfigError as exc:
+        log.warning("Worker %s keeps its drain budget of %gs: %s", setup.config.name,
+                    setup.config.drain_timeout, exc)
+        return setup.config.drain_timeout
+    return pool.drain_timeout if pool is not None else setup.config.drain_timeout

@@ -1,0 +1,29 @@
+"""A worker's settings: how it claims, how many jobs it runs at once, how long it may drain."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..queue.owners import owner_name
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerConfig:
+    """How one worker claims and drains.  ``name`` is its lease owner name (``host:instance:pid``)."""
+
+    queues: tuple[str, ...] = ("default",)
+    concurrency: int = 4
+    lease_seconds: float = 30.0
+    drain_timeout: float = 30.0
+    idle_poll_min: float = 0.05
+    idle_poll_max: float = 0.5
+    batch_size: int | None = None  # most jobs claimed at once (None: as many as free slots)
+    name: str = dataclasses.field(default_factory=lambda: owner_name("worker"))
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
+        if self.lease_seconds <= 0:
+            raise ValueError(f"lease_seconds must be positive, got {self.lease_seconds}")
+        if self.drain_timeout < 0:
+            raise ValueError(f"drain_timeout must not be negative, got {self.drain_timeout}")
