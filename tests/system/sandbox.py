@@ -135,6 +135,7 @@ class Sandbox:
         self._proc: subprocess.Popen[bytes] | None = None
         self._leader: int | None = None
         self._state_dir: Path | None = None
+        self._cgroups: list[str] = []
         self._atexit_registered = False
 
     # -- lifecycle ---------------------------------------------------------
@@ -201,16 +202,25 @@ class Sandbox:
         ]
         # The bind mount is made inside unshare's private mount namespace, so
         # it lives exactly as long as nspawn does; sh then execs nspawn, so
-        # the pid we hold is nspawn's.
+        # the pid we hold is nspawn's.  Before that, sh moves itself into a
+        # cgroup of this sandbox's own: nspawn without a host systemd puts its
+        # container in "payload" below its own cgroup, and two sandboxes in one
+        # cgroup would share it (the one's systemd then signals the other's
+        # processes: "Failed to send signal ... Input/output error").
+        self._cgroups = own_cgroup_dirs(self.name)
         launcher = [
             "unshare", "--mount", "--propagation", "private", "--",
-            "/bin/sh", "-c", 'mount --bind / "$1" && shift && exec "$@"',
+            "/bin/sh", "-c",
+            'mount --bind / "$1" && shift && '
+            'for dir in $FLEXIQ_SBX_CGROUPS; do mkdir -p "$dir" && echo $$ > "$dir/cgroup.procs"; done && '
+            'exec "$@"',
             "sh", str(self.root_dir), *nspawn,
         ]
         parent = os.getpid()
         with open(self.log_path, "wb") as log_file:
             self._proc = subprocess.Popen(
                 launcher, stdin=subprocess.DEVNULL, stdout=log_file,
+                env={**os.environ, "FLEXIQ_SBX_CGROUPS": " ".join(self._cgroups)},
                 stderr=subprocess.STDOUT, start_new_session=True, cwd="/",
                 preexec_fn=lambda: _die_with_parent(parent),
             )
@@ -294,6 +304,9 @@ class Sandbox:
         log.info("Sandbox %s stopped (nspawn exit status %s).", self.name, proc.returncode)
 
     def _remove_state_dir(self) -> None:
+        cgroups, self._cgroups = self._cgroups, []
+        for cgroup in cgroups:
+            _remove_cgroup(Path(cgroup))
         state_dir, self._state_dir = self._state_dir, None
         if state_dir is not None:
             _remove_state_dir(state_dir)
@@ -484,6 +497,32 @@ def remove_stale_state_dirs() -> None:
             log.info("Removed %s, left by a sandbox whose test run was killed.", state_dir)
         except (OSError, SandboxError) as exc:
             log.warning("Could not remove stale sandbox directory %s: %s", state_dir, exc)
+
+
+def own_cgroup_dirs(name: str) -> list[str]:
+    """A cgroup named ``name`` below this process's own, in each hierarchy nspawn uses."""
+    mounts = {"name=systemd": Path("/sys/fs/cgroup/systemd"),
+              "": Path("/sys/fs/cgroup/unified") if Path("/sys/fs/cgroup/unified").is_dir()
+              else Path("/sys/fs/cgroup")}
+    dirs = []
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        mount = mounts.get(controllers)
+        if mount is not None and (mount / "cgroup.procs").exists() and os.access(mount, os.W_OK):
+            dirs.append(str(mount / path.lstrip("/") / name))
+    return dirs
+
+
+def _remove_cgroup(path: Path) -> None:
+    """rmdir a cgroup and what nspawn made below it (empty once its processes are gone)."""
+    if not path.is_dir():
+        return
+    for folder, subfolders, _ in os.walk(path, topdown=False):
+        for sub in subfolders:
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.join(folder, sub))
+    with contextlib.suppress(OSError):
+        os.rmdir(path)
 
 
 def _remove_state_dir(state_dir: Path) -> None:
