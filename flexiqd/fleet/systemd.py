@@ -13,6 +13,7 @@ import os
 import signal
 from typing import Any, Callable, Iterable
 
+from ..config.runtime import write_published
 from ..errors import FleetError
 from .base import Fleet, WorkerInfo, WorkerSpec, WorkerState, instance_name, parse_instance
 
@@ -227,10 +228,11 @@ class SystemdFleet(Fleet):
             except OSError:
                 pass
             try:
+                # Root's alone, whatever the daemon's umask (0007, for the queue it shares
+                # with group flexiq): a drop-in can set User= or ExecStartPre=.
                 os.makedirs(folder, exist_ok=True)
-                with open(path + ".tmp", "w", encoding="utf-8") as handle:
-                    handle.write(text)
-                os.replace(path + ".tmp", path)
+                os.chmod(folder, 0o755)
+                write_published(path, text)
             except OSError as exc:
                 raise FleetError(f"cannot write the drop-in {path}: {exc.strerror}") from None
             changed = True
