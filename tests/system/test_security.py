@@ -234,11 +234,12 @@ def test_the_steering_group_cannot_swap_the_queue_database(flexiqd):
 # -- a worker's secrets -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("who", USERS)
-def test_only_root_and_the_worker_read_its_environment(flexiqd, who):
+def test_only_root_reads_a_workers_environment(flexiqd, who):
     pid = flexiqd.unit_property(WORKER, "MainPID")
     assert can_read(flexiqd, who, f"/proc/{pid}/environ") is (who == "root")
-    # The worker's own user, which runs it, may (systemd gives no finer boundary).
-    assert can_read(flexiqd, "flexiq", f"/proc/{pid}/environ")
+    # Not even another process of the workers' user (a worker of another pool): the
+    # worker runs in a user namespace of its own (PrivateUsers=).
+    assert not can_read(flexiqd, "flexiq", f"/proc/{pid}/environ")
 
 
 CREDENTIAL_APP = '''
@@ -282,8 +283,13 @@ credentials: {{db_password: {CONFIG_DIR}/db-password}}
         shown = json.loads(flexiq(flexiqd, "jobs", "show", str(done[0]["id"]), "--json").stdout)
         assert shown["result"] == hashlib.sha256(SECRET.encode()).hexdigest()
         # Nobody else reads the credential...
-        creds = worker_environ(flexiqd, unit)["CREDENTIALS_DIRECTORY"]
-        assert [who for who in USERS if can_read(flexiqd, who, f"{creds}/db_password")] == ["root"]
+        secret = f"{worker_environ(flexiqd, unit)['CREDENTIALS_DIRECTORY']}/db_password"
+        assert [who for who in USERS if can_read(flexiqd, who, secret)] == ["root"]
+        # Nor does a worker of another pool, though it runs as the same user: a worker's
+        # mount namespace shows it its own credentials alone.
+        other = flexiqd.unit_property(WORKER, "MainPID")
+        assert not attempt(flexiqd, "root", f'nsenter -t {other} -m -- {shlex.join(as_user("flexiq"))} cat "$1"',
+                           secret)
         # ...and it is nowhere the world can look: unit properties, drop-ins, environment, command line.
         pid = flexiqd.unit_property(unit, "MainPID")
         for where in (f"systemctl show {unit}", f"cat {DROPINS}/{unit}.d/*",
@@ -319,7 +325,7 @@ environment: {json.dumps(environment)}
     try:
         if rejected is not None:
             # Refusing such a value is fine too, if the reason names the key.
-            assert "environment" in rejected, rejected
+            assert "pools.odd.environment." in rejected, rejected
             return
         flexiqd.wait_for(lambda: unit in workers(flexiqd), 30, what=f"{unit} to be active")
         # No directive came from a value: the unit is the template's plus ours.
