@@ -13,7 +13,6 @@ import os
 import signal
 from typing import Any, Callable, Iterable
 
-from ..config.runtime import write_published
 from ..errors import FleetError
 from .base import Fleet, WorkerInfo, WorkerSpec, WorkerState, instance_name, parse_instance
 
@@ -228,11 +227,15 @@ class SystemdFleet(Fleet):
             except OSError:
                 pass
             try:
-                # Root's alone, whatever the daemon's umask (0007, for the queue it shares
-                # with group flexiq): a drop-in can set User= or ExecStartPre=.
+                # Writable by root alone, whatever the daemon's umask (0007, for the queue
+                # it shares with group flexiq): a drop-in can set User= or ExecStartPre=.
                 os.makedirs(folder, exist_ok=True)
                 os.chmod(folder, 0o755)
-                write_published(path, text)
+                fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.fchmod(fd, 0o644)
+                with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                    handle.write(text)
+                os.replace(path + ".tmp", path)
             except OSError as exc:
                 raise FleetError(f"cannot write the drop-in {path}: {exc.strerror}") from None
             changed = True
