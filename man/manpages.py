@@ -360,7 +360,13 @@ def _flexiqctl_parser() -> argparse.ArgumentParser:
 FILES_SECTION = """
 - /etc/flexiqd/flexiqd.yaml: The configuration, see flexiqd.yaml(5).
 
-- /var/lib/flexiq/queue.db: The SQLite job queue (the default `store`), shared by the daemon and its workers; kept when the package is removed, deleted when it is purged.
+- /var/lib/flexiq/queue.db: The SQLite job queue (the default `store`), shared by the daemon, its workers and the flexiq group; kept when the package is removed, deleted when it is purged.
+
+- /var/lib/flexiqd/: The daemon's own state (the scale-event history, operator intent), root's alone; kept when the package is removed, deleted when it is purged.
+
+- /var/lib/flexiq-worker/: The workers' home, the flexiq user's alone.
+
+- /run/flexiqd/applied.yaml: The config in force, which workers read when they start.
 
 - /usr/lib/systemd/system/flexiqd.service: The daemon's unit.
 

@@ -243,8 +243,13 @@ class SystemdFleet(Fleet):
         except OSError:
             pass
         try:
+            # Writable by root alone, whatever the daemon's umask (0007, for the queue it
+            # shares with group flexiq): a drop-in can set User= or ExecStartPre=.
             os.makedirs(folder, exist_ok=True)
-            with open(path + ".tmp", "w", encoding="utf-8") as handle:
+            os.chmod(folder, 0o755)
+            fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.fchmod(fd, 0o644)
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(text)
             os.replace(path + ".tmp", path)
         except OSError as exc:

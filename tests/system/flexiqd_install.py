@@ -56,7 +56,7 @@ def install(sbx: Sandbox, config: str = CONFIG, *, daemon_dropin: str | None = N
     """Stop any previous flexiqd and its workers, wipe its state, install and start afresh."""
     sbx.run(f"systemctl stop {DAEMON} 'flexiq-worker@*' 2>/dev/null; "
             "systemctl reset-failed 'flexiq-worker@*' flexiqd.service 2>/dev/null; "
-            "rm -rf /var/lib/flexiq /run/systemd/system/flexiq-worker@*.d "
+            "rm -rf /var/lib/flexiq /var/lib/flexiqd /var/lib/flexiq-worker /run/systemd/system/flexiq-worker@*.d "
             "/etc/systemd/system/flexiqd.service.d; true")
     sbx.write_file("/etc/sysusers.d/flexiqd.conf", (REPO / "units" / "flexiqd.sysusers").read_text())
     sbx.write_file("/etc/tmpfiles.d/flexiqd.conf", (REPO / "units" / "flexiqd.tmpfiles").read_text())

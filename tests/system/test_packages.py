@@ -41,6 +41,8 @@ UPGRADE_VERSION = "0.1.0+test1"
 DAEMON = "flexiqd.service"
 CONFIG = "/etc/flexiqd/flexiqd.yaml"
 STATE = "/var/lib/flexiq"
+DAEMON_STATE = "/var/lib/flexiqd"
+WORKER_HOME = "/var/lib/flexiq-worker"
 QUEUE_DB = f"{STATE}/queue.db"
 # One query of the store: every job with its state, attempts and recorded executions.
 JOBS_QUERY = f"""python3 - <<'EOF'
@@ -180,7 +182,8 @@ def test_install_pulls_only_debian_packages_and_starts_the_daemon(debian: Debian
     assert debian.systemctl("is-enabled", "flexiq-worker@.service", check=False).stdout.strip() == "static"
     assert debian.run(["getent", "passwd", "flexiq"]).stdout.startswith("flexiq:")
     assert debian.run(["getent", "group", "flexiq"]).stdout.startswith("flexiq:")
-    assert debian.run(["stat", "-c", "%U:%G %a", STATE]).stdout.split() == ["flexiq:flexiq", "770"]
+    assert debian.run(["stat", "-c", "%U:%G %a", STATE]).stdout.split() == ["flexiq:flexiq", "1770"]
+    assert debian.run(["stat", "-c", "%U %a", DAEMON_STATE]).stdout.split() == ["root", "700"]
     conffiles = debian.run(["dpkg-query", "-W", "-f=${Conffiles}", "flexiqd"]).stdout
     assert CONFIG in conffiles
     debian.run(["test", "-f", "/usr/share/dbus-1/system.d/org.flexiq.flexiqd1.conf"])
@@ -192,7 +195,7 @@ def test_install_pulls_only_debian_packages_and_starts_the_daemon(debian: Debian
 
 def test_the_units_exposure_is_no_worse_than_documented(debian: DebianMachine):
     # docs/packaging.md records these; a unit that loosens its sandboxing fails here.
-    recorded = {DAEMON: 1.8, "flexiq-worker@default-1.service": 1.3}
+    recorded = {DAEMON: 1.6, "flexiq-worker@default-1.service": 1.1}
     debian.wait_for(lambda: "flexiq-worker@default-1.service" in active_workers(debian), 30,
                     what="the first worker")
     for unit, most in recorded.items():
@@ -272,6 +275,7 @@ def test_remove_drains_the_fleet_and_keeps_the_queue(debian: DebianMachine):
     assert not is_active(debian, DAEMON)
     debian.run(["test", "-f", QUEUE_DB])
     debian.run(["test", "-f", CONFIG])
+    debian.run(["test", "-f", f"{DAEMON_STATE}/events.jsonl"])
     after = jobs(debian)
     assert [job["id"] for job in after if job["state"] == "running"] == []
     assert sum(job["state"] == "queued" for job in after) >= 5  # the delayed ones, at least
@@ -282,7 +286,8 @@ def test_remove_drains_the_fleet_and_keeps_the_queue(debian: DebianMachine):
 def test_purge_removes_the_config_and_the_state(debian: DebianMachine):
     debian.apt("purge", "flexiqd")
     debian.run(["test", "!", "-e", "/etc/flexiqd"])
-    debian.run(["test", "!", "-e", STATE])
+    for folder in (STATE, DAEMON_STATE, WORKER_HOME):
+        debian.run(["test", "!", "-e", folder])
     assert installed_version(debian) == ""
     assert debian.systemctl("is-enabled", DAEMON, check=False).returncode != 0
 
