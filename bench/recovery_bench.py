@@ -1,27 +1,32 @@
 #!/usr/bin/env python3
 """Crash recovery, flexiqd against flexiq 2.1.0: SIGKILL a busy worker, time until its jobs run again.
 
-    .venv/bin/python bench/recovery_bench.py [--runs 10] [--flexiq-runs 3] [--timeout 120]
+    .venv/bin/python bench/recovery_bench.py [--runs 10] [--flexiq-runs 3] [--backlog 300] [--timeout 120]
 
 Needs root (it boots the systemd sandbox of tests/system/sandbox.py), this checkout's
 ``.venv`` (``make venv``) and flexiq 2.1.0 in ``bench/.work/venv`` (``make bench`` builds
-it; the pip lines are in the error message when it is missing).  About 5 minutes.
+it; the error message says how when it is missing).  About 3 minutes.
 
 Both queues run the same scenario: 4 worker processes of 4 slots each, a backlog of
-1-second jobs (one ``time.sleep``) that record ``start``/``end`` marks per execution.
-Each run waits until every worker runs 4 jobs, SIGKILLs one worker's main process and
-notes the time right after the kill; the jobs that process had started and not ended
-are read from its marks, and for each the delay is the time from the kill to its next
-start mark.  ORDER: a recovered job must start again before any job enqueued after it
-that had not started at the kill; every later job that starts first is counted.
+1-second jobs (one ``time.sleep``) that record ``start``/``end`` marks per execution, at
+least ``--backlog`` runnable jobs behind the running ones at each kill.  Each run waits
+until every worker runs 4 jobs (none of them cut by an earlier kill), waits a random
+fraction of a job's length, SIGKILLs one worker's main process and notes the time right
+after the kill.  The jobs that process had started and not ended are read from its
+marks; for each, the delay is the time from the kill to its next start mark.  ORDER: a
+cut job must start again before any job enqueued after it that had not started at the
+kill; every later job that starts first is counted, and separately those that started
+after the queue had the cut job back (they took its place, the others came before it
+could be claimed at all).  "Back in the queue" is each queue's own record of it:
 
 1. flexiqd under a real systemd: the checkout installed with the shipped units
    (tests/system/flexiqd_install.py), one pool pinned at 4 workers (``min_workers =
    max_workers = 4``, concurrency 4), the task app tests/apps/chaos_app.py.  systemd
-   restarts the killed unit; the daemon's own release time is the timestamp of its
-   journal line "... (pid P) is gone: released its N jobs" minus the kill time.
+   restarts the killed unit; the daemon's journal line "... (pid P) is gone: released its
+   N jobs" is when the jobs were back.
 2. flexiq 2.1.0: 4 plain ``flexiq worker`` processes (it has no systemd integration) of
-   4 threads each on a fresh database per run, the task app bench/apps/recovery_flexiq.py.
+   4 threads each on a fresh database per run, the task app bench/apps/recovery_flexiq.py;
+   its reaper's "worker ... died; recovering in-flight job" rows in ``job_errors``.
 
 Every sample goes to ``bench/results-recovery.json``; the summary table replaces the
 part of bench/README.md between ``<!-- recovery:start -->`` and ``<!-- recovery:end -->``.
@@ -34,7 +39,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
-import dataclasses
 import datetime
 import json
 import math
@@ -44,6 +48,7 @@ import random
 import re
 import shutil
 import signal
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -56,7 +61,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from system import flexiqd_install as fi  # noqa: E402
 from system.executions import Execution, parse  # noqa: E402
-from system.sandbox import Sandbox, SandboxError, unavailable_reason  # noqa: E402
+from system.sandbox import Sandbox, SandboxError, SandboxTimeout, unavailable_reason  # noqa: E402
 
 WORKERS = 4
 CONCURRENCY = 4
@@ -80,10 +85,9 @@ pools:
       PYTHONPATH: {REPO / "tests" / "apps"}
       FLEXIQ_TEST_MARKS: {fi.MARKS}
 """
-# flexiqd's backlog is topped up before each kill: never fewer runnable jobs than this.
-FLEXIQD_BACKLOG = 300
-# flexiq gets one backlog per run, enough for the surviving 12 slots for the whole timeout.
-FLEXIQ_BACKLOG_MARGIN = 200
+# Runnable jobs behind the running ones at each kill, at least (--backlog): flexiqd's queue is
+# topped up before each kill; flexiq gets a fresh queue of this many plus one job per slot each run.
+BACKLOG = 300
 
 
 class BenchError(Exception):
@@ -176,6 +180,7 @@ def summarise(kills: list[dict]) -> dict:
         "not_restarted": sum(1 for j in jobs if j["delay_s"] is None),
         "delay_s": spread(delays),
         "release_s": spread(releases),
+        "jobs_released": sum(k["released_jobs"] or 0 for k in kills),
         # ORDER: cut jobs some later job overtook, and the later jobs that started first.
         "order_violations": sum(1 for j in jobs if j["overtaken_by"]),
         "later_jobs_started_first": sum(k["overtaking_jobs"] for k in kills),
@@ -260,13 +265,16 @@ def daemon_release(journal_unix: str, pid: int) -> tuple[float, int] | None:
     return None
 
 
-def _top_up(sbx: Sandbox) -> None:
+def _top_up(sbx: Sandbox, backlog: int) -> int:
+    """Keep ``backlog`` runnable jobs or more queued; return how many there are."""
     runnable = fi.stats(sbx)["runnable"]
-    if runnable < FLEXIQD_BACKLOG:
-        fi.flexiq(sbx, "enqueue", "work", json.dumps(JOB_SECONDS), "--count", str(2 * FLEXIQD_BACKLOG))
+    if runnable < backlog:
+        fi.flexiq(sbx, "enqueue", "work", json.dumps(JOB_SECONDS), "--count", str(backlog))
+        runnable += backlog
+    return runnable
 
 
-def bench_flexiqd(runs: int, timeout: float, seed: int) -> dict:
+def bench_flexiqd(runs: int, backlog: int, timeout: float, seed: int) -> dict:
     rng = random.Random(seed)
     kills: list[dict] = []
     cut: set[int] = set()
@@ -276,7 +284,7 @@ def bench_flexiqd(runs: int, timeout: float, seed: int) -> dict:
         fi.install(sbx, FLEXIQD_CONFIG)
         sbx.wait_for(lambda: len(_unit_pids(sbx)) == WORKERS, 60, what=f"{WORKERS} active worker units")
         for run in range(1, runs + 1):
-            _top_up(sbx)
+            runnable = _top_up(sbx, backlog)
             workers, candidates = _wait_busy(lambda: (_unit_pids(sbx), _sandbox_marks(sbx)), cut, 60,
                                              f"flexiqd run {run}")
             unit = rng.choice(candidates)
@@ -287,7 +295,7 @@ def bench_flexiqd(runs: int, timeout: float, seed: int) -> dict:
             executions = _wait_restarted(lambda: _sandbox_marks(sbx), pid, killed_at, timeout, 0.1)
             release = _daemon_release(sbx, pid)
             released_at = release[0] if release else None
-            kill = {"run": run, "unit": unit, "pid": pid, "killed_at": killed_at,
+            kill = {"run": run, "unit": unit, "pid": pid, "killed_at": killed_at, "runnable_before": runnable,
                     "release_s": round(released_at - killed_at, 6) if release else None,
                     "released_jobs": release[1] if release else None,
                     **judge_kill(executions, pid, killed_at, released_at),
@@ -302,10 +310,11 @@ def bench_flexiqd(runs: int, timeout: float, seed: int) -> dict:
 def _daemon_release(sbx: Sandbox, pid: int) -> tuple[float, int] | None:
     """The daemon's release line for ``pid``, waiting a little for journald; None if absent."""
     def read() -> tuple[float, int] | None:
-        return daemon_release(sbx.run(["journalctl", "--no-pager", "-o", "short-unix", "-u", fi.DAEMON]).stdout, pid)
+        journal = sbx.run(["journalctl", "--no-pager", "-o", "short-unix", "-u", fi.DAEMON]).stdout
+        return daemon_release(journal, pid)
     try:
         return sbx.wait_for(read, 10, interval=0.2, what=f"flexiqd's release line for pid {pid}")
-    except SandboxError:
+    except SandboxTimeout:
         log(f"flexiqd logged no 'released its N jobs' line for pid {pid}: no release time for this kill")
         return None
 
@@ -364,6 +373,24 @@ class FlexiqWorkers:
         self.procs[pid].wait()
         return killed_at
 
+    def _db(self) -> sqlite3.Connection:
+        return sqlite3.connect(f"file:{self.workdir / 'flexiq.db'}?mode=ro", uri=True, timeout=30)
+
+    def runnable(self) -> int:
+        """Jobs waiting in flexiq's queue (its status 0, pending) that are due."""
+        with contextlib.closing(self._db()) as db:
+            return db.execute("SELECT COUNT(*) FROM jobs WHERE status = 0 AND scheduled_at <= ?",
+                              (int(time.time() * 1000),)).fetchone()[0]
+
+    def released(self, killed_at: float) -> tuple[float, int] | None:
+        """(epoch, jobs) of flexiq's own recovery of a dead worker's jobs: its reaper records
+        "worker ... died; recovering in-flight job" in job_errors for each job it re-queues."""
+        with contextlib.closing(self._db()) as db:
+            first, count = db.execute(
+                "SELECT MIN(failed_at), COUNT(*) FROM job_errors WHERE error LIKE '%died%' AND failed_at >= ?",
+                (int(killed_at * 1000),)).fetchone()
+        return (first / 1000, count) if count else None
+
     def marks(self) -> list[Execution]:
         text = "".join(p.read_text() for p in sorted((self.workdir / "marks").glob("*.log")))
         return parse(text)
@@ -383,31 +410,36 @@ def flexiq_python() -> Path:
     return python
 
 
-def bench_flexiq(runs: int, timeout: float, seed: int) -> dict:
+def bench_flexiq(runs: int, backlog: int, timeout: float, seed: int) -> dict:
     python = flexiq_python()
     rng = random.Random(seed)
     # The surviving slots keep taking jobs until the cut ones return: keep them fed all along.
-    backlog = int((WORKERS - 1) * CONCURRENCY * (timeout + 10) / JOB_SECONDS) + FLEXIQ_BACKLOG_MARGIN
     kills: list[dict] = []
     for run in range(1, runs + 1):
         workdir = FLEXIQ_WORK / f"flexiq-{run}"
         shutil.rmtree(workdir, ignore_errors=True)
         (workdir / "marks").mkdir(parents=True)
         with FlexiqWorkers(python, workdir) as flexiq:
-            flexiq.enqueue(backlog)
+            flexiq.enqueue(backlog + WORKERS * CONCURRENCY)
             workers, candidates = _wait_busy(lambda: (flexiq.live(), flexiq.marks()), set(), 60, f"flexiq run {run}")
             pid = workers[rng.choice(candidates)]
             time.sleep(rng.uniform(0, JOB_SECONDS))  # the kill lands at a random point of the jobs' run
+            runnable = flexiq.runnable()
             killed_at = flexiq.kill(pid)
             log(f"flexiq run {run}: SIGKILLed pid {pid}; waiting for its jobs (up to {timeout:g} s)")
             executions = _wait_restarted(flexiq.marks, pid, killed_at, timeout, 0.5)
             flexiq.live()  # the others must still be up, or the run proves nothing
-        kill = {"run": run, "pid": pid, "killed_at": killed_at, "release_s": None, "released_jobs": None,
-                **judge_kill(executions, pid, killed_at), "settled_reruns": settled_reruns(executions, pid, killed_at)}
+            release = flexiq.released(killed_at)
+        released_at = release[0] if release else None
+        kill = {"run": run, "pid": pid, "killed_at": killed_at, "runnable_before": runnable,
+                "release_s": round(released_at - killed_at, 6) if release else None,
+                "released_jobs": release[1] if release else None,
+                **judge_kill(executions, pid, killed_at, released_at),
+                "settled_reruns": settled_reruns(executions, pid, killed_at)}
         kills.append(kill)
         _print_kill("flexiq", kill)
     shutil.rmtree(FLEXIQ_WORK, ignore_errors=True)
-    return {"backlog_per_run": backlog, "kills": kills, "summary": summarise(kills)}
+    return {"queued_per_run": backlog + WORKERS * CONCURRENCY, "kills": kills, "summary": summarise(kills)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -421,8 +453,8 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 def _print_kill(name: str, kill: dict) -> None:
     delays = ", ".join(_fmt(j["delay_s"]) for j in kill["jobs"]) or "no job was cut"
     order = kill["overtaking_jobs"]
-    release = f"; daemon released {kill['released_jobs']} jobs after {_fmt(kill['release_s'])} s" \
-        if kill["release_s"] is not None else ""
+    release = f"; {kill['released_jobs']} jobs back in the queue after {_fmt(kill['release_s'])} s" \
+        if kill["release_s"] is not None else "; no release recorded"
     log(f"{name} run {kill['run']}: pid {kill['pid']} killed; its jobs started again after {delays} s"
         f"{release}; later jobs that started first: {order}")
 
@@ -435,27 +467,36 @@ def ratio(flexiq: float | None, flexiqd: float | None) -> str:
 
 def readme_table(results: dict) -> str:
     d, q = results["flexiqd"]["summary"], results["flexiq"]["summary"]
-    dd, qd, rel = d["delay_s"], q["delay_s"], d["release_s"]
+    dd, qd, dr, qr = d["delay_s"], q["delay_s"], d["release_s"], q["release_s"]
+    rows = [
+        ("kills (jobs cut: started, not ended)", f"{d['kills']} ({d['jobs_cut']})",
+         f"{q['kills']} ({q['jobs_cut']})", ""),
+        ("**kill -> cut job starts again, median s**", f"**{_fmt(dd['median'])}**", f"**{_fmt(qd['median'], 1)}**",
+         f"**{ratio(qd['median'], dd['median'])}**"),
+        ("... p95 s", _fmt(dd["p95"]), _fmt(qd["p95"], 1), ratio(qd["p95"], dd["p95"])),
+        ("... max s", _fmt(dd["max"]), _fmt(qd["max"], 1), ratio(qd["max"], dd["max"])),
+        (f"cut jobs not started again within {results['timeout_s']:g} s", str(d["not_restarted"]),
+         str(q["not_restarted"]), ""),
+        ("kill -> jobs back in the queue, median (max) s", f"{_fmt(dr['median'])} ({_fmt(dr['max'])})",
+         f"{_fmt(qr['median'], 1)} ({_fmt(qr['max'], 1)})", ratio(qr["median"], dr["median"])),
+        ("jobs the dead worker held, put back", str(d["jobs_released"]), str(q["jobs_released"]), ""),
+        ("ORDER: cut jobs overtaken by later jobs", f"{d['order_violations']} of {d['jobs_cut']}",
+         f"{q['order_violations']} of {q['jobs_cut']}", ""),
+        ("... later jobs that started first, all kills", str(d["later_jobs_started_first"]),
+         str(q["later_jobs_started_first"]), ""),
+        ("... cut jobs overtaken once back in the queue", str(d["order_violations_after_release"]),
+         str(q["order_violations_after_release"]), ""),
+        ("jobs run to their end by the killed worker that ran again", str(d["settled_reruns"]),
+         str(q["settled_reruns"]), ""),
+    ]
     lines = [
-        f"Recorded {results['recorded']}; the run took {results['minutes']:.1f} min. "
-        f"flexiqd {results['flexiqd_version']} under {results['flexiqd']['systemd']} (sandbox), "
-        f"flexiq 2.1.0; {results['machine']}. Raw samples in `results-recovery.json`.",
+        f"Recorded {results['recorded']}; the run took {results['minutes']:.1f} min. flexiqd "
+        f"{results['flexiqd_version']} under {results['flexiqd']['systemd']} in the sandbox; flexiq 2.1.0 "
+        f"as plain processes; {results['machine']}. Every sample is in `results-recovery.json`.",
         "",
         "| SIGKILL of a busy worker | flexiqd | flexiq 2.1.0 | flexiq / flexiqd |",
         "|---|---:|---:|---:|",
-        f"| kills (jobs cut) | {d['kills']} ({d['jobs_cut']}) | {q['kills']} ({q['jobs_cut']}) | |",
-        f"| kill -> job starts again, median s | **{_fmt(dd['median'])}** | {_fmt(qd['median'], 1)} | "
-        f"{ratio(qd['median'], dd['median'])} |",
-        f"| ... p95 s | {_fmt(dd['p95'])} | {_fmt(qd['p95'], 1)} | {ratio(qd['p95'], dd['p95'])} |",
-        f"| ... max s | {_fmt(dd['max'])} | {_fmt(qd['max'], 1)} | {ratio(qd['max'], dd['max'])} |",
-        f"| jobs not started again within {results['timeout_s']:g} s | {d['not_restarted']} | {q['not_restarted']} | |",
-        f"| kill -> daemon's \"released its N jobs\", median (max) s | {_fmt(rel['median'])} ({_fmt(rel['max'])}) "
-        f"| no such event | |",
-        f"| ORDER: cut jobs overtaken by later work (later jobs that started first) | "
-        f"{d['order_violations']} of {d['jobs_cut']} ({d['later_jobs_started_first']}) | "
-        f"{q['order_violations']} of {q['jobs_cut']} ({q['later_jobs_started_first']}) | |",
-        f"| ... of those, overtaken after the job was back in the queue | {d['order_violations_after_release']} | - | |",
-        f"| jobs run to their end by the killed worker that ran again | {d['settled_reruns']} | {q['settled_reruns']} | |",
+        *(f"| {' | '.join(row)} |" for row in rows),
     ]
     return "\n".join(lines)
 
@@ -477,7 +518,7 @@ def machine() -> str:
 
 def flexiqd_version() -> str:
     from importlib.metadata import version
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+    commit = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"],
                             capture_output=True, text=True).stdout.strip()
     return f"{version('flexiqd')} ({commit or 'no git'})"
 
@@ -486,11 +527,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=10, help="SIGKILLs of a flexiqd worker (0: skip flexiqd)")
     parser.add_argument("--flexiq-runs", type=int, default=3, help="SIGKILLs of a flexiq worker (0: skip flexiq)")
+    parser.add_argument("--backlog", type=int, default=BACKLOG,
+                        help="runnable jobs queued behind the running ones at each kill, at least")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for each cut job to start again")
     parser.add_argument("--seed", type=int, default=10, help="chooses which worker to kill")
-    parser.add_argument("--json", type=Path, default=RESULTS)
+    parser.add_argument("--json", type=Path, help="where the samples go (default, when both sides run: bench/results-recovery.json)")
     parser.add_argument("--no-readme", action="store_true", help="do not rewrite the results in bench/README.md")
     args = parser.parse_args(argv)
+    if not args.runs and not args.flexiq_runs:
+        parser.error("--runs 0 and --flexiq-runs 0 leave nothing to measure")
+    if args.backlog < 1:
+        parser.error(f"--backlog must be 1 or more, not {args.backlog}")
     for name in ("runs", "flexiq_runs"):
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')} must be 0 or more, not {getattr(args, name)}")
@@ -509,19 +556,23 @@ def main(argv: list[str] | None = None) -> int:
             flexiq_python()  # fail before the long part, not after it
         began = time.monotonic()
         results = {"recorded": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
-                   "machine": machine(), "flexiqd_version": flexiqd_version(), "timeout_s": args.timeout,
+                   "machine": machine(), "flexiqd_version": flexiqd_version(),
+                   "timeout_s": args.timeout, "backlog": args.backlog,
                    "workers": WORKERS, "concurrency": CONCURRENCY, "job_seconds": JOB_SECONDS}
         if args.runs:
-            results["flexiqd"] = bench_flexiqd(args.runs, args.timeout, args.seed)
+            results["flexiqd"] = bench_flexiqd(args.runs, args.backlog, args.timeout, args.seed)
         if args.flexiq_runs:
-            results["flexiq"] = bench_flexiq(args.flexiq_runs, args.timeout, args.seed)
+            results["flexiq"] = bench_flexiq(args.flexiq_runs, args.backlog, args.timeout, args.seed)
         results["minutes"] = (time.monotonic() - began) / 60
     except (BenchError, SandboxError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
         print(f"recovery_bench: {exc}", file=sys.stderr)
         return 1
-    args.json.write_text(json.dumps(results, indent=2) + "\n")
-    log(f"samples written to {args.json}")
-    if "flexiqd" in results and "flexiq" in results:
+    both = "flexiqd" in results and "flexiq" in results
+    path = args.json or (RESULTS if both else None)  # a one-sided run never replaces the recorded results
+    if path:
+        path.write_text(json.dumps(results, indent=2) + "\n")
+        log(f"samples written to {path}")
+    if both:
         print(readme_table(results))
         if not args.no_readme:
             update_readme(results)
