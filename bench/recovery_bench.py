@@ -283,12 +283,13 @@ def bench_flexiqd(runs: int, backlog: int, timeout: float, seed: int) -> dict:
         log(f"flexiqd: sandbox up ({systemd}); installing, pool pinned at {WORKERS} workers x {CONCURRENCY}")
         fi.install(sbx, FLEXIQD_CONFIG)
         sbx.wait_for(lambda: len(_unit_pids(sbx)) == WORKERS, 60, what=f"{WORKERS} active worker units")
+        _top_up(sbx, backlog + WORKERS * CONCURRENCY)
         for run in range(1, runs + 1):
-            runnable = _top_up(sbx, backlog)
             workers, candidates = _wait_busy(lambda: (_unit_pids(sbx), _sandbox_marks(sbx)), cut, 60,
                                              f"flexiqd run {run}")
             unit = rng.choice(candidates)
             pid = workers[unit]
+            runnable = _top_up(sbx, backlog)
             time.sleep(rng.uniform(0, JOB_SECONDS))  # the kill lands at a random point of the jobs' run
             killed_at = float(sbx.run(["python3", "-c", "import os, sys, time; os.kill(int(sys.argv[1]), 9); "
                                        "print(repr(time.time()))", str(pid)]).stdout)
@@ -335,14 +336,25 @@ class FlexiqWorkers:
     def __init__(self, python: Path, workdir: Path) -> None:
         self.python, self.workdir = python, workdir
         self.procs: dict[int, subprocess.Popen] = {}
+        self.enqueued = 0
         self.env = {**os.environ, "BENCH_DB": str(workdir / "flexiq.db"), "BENCH_OUT": str(workdir / "marks"),
                     "PYTHONPATH": str(REPO / "bench" / "apps")}
 
     def enqueue(self, count: int) -> None:
-        code = (f"import recovery_flexiq as app; app.work.map([(i, {JOB_SECONDS!r}) for i in range({count})]); "
-                "app.queue.close()")
+        """Enqueue ``count`` more jobs, numbered on from the last (the number is the job in the marks)."""
+        first, self.enqueued = self.enqueued, self.enqueued + count
+        code = (f"import recovery_flexiq as app; "
+                f"app.work.map([(i, {JOB_SECONDS!r}) for i in range({first}, {self.enqueued})]); app.queue.close()")
         subprocess.run([str(self.python), "-c", code], env=self.env, cwd=self.workdir, check=True,
                        capture_output=True, text=True, timeout=120)
+
+    def top_up(self, backlog: int) -> int:
+        """Enqueue what it takes for ``backlog`` runnable jobs (flexiq's workers hold some of the
+        queue before they start it); return how many there are."""
+        runnable = self.runnable()
+        if runnable < backlog:
+            self.enqueue(backlog - runnable)
+        return max(runnable, backlog)
 
     def __enter__(self) -> "FlexiqWorkers":
         for n in range(WORKERS):
@@ -413,7 +425,6 @@ def flexiq_python() -> Path:
 def bench_flexiq(runs: int, backlog: int, timeout: float, seed: int) -> dict:
     python = flexiq_python()
     rng = random.Random(seed)
-    # The surviving slots keep taking jobs until the cut ones return: keep them fed all along.
     kills: list[dict] = []
     for run in range(1, runs + 1):
         workdir = FLEXIQ_WORK / f"flexiq-{run}"
@@ -423,8 +434,8 @@ def bench_flexiq(runs: int, backlog: int, timeout: float, seed: int) -> dict:
             flexiq.enqueue(backlog + WORKERS * CONCURRENCY)
             workers, candidates = _wait_busy(lambda: (flexiq.live(), flexiq.marks()), set(), 60, f"flexiq run {run}")
             pid = workers[rng.choice(candidates)]
+            runnable = flexiq.top_up(backlog)
             time.sleep(rng.uniform(0, JOB_SECONDS))  # the kill lands at a random point of the jobs' run
-            runnable = flexiq.runnable()
             killed_at = flexiq.kill(pid)
             log(f"flexiq run {run}: SIGKILLed pid {pid}; waiting for its jobs (up to {timeout:g} s)")
             executions = _wait_restarted(flexiq.marks, pid, killed_at, timeout, 0.5)
@@ -439,7 +450,7 @@ def bench_flexiq(runs: int, backlog: int, timeout: float, seed: int) -> dict:
         kills.append(kill)
         _print_kill("flexiq", kill)
     shutil.rmtree(FLEXIQ_WORK, ignore_errors=True)
-    return {"queued_per_run": backlog + WORKERS * CONCURRENCY, "kills": kills, "summary": summarise(kills)}
+    return {"kills": kills, "summary": summarise(kills)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -531,7 +542,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="runnable jobs queued behind the running ones at each kill, at least")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for each cut job to start again")
     parser.add_argument("--seed", type=int, default=10, help="chooses which worker to kill")
-    parser.add_argument("--json", type=Path, help="where the samples go (default, when both sides run: bench/results-recovery.json)")
+    parser.add_argument("--json", type=Path,
+                        help="where the samples go (default, when both sides run: bench/results-recovery.json)")
     parser.add_argument("--no-readme", action="store_true", help="do not rewrite the results in bench/README.md")
     args = parser.parse_args(argv)
     if not args.runs and not args.flexiq_runs:
