@@ -5,7 +5,7 @@
 
 Needs root (it boots the systemd sandbox of tests/system/sandbox.py), this checkout's
 ``.venv`` (``make venv``) and flexiq 2.1.0 in ``bench/.work/venv`` (``make bench`` builds
-it; the error message says how when it is missing).  About 3 minutes.
+it; the error message says how when it is missing).  About 2.5 minutes.
 
 Both queues run the same scenario: 4 worker processes of 4 slots each, a backlog of
 1-second jobs (one ``time.sleep``) that record ``start``/``end`` marks per execution, at
@@ -165,6 +165,7 @@ def percentile(values: list[float], fraction: float) -> float | None:
 
 
 def summarise(kills: list[dict]) -> dict:
+    """One side's figures over all its kills (delays pooled over every cut job)."""
     jobs = [job for kill in kills for job in kill["jobs"]]
     delays = [j["delay_s"] for j in jobs if j["delay_s"] is not None]
     releases = [k["release_s"] for k in kills if k.get("release_s") is not None]
@@ -275,6 +276,7 @@ def _top_up(sbx: Sandbox, backlog: int) -> int:
 
 
 def bench_flexiqd(runs: int, backlog: int, timeout: float, seed: int) -> dict:
+    """``runs`` kills in one sandbox, one after the other; the sandbox is always torn down."""
     rng = random.Random(seed)
     kills: list[dict] = []
     cut: set[int] = set()
@@ -423,6 +425,7 @@ def flexiq_python() -> Path:
 
 
 def bench_flexiq(runs: int, backlog: int, timeout: float, seed: int) -> dict:
+    """``runs`` kills, each on a fresh database and fresh workers (a killed one is not replaced)."""
     python = flexiq_python()
     rng = random.Random(seed)
     kills: list[dict] = []
