@@ -155,7 +155,8 @@ class Controller:
         except FleetError as exc:
             log.warning("Holding every pool: cannot list workers: %s", exc)
             return {}
-        busy = self._recover_orphans(workers, now)
+        busy = self.release_dead_workers(now, {w.pid for w in workers
+                                               if w.pid and w.state is not WorkerState.FAILED})
         self._maintain(now)
         failed = collections.Counter(w.pool for w in workers if w.state is WorkerState.FAILED)
         self._forget_failed(workers)  # their leases are recovered; their numbers are free again
@@ -290,21 +291,23 @@ class Controller:
 
     # -- workers that died --------------------------------------------------------------------
 
-    def _recover_orphans(self, workers: list[WorkerInfo], now: float) -> dict[str, int]:
+    def release_dead_workers(self, now: float | None = None,
+                             live_pids: set[int] | frozenset[int] = frozenset()) -> dict[str, int]:
         """Release at once the leases of this host's workers whose process is gone.
 
         Covers a worker unit that failed, one that systemd restarted on its own
         (new pid, same name), and a SIGKILLed child process: no job waits for its
-        lease to expire.  Returns running jobs per live instance (for choosing
-        idle workers to stop).
+        lease to expire.  Needs no fleet listing (``live_pids`` only saves pid
+        checks), so the daemon runs it the moment systemd reports a unit change.
+        Returns running jobs per live instance (for choosing idle workers to stop).
         """
+        now = self.clock() if now is None else now
         self.activity = "reading the lease owners"
         try:
             owners = self.backend.lease_owners()
         except QueueError as exc:
             log.warning("Cannot read lease owners: %s", exc)
             return {}
-        live_pids = {w.pid for w in workers if w.pid and w.state is not WorkerState.FAILED}
         busy: dict[str, int] = {}
         for owner, running in owners.items():
             parts = owner_parts(owner)

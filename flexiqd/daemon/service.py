@@ -339,9 +339,19 @@ class Daemon:
                     waiter.cancel()
             if self._wake.is_set():
                 self._wake.clear()
-                # A worker changed state (or a reload was asked): act soon, but not in a storm.
+                # A worker changed state (or a reload was asked).  A dead worker's jobs go back
+                # to the queue now -- every moment they wait, later jobs are claimed before
+                # them -- and the tick follows soon, but not in a storm.
+                await self._release_dead_workers()
                 await asyncio.sleep(max(0.0, last_tick + MIN_TICK_GAP - loop.time()))
                 return
+
+    async def _release_dead_workers(self) -> None:
+        assert self.controller is not None
+        try:
+            await self.io(self.controller.release_dead_workers, what="releasing the jobs of dead workers")
+        except FlexiqdError as exc:
+            log.warning("Could not release the jobs of dead workers (the next tick retries): %s", exc)
 
     async def _reload(self) -> None:
         assert self.controller is not None

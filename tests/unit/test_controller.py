@@ -95,6 +95,18 @@ def test_the_leases_of_a_dead_worker_are_released_at_once(backend):
     assert all(job.state.value == "queued" and "worker default-2 died" in job.error for job in released)
 
 
+def test_a_dead_workers_jobs_are_released_without_listing_the_fleet(backend):
+    # What the daemon runs the moment systemd reports a unit change, before the next tick.
+    clock = Clock()
+    controller, fleet, _ = make(backend, POOL, alive=lambda pid: pid != 4242, clock=clock)
+    fleet.list = lambda: pytest.fail("the fleet was listed")
+    backend.enqueue([NewJob(task="t")] * 2, now=clock.now)
+    backend.claim(ClaimRequest(f"{HOST}:default-2:4242", ("default",), 1, lease_seconds=300), now=clock.now)
+    backend.claim(ClaimRequest(f"{HOST}:default-1:4343", ("default",), 1, lease_seconds=300), now=clock.now)
+    assert controller.release_dead_workers() == {"default-1": 1}
+    assert list(backend.lease_owners()) == [f"{HOST}:default-1:4343"]
+
+
 def test_failed_workers_are_forgotten_and_replaced_below_the_minimum(backend):
     controller, fleet, clock = make(backend, "pools:\n  default:\n    min_workers: 2\n")
     fleet.add("default", 1, started_at=clock.now)
