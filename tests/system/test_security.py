@@ -33,11 +33,6 @@ DROPINS = "/run/systemd/system"
 CONFIG_DIR = "/etc/flexiqd"
 CONFIG_FILE = f"{CONFIG_DIR}/flexiqd.yaml"
 
-# Applied to users other than root where a feature lands with another part of the code.
-NEEDS_PUBLISHED_MODE = pytest.mark.xfail(
-    strict=False, reason="needs applied.yaml written root-owned 0640 (config.runtime.write_published)")
-
-
 def as_user(who: str) -> list[str]:
     if who == "root":
         return []
@@ -100,14 +95,13 @@ def flexiqd(sandbox: Sandbox) -> Sandbox:
 
 # -- what a worker loads ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("who", ["root", pytest.param(MEMBER, marks=NEEDS_PUBLISHED_MODE), OUTSIDER])
+@pytest.mark.parametrize("who", ["root", MEMBER, OUTSIDER])
 def test_only_root_writes_the_config_workers_load(flexiqd, who):
     # Workers import the pool's `app:` from the applied config: writing it is running code.
     assert can_open_for_writing(flexiqd, who, APPLIED) is (who == "root")
     assert can_create_in(flexiqd, who, RUN_DIR) is (who == "root")
 
 
-@pytest.mark.xfail(strict=False, reason="needs paused.json published by the daemon (config.runtime)")
 def test_only_root_writes_the_paused_pools_file(flexiqd):
     assert flexiqd.run([str(BIN / "flexiqctl"), "pause", "default"], check=False).returncode == 0
     try:
@@ -259,7 +253,6 @@ APP_DIR = "/usr/local/lib/flexiq-test-apps"
 SECRET = "s3cr%t \"pass\"\\word"
 
 
-@pytest.mark.xfail(strict=False, reason="needs pool credentials (LoadCredential=) and flexiqd.credential()")
 def test_a_pool_credential_reaches_its_worker_alone(flexiqd):
     flexiqd.write_file(f"{APP_DIR}/credential_app.py", CREDENTIAL_APP)
     flexiqd.write_file(f"{CONFIG_DIR}/db-password", SECRET, mode=0o600)
@@ -311,7 +304,6 @@ HOSTILE = {
 }
 
 
-@pytest.mark.xfail(strict=False, reason="needs drop-in values escaped for systemd (fleet.systemd)")
 def test_hostile_config_values_cannot_add_unit_directives(flexiqd):
     unit = "flexiq-worker@odd-1.service"
     environment = {"PYTHONPATH": str(BIN.parent.parent / "tests" / "apps"), "FLEXIQ_TEST_MARKS": MARKS, **HOSTILE}
