@@ -451,9 +451,9 @@ runs one autoscaled pool in the foreground, without flexiqd.
 """,
         sections=(
             ("SIGNALS", """
-- SIGTERM: A worker stops claiming, lets running jobs finish within its drain timeout, releases the rest (back to the queue, no attempt used) and exits 0.
+- SIGTERM: A worker stops claiming, hands back the jobs it had not started, lets running jobs finish within its drain timeout, then interrupts the rest: a job whose task ended is handed back (no attempt used); one whose task still runs stays leased until the worker is gone, so it never runs twice at once. The worker kills the processes its tasks started and exits 0.
 
-- SIGUSR1, SIGUSR2: A worker pauses claiming, and resumes it.
+- SIGUSR1, SIGUSR2: A worker pauses claiming, and resumes it. Both are safe while the worker is still starting: it catches them before loading the app.
 """),
             ("EXIT STATUS", """
 - 0: Done.
@@ -461,11 +461,19 @@ runs one autoscaled pool in the foreground, without flexiqd.
 - 1: A user or store error, explained in one line.
 
 - 2: Bad command-line arguments.
+
+- 69: A worker could not open its job store.
+
+- 70: A worker whose every slot was held by a task past its timeout, which did not stop when interrupted: it exits so that a fresh worker takes over.
 """),
             ("ENVIRONMENT", """
 - FLEXIQ_URL: The job store when `--url` is not given (else sqlite:////var/lib/flexiq/queue.db).
 
 - FLEXIQD_CONFIG: The daemon's config file that `flexiq worker --instance` reads its pool's settings from.
+
+- FLEXIQD_PAUSED_FILE: The daemon's list of paused pools; a worker of a paused pool starts paused.
+
+- CREDENTIALS_DIRECTORY: Where systemd put the worker's credentials, read by `flexiqd.credential(name)`.
 """),
             ("EXAMPLES", """
 - flexiq enqueue flexiqd.demo.sleep 2 --count 100: One hundred jobs of the demo application, each sleeping two seconds.
