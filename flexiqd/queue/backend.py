@@ -116,11 +116,15 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def stats(self, queue: str, *, now: float, window: float = 60.0) -> Stats:
-        """The queue's current signals; cheap at millions of jobs (no full scans)."""
+        """The queue's current signals (see ``Stats``).
+
+        Cheap at any shape: the cost follows the tenants with jobs or recent
+        events, never the backlog, the delayed jobs or the tenants of the past.
+        """
 
     @abc.abstractmethod
     def queues(self) -> list[str]:
-        """Names of the queues that hold or have held jobs."""
+        """Names of the queues that hold jobs, finished ones not yet purged included."""
 
     @abc.abstractmethod
     def executions(self, *, job_id: int | None = None, limit: int | None = None) -> list[dict]:
