@@ -698,9 +698,10 @@ def _read_stats(conn: sqlite3.Connection, queue: str, now: float, window: float)
         f"AND finished_at >= ? AND started_at IS NOT NULL "
         f"ORDER BY finished_at DESC LIMIT {_DURATION_SAMPLE}",
         (queue, now - max(window, _DURATION_HORIZON))).fetchall()
-    durations: dict[str, list[float]] = {}
+    shares: dict[str, list[float]] = {}  # of named tenants: the untenanted share is never shown
     for tenant, duration in sample:
-        durations.setdefault(tenant, []).append(duration)
+        if tenant:
+            shares.setdefault(tenant, []).append(duration)
     per_tenant = {}
     for tenant in sorted(counts.keys() | events.keys()):
         by_state = counts.get(tenant, {})
@@ -715,7 +716,7 @@ def _read_stats(conn: sqlite3.Connection, queue: str, now: float, window: float)
             queue, window, runnable=by_state.get("queued", 0), delayed=by_state.get("delayed", 0),
             running=by_state.get("running", 0), dead=by_state.get("dead", 0), oldest=oldest,
             arrivals=arrivals, completions=completions, failures=failures,
-            durations=sorted(durations.get(tenant, ())))
+            durations=sorted(shares.get(tenant, ())))
     parts = per_tenant.values()
     return _stats(
         queue, window, runnable=sum(p.runnable for p in parts), delayed=sum(p.delayed for p in parts),
