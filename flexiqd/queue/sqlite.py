@@ -29,11 +29,20 @@ _JOB_COLUMNS = ("id, queue, task, payload, priority, state, run_at, attempts, ma
                 "timeout, idempotency_key, tenant, lease_owner, lease_expires, enqueued_at, "
                 "started_at, finished_at, result, error")
 
+_NEW_JOB_COLUMNS = ("queue", "task", "payload", "priority", "state", "delayed", "run_at",
+                    "max_attempts", "timeout", "idempotency_key", "tenant", "enqueued_at")
+_INSERT_JOB = (f"INSERT INTO jobs ({', '.join(_NEW_JOB_COLUMNS)}) "
+               f"VALUES ({', '.join(':' + name for name in _NEW_JOB_COLUMNS)})")
+
 # Durations for percentiles come from at most this many recent completions.
 _DURATION_SAMPLE = 1000
 _DURATION_HORIZON = 300.0
 # Rate buckets older than this are dropped during lease recovery.
 _RATE_RETENTION = 3600
+# Delayed jobs made due per transaction, earliest first: a million jobs due at the same
+# instant are promoted in steps of a fraction of a second, between which other writers
+# get the lock, not in one transaction that outlasts their busy timeout.
+_PROMOTION_BATCH = 10_000
 
 # What every attempt that ends clears; a job back in the queue loses its start time too.
 _UNLEASED = "lease_owner = NULL, lease_expires = NULL, lease_outcome = NULL"
@@ -251,12 +260,9 @@ class SQLiteBackend(Backend):
                     if existing:
                         ids.append(existing[0])
                         continue
-                cursor = conn.execute(
-                    "INSERT INTO jobs (queue, task, payload, priority, state, delayed, run_at, "
-                    "max_attempts, timeout, idempotency_key, tenant, enqueued_at) "
-                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", row)
+                cursor = conn.execute(_INSERT_JOB, row)
                 ids.append(cursor.lastrowid)
-                if not row[5]:  # a delayed job arrives when it comes due (_promote)
+                if not row["delayed"]:  # a delayed job arrives when it comes due (_promote)
                     key = (job.queue, job.tenant or "")
                     arrivals[key] = arrivals.get(key, 0) + 1
             for (queue, tenant), n in arrivals.items():
@@ -264,28 +270,32 @@ class SQLiteBackend(Backend):
         return ids
 
     @staticmethod
-    def _new_row(job: NewJob, now: float) -> tuple:
+    def _new_row(job: NewJob, now: float) -> dict[str, Any]:
         if not job.task:
             raise QueueError("a job needs a task name")
         if job.max_attempts < 1:
             raise QueueError(f"max_attempts must be at least 1, got {job.max_attempts}")
         run_at = job.run_at if job.run_at is not None else now + max(0.0, job.delay)
-        return (job.queue, job.task, encode_json(job.payload, f"the payload of {job.task}"),
-                job.priority, JobState.QUEUED.value, run_at > now, run_at, job.max_attempts,
-                job.timeout, job.idempotency_key, job.tenant or "", now)
+        return {"queue": job.queue, "task": job.task,
+                "payload": encode_json(job.payload, f"the payload of {job.task}"),
+                "priority": job.priority, "state": JobState.QUEUED.value, "delayed": run_at > now,
+                "run_at": run_at, "max_attempts": job.max_attempts, "timeout": job.timeout,
+                "idempotency_key": job.idempotency_key, "tenant": job.tenant or "", "enqueued_at": now}
 
     # -- promotion -------------------------------------------------------------------------
 
     @staticmethod
-    def _promote(conn: sqlite3.Connection, now: float) -> None:
-        """Make the delayed jobs whose run_at has come due: O(jobs promoted).
+    def _promote(conn: sqlite3.Connection, now: float) -> int:
+        """Make up to ``_PROMOTION_BATCH`` delayed jobs whose run_at has come due, earliest
+        first; return how many.  O(jobs promoted).
 
         A job that never ran *arrives* now, counted in the second of its run_at
         (when it became runnable, however late this runs).  A retry coming due
         is not an arrival: see ``Stats``.
         """
         promoted = conn.execute(
-            f"UPDATE jobs SET delayed = 0 WHERE {_DELAYED} AND run_at <= ? "
+            f"UPDATE jobs SET delayed = 0 WHERE id IN (SELECT id FROM jobs WHERE {_DELAYED} "
+            f"AND run_at <= ? ORDER BY run_at LIMIT {_PROMOTION_BATCH}) "
             f"RETURNING queue, tenant, run_at, attempts", (now,)).fetchall()
         arrivals: dict[tuple[str, str, int], int] = {}
         for queue, tenant, run_at, attempts in promoted:
@@ -294,6 +304,7 @@ class SQLiteBackend(Backend):
                 arrivals[key] = arrivals.get(key, 0) + 1
         for (queue, tenant, second), n in arrivals.items():
             _bump_rate(conn, queue, tenant, second, arrivals=n)
+        return len(promoted)
 
     @staticmethod
     def _anything_due(conn: sqlite3.Connection, now: float) -> bool:
@@ -580,14 +591,16 @@ class SQLiteBackend(Backend):
         """
         if not window > 0:
             raise QueueError(f"a stats window must be more than 0s, got {window!r}")
-        with self._read("read stats") as conn:
-            if not self._anything_due(conn, now):
-                return _read_stats(conn, queue, now, window)
-        # Delayed jobs came due: promote them in the transaction that reads, so the
-        # figures count them as runnable (and as arrivals) exactly.
-        with self._write("read stats") as conn:
-            self._promote(conn, now)
-            return _read_stats(conn, queue, now, window)
+        while True:
+            with self._read("read stats") as conn:
+                if not self._anything_due(conn, now):
+                    return _read_stats(conn, queue, now, window)
+            # Delayed jobs came due: promote them, and read in the transaction that
+            # promoted the last of them, so the figures count them (as runnable and as
+            # arrivals) exactly.
+            with self._write("read stats") as conn:
+                if self._promote(conn, now) < _PROMOTION_BATCH:
+                    return _read_stats(conn, queue, now, window)
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ import pytest
 
 from flexiqd.errors import QueueError, StoreUnavailable
 from flexiqd.queue import ClaimRequest, JobState, NewJob, Outcome, default_url, open_backend
+from flexiqd.queue import sqlite as sqlite_module
 from flexiqd.queue.sqlite import SQLiteBackend
 from flexiqd.queue.sqlite_schema import SCHEMA_VERSION
 
@@ -728,3 +729,15 @@ def test_stats_read_nothing_of_the_tenants_of_the_past(tmp_path):
     alone = issued_by_stats(tmp_path / "alone.db", 0)
     assert alone[1] == {"live"}
     assert issued_by_stats(tmp_path / "past.db", 2000) == alone
+
+
+def test_delayed_jobs_come_due_in_batches_earliest_first(sqlite_backend, monkeypatch):
+    monkeypatch.setattr(sqlite_module, "_PROMOTION_BATCH", 3)
+    store = sqlite_backend
+    ids = store.enqueue([NewJob(task="t", run_at=T0 + 8 - i) for i in range(8)], now=T0)  # latest first
+    [job] = store.claim(ClaimRequest("w", ("default",), 1), now=T0 + 100)
+    assert job.id == ids[-1]  # one batch promoted: the three due first
+    assert _counts(store) == [("default", "delayed", "", 5), ("default", "queued", "", 2),
+                              ("default", "running", "", 1)]
+    stats = store.stats("default", now=T0 + 100, window=200)  # promotes every batch left
+    assert (stats.runnable, stats.delayed, stats.running, stats.arrival_rate * 200) == (7, 0, 1, 8)
