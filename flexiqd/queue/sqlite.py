@@ -706,15 +706,20 @@ def _read_stats(conn: sqlite3.Connection, queue: str, now: float, window: float)
         tally[0] += arrivals
         tally[1] += completions
         tally[2] += failures
-    sample = conn.execute(
-        f"SELECT tenant, finished_at - started_at FROM jobs WHERE queue = ? AND state = 'done' "
-        f"AND finished_at >= ? AND started_at IS NOT NULL "
-        f"ORDER BY finished_at DESC LIMIT {_DURATION_SAMPLE}",
-        (queue, now - max(window, _DURATION_HORIZON))).fetchall()
+    sample = ("SELECT {} FROM jobs WHERE queue = ? AND state = 'done' AND finished_at >= ? "
+              f"AND started_at IS NOT NULL ORDER BY finished_at DESC LIMIT {_DURATION_SAMPLE}")
+    horizon = now - max(window, _DURATION_HORIZON)
     shares: dict[str, list[float]] = {}  # of named tenants: the untenanted share is never shown
-    for tenant, duration in sample:
-        if tenant:
-            shares.setdefault(tenant, []).append(duration)
+    if any(counts) or any(events):
+        durations = []
+        for tenant, duration in conn.execute(sample.format("tenant, finished_at - started_at"),
+                                             (queue, horizon)):
+            durations.append(duration)
+            if tenant:
+                shares.setdefault(tenant, []).append(duration)
+    else:  # no tenant to share it among: a narrower row, a fifth cheaper to read
+        durations = [row[0] for row in conn.execute(sample.format("finished_at - started_at"),
+                                                    (queue, horizon))]
     per_tenant = {}
     for tenant in sorted(counts.keys() | events.keys()):
         by_state = counts.get(tenant, {})
@@ -738,7 +743,7 @@ def _read_stats(conn: sqlite3.Connection, queue: str, now: float, window: float)
         arrivals=sum(events_of[0] for events_of in events.values()),
         completions=sum(events_of[1] for events_of in events.values()),
         failures=sum(events_of[2] for events_of in events.values()),
-        durations=sorted(duration for _, duration in sample),
+        durations=sorted(durations),
         tenants={name: stats for name, stats in per_tenant.items() if name})
 
 
