@@ -1,4 +1,4 @@
-"""The SQLite store's own behaviour: its files, its locks, its URLs and its query plans.
+"""The SQLite store's own behaviour: its files, locks, URLs, schema versions and query plans.
 
 Every failure must surface as a ``QueueError`` (``StoreUnavailable`` when the
 store cannot be used) whose one-line message names the database and the
@@ -615,19 +615,20 @@ def _old_store(path, version, now):
     conn.executescript(V1_SCHEMA)
     if version >= 2:
         conn.execute(V2_STATEMENT)
-    insert = ("INSERT INTO jobs (queue, task, payload, priority, state, run_at, attempts, max_attempts, "
-              "idempotency_key, tenant, lease_owner, lease_expires, enqueued_at, started_at, "
-              "finished_at, result, error) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
-    rows = [  # run_at relative to the wall clock: the migration tells due from delayed by it
-        ("default", "t", '{"n":1}', 1, "queued", now - 10, 0, 3, None, "acme", None, None, now - 10, None, None, None, None),
-        ("default", "t", '{"n":2}', 0, "queued", now + 3600, 0, 3, "k1", "acme", None, None, now - 10, None, None, None, None),
-        ("default", "t", '{"n":3}', 0, "running", now - 20, 1, 3, None, "", "w1", now + 30, now - 20, now - 5, None, None, None),
-        ("default", "t", '{"n":4}', 0, "done", now - 20, 1, 3, None, "acme", None, None, now - 20, now - 3, now - 2, "7", None),
-        ("default", "t", '{"n":5}', 0, "dead", now - 20, 3, 3, None, "", None, None, now - 20, now - 4, now - 4, None, "boom"),
-        ("default", "t", '{"n":6}', 0, "cancelled", now - 20, 0, 3, None, "", None, None, now - 20, None, now - 1, None, None),
-        ("default", "t", '{"n":7}', 0, "done", now - 9000, 1, 3, None, "old", None, None, now - 9000, now - 9000, now - 8999, None, None),
-    ]
-    conn.executemany(insert, rows)
+    # run_at relative to the wall clock: the migration tells due from delayed jobs by it.
+    jobs = [dict(state="queued", run_at=now - 10, tenant="acme", priority=1),
+            dict(state="queued", run_at=now + 3600, tenant="acme", idempotency_key="k1"),
+            dict(state="running", attempts=1, lease_owner="w1", lease_expires=now + 30, started_at=now - 5),
+            dict(state="done", attempts=1, tenant="acme", started_at=now - 3, finished_at=now - 2, result="7"),
+            dict(state="dead", attempts=3, started_at=now - 4, finished_at=now - 4, error="boom"),
+            dict(state="cancelled", finished_at=now - 1),
+            dict(state="done", attempts=1, tenant="old", run_at=now - 9000, enqueued_at=now - 9000,
+                 started_at=now - 9000, finished_at=now - 8999)]
+    for n, job in enumerate(jobs):
+        row = {"queue": "default", "task": "t", "payload": f'{{"n":{n}}}', "run_at": now - 20,
+               "max_attempts": 3, "enqueued_at": now - 20, **job}
+        conn.execute(f"INSERT INTO jobs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                     list(row.values()))
     conn.execute("INSERT INTO rates (queue, tenant, second, arrivals, completions, failures) "
                  "VALUES ('default', 'acme', ?, 3, 1, 0)", (int(now) - 5,))
     if version >= 2:
@@ -640,7 +641,8 @@ def _jobs_as_stored(path):
     with contextlib.closing(sqlite3.connect(path)) as conn:
         return conn.execute("SELECT id, queue, task, payload, priority, state, run_at, attempts, "
                             "max_attempts, idempotency_key, tenant, lease_owner, lease_expires, "
-                            "enqueued_at, started_at, finished_at, result, error FROM jobs ORDER BY id").fetchall()
+                            "enqueued_at, started_at, finished_at, result, error "
+                            "FROM jobs ORDER BY id").fetchall()
 
 
 def _schema_shape(path):
