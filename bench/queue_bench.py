@@ -425,7 +425,9 @@ def drain_run(lib: str, procs: int, rep: int, n: int, cap: float, profile: str |
 # The machine.
 # ---------------------------------------------------------------------------------------------
 
-def machine_info() -> dict:
+def machine_info(directory: Path = WORK) -> dict:
+    """The machine, and how many fsync'd commits a SQLite database in ``directory`` does."""
+    directory.mkdir(parents=True, exist_ok=True)
     info: dict[str, Any] = {"cpus": os.cpu_count(), "kernel": platform.release(),
                             "python": platform.python_version(), "sqlite": sqlite3.sqlite_version}
     with contextlib.suppress(OSError):
@@ -438,10 +440,10 @@ def machine_info() -> dict:
             if line.startswith("MemTotal"):
                 info["memory_gib"] = round(int(line.split()[1]) / 1024 / 1024, 1)
     with contextlib.suppress(Exception):
-        df = subprocess.run(["df", "-T", str(WORK)], capture_output=True, text=True).stdout.splitlines()[-1]
+        df = subprocess.run(["df", "-T", str(directory)], capture_output=True, text=True).stdout.splitlines()[-1]
         info["filesystem"] = df.split()[1]
     # How many fsync'd SQLite commits this disk does: the ceiling of a durable queue.
-    path = WORK / "fsync-probe.db"
+    path = directory / "fsync-probe.db"
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     conn = sqlite3.connect(str(path), isolation_level=None)
@@ -691,8 +693,8 @@ def render(results: dict) -> str:
     return "\n".join(lines)
 
 
-def update_readme(path: Path, section: str) -> None:
-    start, end = "<!-- results:start -->", "<!-- results:end -->"
+def update_readme(path: Path, section: str, marker: str = "results") -> None:
+    start, end = f"<!-- {marker}:start -->", f"<!-- {marker}:end -->"
     text = path.read_text() if path.exists() else f"# Benchmarks\n\n{start}\n{end}\n"
     if start not in text or end not in text:
         text = text.rstrip() + f"\n\n## Results\n\n{start}\n{end}\n"

@@ -74,14 +74,18 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def recover_expired(self, *, now: float) -> int:
-        """Make jobs whose lease expired runnable again (attempt counted); return how many.
+        """Settle the jobs whose lease expired; return how many.
 
-        A job out of attempts is dead-lettered instead.  Idempotent.
+        Leases of an owner that is a live process of this host are left to it.
+        Each other job gets what its owner's ``abandon`` asked for, or is *lost*:
+        runnable again in its place (priority and run_at kept) with the attempt
+        counted, or dead-lettered when it had no attempts left.  Idempotent.
         """
 
     @abc.abstractmethod
     def recover_owner(self, owner: str, *, now: float, reason: str) -> int:
-        """Treat every lease of ``owner`` as expired now (the owner died); return how many."""
+        """Settle every job ``owner`` holds as ``recover_expired`` would, expired or not:
+        the owner is known to be gone.  Return how many."""
 
     @abc.abstractmethod
     def lease_owners(self) -> dict[str, int]:
@@ -116,11 +120,15 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def stats(self, queue: str, *, now: float, window: float = 60.0) -> Stats:
-        """The queue's current signals; cheap at millions of jobs (no full scans)."""
+        """The queue's current signals (see ``Stats``).
+
+        Cheap at any shape: the cost follows the tenants with jobs or recent
+        events, never the backlog, the delayed jobs or the tenants of the past.
+        """
 
     @abc.abstractmethod
     def queues(self) -> list[str]:
-        """Names of the queues that hold or have held jobs."""
+        """Names of the queues that hold jobs, finished ones not yet purged included."""
 
     @abc.abstractmethod
     def executions(self, *, job_id: int | None = None, limit: int | None = None) -> list[dict]:

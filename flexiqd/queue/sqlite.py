@@ -23,20 +23,49 @@ from .backend import Backend
 from .backoff import retry_delay
 from .owners import owner_alive_here
 from .sqlite_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
-from .types import ClaimRequest, Job, JobState, NewJob, Outcome, OutcomeKind, Stats
+from .types import FINISHED_STATES, ClaimRequest, Job, JobState, NewJob, Outcome, OutcomeKind, Stats
 
 _JOB_COLUMNS = ("id, queue, task, payload, priority, state, run_at, attempts, max_attempts, "
                 "timeout, idempotency_key, tenant, lease_owner, lease_expires, enqueued_at, "
                 "started_at, finished_at, result, error")
+
+_NEW_JOB_COLUMNS = ("queue", "task", "payload", "priority", "state", "delayed", "run_at",
+                    "max_attempts", "timeout", "idempotency_key", "tenant", "enqueued_at")
+_INSERT_JOB = (f"INSERT INTO jobs ({', '.join(_NEW_JOB_COLUMNS)}) "
+               f"VALUES ({', '.join(':' + name for name in _NEW_JOB_COLUMNS)})")
 
 # Durations for percentiles come from at most this many recent completions.
 _DURATION_SAMPLE = 1000
 _DURATION_HORIZON = 300.0
 # Rate buckets older than this are dropped during lease recovery.
 _RATE_RETENTION = 3600
+# Delayed jobs made due per transaction, earliest first: a million jobs due at the same
+# instant are promoted in steps of a fraction of a second, between which other writers
+# get the lock, not in one transaction that outlasts their busy timeout.
+_PROMOTION_BATCH = 10_000
 
-_DEAD_LETTER = ("UPDATE jobs SET state = 'dead', finished_at = ?, error = ?, lease_owner = NULL, "
-                "lease_expires = NULL, lease_outcome = NULL WHERE id = ?")
+# What every attempt that ends clears; a job back in the queue loses its start time too.
+_UNLEASED = "lease_owner = NULL, lease_expires = NULL, lease_outcome = NULL"
+_REQUEUED = f"state = 'queued', started_at = NULL, {_UNLEASED}"
+_ACK = f"UPDATE jobs SET state = 'done', finished_at = ?, result = ?, error = NULL, {_UNLEASED} WHERE id = ?"
+# Released: no attempt used, and the job keeps its place (run_at untouched).
+_RELEASE = f"UPDATE jobs SET {_REQUEUED}, delayed = 0, attempts = attempts - 1 WHERE id = ?"
+# Lost with its worker: the attempt counts (a job that kills its worker must not loop
+# forever), but the job keeps its place (run_at untouched), so it runs before later work.
+_LOSE = f"UPDATE jobs SET {_REQUEUED}, delayed = 0, error = ? WHERE id = ?"
+# Failed: back after a backoff, delayed until then.
+_RETRY = f"UPDATE jobs SET {_REQUEUED}, delayed = ?, run_at = ?, error = ? WHERE id = ?"
+_DEAD_LETTER = f"UPDATE jobs SET state = 'dead', finished_at = ?, error = ?, {_UNLEASED} WHERE id = ?"
+_RECORD = ("INSERT INTO executions (job_id, attempt, worker, started_at, finished_at, outcome, error) "
+           "VALUES (?,?,?,?,?,?,?)")
+# Jobs an idempotency key belongs to.
+_LIVE = "state IN ('queued', 'running')"
+# Queued jobs that may run / that wait for their run_at: the terms of the partial indexes'
+# WHERE (jobs_claim and jobs_age / jobs_due), which a query must repeat to use them.
+_DUE = "state = 'queued' AND delayed = 0"
+_DELAYED = "state = 'queued' AND delayed = 1"
+# The counts buckets stats reads (finished jobs are counted too, but never read there).
+_WAITING_OR_HELD = "('queued', 'delayed', 'running', 'dead')"
 
 _SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL", "off": "OFF", "extra": "EXTRA"}
 
@@ -152,10 +181,10 @@ class SQLiteBackend(Backend):
         The version is read again under the write lock: two processes opening a
         new store at once must not both run the migrations.
         """
-        with SQLiteBackend._transaction(None, conn):  # type: ignore[arg-type]
+        with _transaction(conn):
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version == 0:
-                statements = _split_sql(SCHEMA)
+                statements: Sequence[str] = SCHEMA
             else:
                 statements = [s for v in sorted(MIGRATIONS) if v > version for s in MIGRATIONS[v]]
             for statement in statements:
@@ -185,25 +214,17 @@ class SQLiteBackend(Backend):
             return StoreUnavailable(f"cannot open the queue database {self.path} ({text})")
         return QueueError(f"{operation} on the queue database {self.path} failed: {text}")
 
-    @contextlib.contextmanager
-    def _transaction(self, conn: sqlite3.Connection | None = None) -> Iterator[sqlite3.Connection]:
-        conn = conn or (self._conn if self is not None else None)
-        if conn is None:
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
             raise QueueError(f"the queue database {self.path} is closed")
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        else:
-            conn.execute("COMMIT")
+        return self._conn
 
     @contextlib.contextmanager
     def _write(self, operation: str) -> Iterator[sqlite3.Connection]:
         with self._lock:
+            conn = self._connection()
             try:
-                with self._transaction() as conn:
+                with _transaction(conn):
                     yield conn
             except sqlite3.Error as exc:
                 raise self._translate(exc, operation) from None
@@ -211,17 +232,16 @@ class SQLiteBackend(Backend):
     @contextlib.contextmanager
     def _read(self, operation: str) -> Iterator[sqlite3.Connection]:
         with self._lock:
-            if self._conn is None:
-                raise QueueError(f"the queue database {self.path} is closed")
+            conn = self._connection()
             try:
                 # One read transaction, so the several SELECTs of stats() see one snapshot:
-                # without it a concurrent enqueue between reading `counts` and counting
-                # delayed jobs makes `runnable` come out wrong, even negative.
-                self._conn.execute("BEGIN")
+                # without it a concurrent enqueue between reading `counts` and the rates
+                # makes the figures disagree with each other.
+                conn.execute("BEGIN")
                 try:
-                    yield self._conn
+                    yield conn
                 finally:
-                    self._conn.execute("COMMIT")
+                    conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 raise self._translate(exc, operation) from None
 
@@ -235,41 +255,61 @@ class SQLiteBackend(Backend):
             for job, row in zip(jobs, rows):
                 if job.idempotency_key is not None:
                     existing = conn.execute(
-                        "SELECT id FROM jobs WHERE idempotency_key = ? AND state IN ('queued', 'running')",
+                        f"SELECT id FROM jobs WHERE idempotency_key = ? AND {_LIVE}",
                         (job.idempotency_key,)).fetchone()
                     if existing:
                         ids.append(existing[0])
                         continue
-                cursor = conn.execute(
-                    "INSERT INTO jobs (queue, task, payload, priority, state, run_at, max_attempts, "
-                    "timeout, idempotency_key, tenant, enqueued_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)", row)
+                cursor = conn.execute(_INSERT_JOB, row)
                 ids.append(cursor.lastrowid)
-                key = (job.queue, job.tenant or "")
-                arrivals[key] = arrivals.get(key, 0) + 1
+                if not row["delayed"]:  # a delayed job arrives when it comes due (_promote)
+                    key = (job.queue, job.tenant or "")
+                    arrivals[key] = arrivals.get(key, 0) + 1
             for (queue, tenant), n in arrivals.items():
-                self._bump_rate(conn, queue, tenant, now, arrivals=n)
+                _bump_rate(conn, queue, tenant, int(now), arrivals=n)
         return ids
 
     @staticmethod
-    def _new_row(job: NewJob, now: float) -> tuple:
+    def _new_row(job: NewJob, now: float) -> dict[str, Any]:
         if not job.task:
             raise QueueError("a job needs a task name")
         if job.max_attempts < 1:
             raise QueueError(f"max_attempts must be at least 1, got {job.max_attempts}")
         run_at = job.run_at if job.run_at is not None else now + max(0.0, job.delay)
-        return (job.queue, job.task, encode_json(job.payload, f"the payload of {job.task}"),
-                job.priority, JobState.QUEUED.value, run_at, job.max_attempts, job.timeout,
-                job.idempotency_key, job.tenant or "", now)
+        return {"queue": job.queue, "task": job.task,
+                "payload": encode_json(job.payload, f"the payload of {job.task}"),
+                "priority": job.priority, "state": JobState.QUEUED.value, "delayed": run_at > now,
+                "run_at": run_at, "max_attempts": job.max_attempts, "timeout": job.timeout,
+                "idempotency_key": job.idempotency_key, "tenant": job.tenant or "", "enqueued_at": now}
+
+    # -- promotion -------------------------------------------------------------------------
 
     @staticmethod
-    def _bump_rate(conn: sqlite3.Connection, queue: str, tenant: str, now: float, *,
-                   arrivals: int = 0, completions: int = 0, failures: int = 0) -> None:
-        conn.execute(
-            "INSERT INTO rates (queue, tenant, second, arrivals, completions, failures) "
-            "VALUES (?,?,?,?,?,?) ON CONFLICT(queue, tenant, second) DO UPDATE SET "
-            "arrivals = arrivals + excluded.arrivals, completions = completions + excluded.completions, "
-            "failures = failures + excluded.failures",
-            (queue, tenant, int(now), arrivals, completions, failures))
+    def _promote(conn: sqlite3.Connection, now: float) -> int:
+        """Make up to ``_PROMOTION_BATCH`` delayed jobs whose run_at has come due, earliest
+        first; return how many.  O(jobs promoted).
+
+        A job that never ran *arrives* now, counted in the second of its run_at
+        (when it became runnable, however late this runs).  A retry coming due
+        is not an arrival: see ``Stats``.
+        """
+        promoted = conn.execute(
+            f"UPDATE jobs SET delayed = 0 WHERE id IN (SELECT id FROM jobs WHERE {_DELAYED} "
+            f"AND run_at <= ? ORDER BY run_at LIMIT {_PROMOTION_BATCH}) "
+            f"RETURNING queue, tenant, run_at, attempts", (now,)).fetchall()
+        arrivals: dict[tuple[str, str, int], int] = {}
+        for queue, tenant, run_at, attempts in promoted:
+            if attempts == 0:
+                key = (queue, tenant, int(run_at))
+                arrivals[key] = arrivals.get(key, 0) + 1
+        for (queue, tenant, second), n in arrivals.items():
+            _bump_rate(conn, queue, tenant, second, arrivals=n)
+        return len(promoted)
+
+    @staticmethod
+    def _anything_due(conn: sqlite3.Connection, now: float) -> bool:
+        return conn.execute(f"SELECT 1 FROM jobs WHERE {_DELAYED} AND run_at <= ? LIMIT 1",
+                            (now,)).fetchone() is not None
 
     # -- claim / settle --------------------------------------------------------------------
 
@@ -295,15 +335,17 @@ class SQLiteBackend(Backend):
 
     def _claim(self, conn: sqlite3.Connection, request: ClaimRequest, now: float) -> list[Job]:
         self._recover(conn, now, owner=None, reason="lease expired")
+        self._promote(conn, now)
         claimed: list[Job] = []
         for queue in request.queues:
             want = request.limit - len(claimed)
             if want <= 0:
                 break
+            # run_at <= now still guards the walk: another process's clock may run ahead.
             rows = conn.execute(
                 f"UPDATE jobs SET state = 'running', lease_owner = ?, lease_expires = ?, "
                 f"attempts = attempts + 1, started_at = ? WHERE id IN ("
-                f"  SELECT id FROM jobs WHERE state = 'queued' AND queue = ? AND run_at <= ?"
+                f"  SELECT id FROM jobs WHERE {_DUE} AND queue = ? AND run_at <= ?"
                 f"  ORDER BY priority DESC, run_at, id LIMIT ?) RETURNING {_JOB_COLUMNS}",
                 (request.owner, now + request.lease_seconds, now, queue, now, want)).fetchall()
             jobs = [_row_to_job(row) for row in rows]
@@ -313,52 +355,28 @@ class SQLiteBackend(Backend):
 
     def _settle(self, conn: sqlite3.Connection, owner: str, outcomes: list[Outcome],
                 now: float) -> list[int]:
-        # One SELECT for the whole batch and one executemany per kind of outcome: a busy
+        # One SELECT for the whole batch and one executemany per kind of ending: a busy
         # worker settles dozens of jobs per transaction.
         held = self._held(conn, owner, [outcome.job_id for outcome in outcomes])
-        settled: list[int] = []
-        tallies: dict[tuple[str, str], list[int]] = {}
-        acks, releases, retries, deaths, executions = [], [], [], [], []
+        endings = _Endings(now)
         for outcome in outcomes:
             row = held.pop(outcome.job_id, None)  # popped: a repeated outcome is ignored
             if row is None:
                 continue  # not ours any more: expired and re-claimed, or cancelled
             queue, tenant, attempts, max_attempts, started_at = row
-            kind = outcome.kind
+            kind, job_id = outcome.kind, outcome.job_id
             if kind is OutcomeKind.ACK:
-                acks.append((now, encode_json(outcome.result, f"the result of job {outcome.job_id}"),
-                             outcome.job_id))
+                endings.ack(job_id, encode_json(outcome.result, f"the result of job {job_id}"),
+                            queue, tenant)
             elif kind is OutcomeKind.RELEASE:
-                releases.append((outcome.job_id,))
-            elif kind is OutcomeKind.DEAD or attempts >= max_attempts:
-                deaths.append((now, outcome.error, outcome.job_id))
+                endings.release(job_id)
+            elif kind is OutcomeKind.DEAD:
+                endings.bury(job_id, outcome.error, queue, tenant)
             else:
-                retries.append((now + retry_delay(attempts, rng=self._rng), outcome.error, outcome.job_id))
-            tally = tallies.setdefault((queue, tenant), [0, 0])
-            if kind is OutcomeKind.ACK:
-                tally[0] += 1
-            elif kind is not OutcomeKind.RELEASE:
-                tally[1] += 1
-            executions.append((outcome.job_id, attempts, owner, started_at, now, kind.value,
-                               outcome.error))
-            settled.append(outcome.job_id)
-        conn.executemany(
-            "UPDATE jobs SET state = 'done', finished_at = ?, result = ?, error = NULL, "
-            "lease_owner = NULL, lease_expires = NULL, lease_outcome = NULL WHERE id = ?", acks)
-        conn.executemany(
-            "UPDATE jobs SET state = 'queued', attempts = attempts - 1, started_at = NULL, "
-            "lease_owner = NULL, lease_expires = NULL, lease_outcome = NULL WHERE id = ?", releases)
-        conn.executemany(
-            "UPDATE jobs SET state = 'queued', run_at = ?, error = ?, started_at = NULL, "
-            "lease_owner = NULL, lease_expires = NULL, lease_outcome = NULL WHERE id = ?", retries)
-        conn.executemany(_DEAD_LETTER, deaths)
-        conn.executemany(
-            "INSERT INTO executions (job_id, attempt, worker, started_at, finished_at, outcome, error) "
-            "VALUES (?,?,?,?,?,?,?)", executions)
-        for (queue, tenant), (done, failed) in tallies.items():
-            if done or failed:
-                self._bump_rate(conn, queue, tenant, now, completions=done, failures=failed)
-        return settled
+                endings.fail(job_id, attempts, max_attempts, outcome.error, queue, tenant, self._rng)
+            endings.record(job_id, attempts, owner, started_at, kind.value, outcome.error)
+        endings.apply(conn)
+        return endings.ids
 
     @staticmethod
     def _held(conn: sqlite3.Connection, owner: str, job_ids: list[int]) -> dict[int, tuple]:
@@ -373,10 +391,6 @@ class SQLiteBackend(Backend):
                     f"AND lease_owner = ?", (*chunk, owner)):
                 held[row[0]] = row[1:]
         return held
-
-    @staticmethod
-    def _dead_letter(conn: sqlite3.Connection, job_id: int, error: str | None, now: float) -> None:
-        conn.execute(_DEAD_LETTER, (now, error, job_id))
 
     def renew(self, owner: str, job_ids: Iterable[int], lease_seconds: float, *, now: float) -> list[int]:
         ids = list(job_ids)
@@ -441,42 +455,19 @@ class SQLiteBackend(Backend):
             rows = conn.execute(
                 f"SELECT {columns} FROM jobs WHERE state = 'running' AND lease_expires IS NOT NULL "
                 f"AND lease_owner = ?", (owner,)).fetchall()
-        failures: dict[tuple[str, str], int] = {}
-        for job_id, attempts, max_attempts, lost_owner, started_at, queue, tenant, mark, error in rows:
+        endings = _Endings(now)
+        for job_id, attempts, max_attempts, gone, started_at, queue, tenant, mark, error in rows:
             if mark == OutcomeKind.RELEASE.value:
-                # Given up by its worker at the end of a drain: no attempt used, same place.
-                conn.execute(
-                    "UPDATE jobs SET state = 'queued', attempts = attempts - 1, started_at = NULL, "
-                    "lease_owner = NULL, lease_expires = NULL, lease_outcome = NULL WHERE id = ?",
-                    (job_id,))
-                outcome = OutcomeKind.RELEASE.value
+                endings.release(job_id)  # given up at the end of a drain
+                endings.record(job_id, attempts, gone, started_at, mark, None)
             elif mark == OutcomeKind.FAIL.value:
-                outcome = OutcomeKind.FAIL.value
-                if attempts >= max_attempts:
-                    self._dead_letter(conn, job_id, error, now)
-                else:
-                    conn.execute(
-                        "UPDATE jobs SET state = 'queued', run_at = ?, started_at = NULL, lease_owner = NULL, "
-                        "lease_expires = NULL, lease_outcome = NULL WHERE id = ?",
-                        (now + retry_delay(attempts, rng=self._rng), job_id))
+                endings.fail(job_id, attempts, max_attempts, error, queue, tenant, self._rng)
+                endings.record(job_id, attempts, gone, started_at, mark, error)
             else:
-                outcome, error = "lost", f"{reason} (worker {lost_owner})"
-                if attempts >= max_attempts:
-                    self._dead_letter(conn, job_id, error, now)
-                else:
-                    # The attempt counts (a job that kills its worker must not loop forever), but
-                    # the job keeps its place: run_at is untouched, so it runs before later work.
-                    conn.execute(
-                        "UPDATE jobs SET state = 'queued', error = ?, started_at = NULL, "
-                        "lease_owner = NULL, lease_expires = NULL, lease_outcome = NULL WHERE id = ?", (error, job_id))
-            if outcome != OutcomeKind.RELEASE.value:
-                failures[(queue, tenant)] = failures.get((queue, tenant), 0) + 1
-            conn.execute(
-                "INSERT INTO executions (job_id, attempt, worker, started_at, finished_at, outcome, error) "
-                "VALUES (?,?,?,?,?,?,?)", (job_id, attempts, lost_owner, started_at, now, outcome,
-                                           None if outcome == OutcomeKind.RELEASE.value else error))
-        for (queue, tenant), n in failures.items():
-            self._bump_rate(conn, queue, tenant, now, failures=n)  # a lost attempt is a failed one
+                error = f"{reason} (worker {gone})"
+                endings.lose(job_id, attempts, max_attempts, error, queue, tenant)
+                endings.record(job_id, attempts, gone, started_at, "lost", error)
+        endings.apply(conn)
         return len(rows)
 
     def lease_owners(self) -> dict[str, int]:
@@ -489,10 +480,10 @@ class SQLiteBackend(Backend):
 
     def cancel(self, job_id: int, *, now: float) -> bool:
         with self._write("cancel") as conn:
+            self._promote(conn, now)  # a job that came due arrived, cancelled or not
             cursor = conn.execute(
-                "UPDATE jobs SET state = 'cancelled', finished_at = ?, lease_owner = NULL, "
-                "lease_expires = NULL, lease_outcome = NULL WHERE id = ? AND state IN ('queued', 'running', 'dead')",
-                (now, job_id))
+                f"UPDATE jobs SET state = 'cancelled', finished_at = ?, {_UNLEASED} "
+                f"WHERE id = ? AND state IN ('queued', 'running', 'dead')", (now, job_id))
             if cursor.rowcount:
                 return True
             if conn.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone() is None:
@@ -533,10 +524,12 @@ class SQLiteBackend(Backend):
                 return 0
             where.append(f"id IN ({','.join('?' * len(ids))})")
             args.extend(ids)
-        revive = "UPDATE jobs SET state = 'queued', attempts = 0, run_at = ?, finished_at = NULL WHERE "
+        # A revived job arrives again: it had left the queue for good.
+        revive = ("UPDATE jobs SET state = 'queued', delayed = 0, attempts = 0, run_at = ?, "
+                  "finished_at = NULL WHERE ")
         with self._write("retry dead jobs") as conn:
-            retried = conn.execute(revive + " AND ".join(where + ["idempotency_key IS NULL"]),
-                                   (now, *args)).rowcount
+            revived = conn.execute(revive + " AND ".join(where + ["idempotency_key IS NULL"])
+                                   + " RETURNING queue, tenant", (now, *args)).fetchall()
             # A key may be live again (re-enqueued after this job died) or shared by several
             # dead jobs: reviving them all would run the same work twice (and break the unique
             # index), so only the newest dead job of a free key comes back.
@@ -544,10 +537,15 @@ class SQLiteBackend(Backend):
                 f"SELECT id, idempotency_key FROM jobs WHERE {' AND '.join(where)} "
                 f"AND idempotency_key IS NOT NULL ORDER BY id DESC", args).fetchall()
             for job_id, key in keyed:
-                retried += conn.execute(
-                    revive + "id = ? AND NOT EXISTS (SELECT 1 FROM jobs WHERE idempotency_key = ? "
-                    "AND state IN ('queued', 'running'))", (now, job_id, key)).rowcount
-            return retried
+                revived += conn.execute(
+                    revive + f"id = ? AND NOT EXISTS (SELECT 1 FROM jobs WHERE idempotency_key = ? "
+                    f"AND {_LIVE}) RETURNING queue, tenant", (now, job_id, key)).fetchall()
+            arrivals: dict[tuple[str, str], int] = {}
+            for queue_tenant in revived:
+                arrivals[queue_tenant] = arrivals.get(queue_tenant, 0) + 1
+            for (name, tenant), n in arrivals.items():
+                _bump_rate(conn, name, tenant, int(now), arrivals=n)
+            return len(revived)
 
     def purge(self, *, states: Sequence[JobState], finished_before: float,
               queue: str | None = None) -> int:
@@ -557,7 +555,7 @@ class SQLiteBackend(Backend):
             for name in queues:
                 for state in states:
                     state = JobState(state)
-                    if state not in (JobState.DONE, JobState.DEAD, JobState.CANCELLED):
+                    if state not in FINISHED_STATES:
                         raise QueueError(f"only finished jobs can be purged, not {state.value} ones")
                     gone = conn.execute(
                         "DELETE FROM jobs WHERE queue = ? AND state = ? AND finished_at < ? RETURNING id",
@@ -585,88 +583,175 @@ class SQLiteBackend(Backend):
     # -- stats -----------------------------------------------------------------------------
 
     def stats(self, queue: str, *, now: float, window: float = 60.0) -> Stats:
+        """The queue's signals, read from ``counts`` and ``rates`` and a bounded sample.
+
+        Its cost grows with the tenants that hold jobs or had events in the window
+        and with the delayed jobs that came due since the last promotion, never
+        with the backlog, the delayed jobs or the tenants of the past.
+        """
         if not window > 0:
             raise QueueError(f"a stats window must be more than 0s, got {window!r}")
-        with self._read("read stats") as conn:
-            counts: dict[str, dict[str, int]] = {}
-            for tenant, state, n in conn.execute(
-                    "SELECT tenant, state, n FROM counts WHERE queue = ?", (queue,)):
-                counts.setdefault(tenant, {})[state] = n
-            named = any(counts)
-            per_tenant = {tenant: self._tenant_stats(conn, queue, tenant, by_state, now, window,
-                                                     with_durations=named)
-                          for tenant, by_state in counts.items()}
-            durations = self._durations(conn, queue, None, now, window)
-        return _combine(queue, per_tenant, durations, window)
+        while True:
+            with self._read("read stats") as conn:
+                if not self._anything_due(conn, now):
+                    return _read_stats(conn, queue, now, window)
+            # Delayed jobs came due: promote them, and read in the transaction that
+            # promoted the last of them, so the figures count them (as runnable and as
+            # arrivals) exactly.
+            with self._write("read stats") as conn:
+                if self._promote(conn, now) < _PROMOTION_BATCH:
+                    return _read_stats(conn, queue, now, window)
 
-    @staticmethod
-    def _durations(conn: sqlite3.Connection, queue: str, tenant: str | None, now: float,
-                   window: float) -> list[float]:
-        """Run times of recent completions, sorted (a bounded sample, read by index)."""
-        tenant_clause = "AND tenant = ?" if tenant is not None else ""
-        args = [queue, now - max(window, _DURATION_HORIZON)]
-        if tenant is not None:
-            args.append(tenant)
-        return sorted(row[0] for row in conn.execute(
-            f"SELECT finished_at - started_at FROM jobs WHERE queue = ? AND state = 'done' "
-            f"AND finished_at >= ? AND started_at IS NOT NULL {tenant_clause} "
-            f"ORDER BY finished_at DESC LIMIT {_DURATION_SAMPLE}", args))
 
-    def _tenant_stats(self, conn: sqlite3.Connection, queue: str, tenant: str,
-                      by_state: dict[str, int], now: float, window: float, *,
-                      with_durations: bool) -> Stats:
-        queued = by_state.get("queued", 0)
-        delayed = 0
+@contextlib.contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction, taken at once (BEGIN IMMEDIATE): never a lock upgrade."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    else:
+        conn.execute("COMMIT")
+
+
+def _bump_rate(conn: sqlite3.Connection, queue: str, tenant: str, second: int, *,
+               arrivals: int = 0, completions: int = 0, failures: int = 0) -> None:
+    conn.execute(
+        "INSERT INTO rates (queue, second, tenant, arrivals, completions, failures) "
+        "VALUES (?,?,?,?,?,?) ON CONFLICT (queue, second, tenant) DO UPDATE SET "
+        "arrivals = arrivals + excluded.arrivals, completions = completions + excluded.completions, "
+        "failures = failures + excluded.failures",
+        (queue, second, tenant, arrivals, completions, failures))
+
+
+class _Endings:
+    """The row changes of attempts that ended, applied together (one executemany per kind).
+
+    Settling and recovering both end attempts; this is the one place that says what
+    each ending does to a job, to its executions and to the rates.
+    """
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+        self.ids: list[int] = []
+        self._acks: list[tuple] = []
+        self._releases: list[tuple] = []
+        self._losses: list[tuple] = []
+        self._retries: list[tuple] = []
+        self._deaths: list[tuple] = []
+        self._executions: list[tuple] = []
+        self._tallies: dict[tuple[str, str], list[int]] = {}  # (completions, failures)
+
+    def ack(self, job_id: int, result: str, queue: str, tenant: str) -> None:
+        self._acks.append((self.now, result, job_id))
+        self._tally(queue, tenant, 0)
+
+    def release(self, job_id: int) -> None:
+        self._releases.append((job_id,))
+
+    def bury(self, job_id: int, error: str | None, queue: str, tenant: str) -> None:
+        self._deaths.append((self.now, error, job_id))
+        self._tally(queue, tenant, 1)
+
+    def fail(self, job_id: int, attempts: int, max_attempts: int, error: str | None, queue: str,
+             tenant: str, rng: random.Random) -> None:
+        if attempts >= max_attempts:
+            self.bury(job_id, error, queue, tenant)
+            return
+        run_at = self.now + retry_delay(attempts, rng=rng)
+        self._retries.append((run_at > self.now, run_at, error, job_id))
+        self._tally(queue, tenant, 1)
+
+    def lose(self, job_id: int, attempts: int, max_attempts: int, error: str, queue: str,
+             tenant: str) -> None:
+        if attempts >= max_attempts:
+            self.bury(job_id, error, queue, tenant)
+            return
+        self._losses.append((error, job_id))
+        self._tally(queue, tenant, 1)  # a lost attempt is a failed one
+
+    def record(self, job_id: int, attempt: int, worker: str, started_at: float | None,
+               outcome: str, error: str | None) -> None:
+        self._executions.append((job_id, attempt, worker, started_at, self.now, outcome, error))
+        self.ids.append(job_id)
+
+    def _tally(self, queue: str, tenant: str, which: int) -> None:
+        self._tallies.setdefault((queue, tenant), [0, 0])[which] += 1
+
+    def apply(self, conn: sqlite3.Connection) -> None:
+        for sql, rows in ((_ACK, self._acks), (_RELEASE, self._releases), (_LOSE, self._losses),
+                          (_RETRY, self._retries), (_DEAD_LETTER, self._deaths),
+                          (_RECORD, self._executions)):
+            if rows:
+                conn.executemany(sql, rows)
+        for (queue, tenant), (completions, failures) in self._tallies.items():
+            _bump_rate(conn, queue, tenant, int(self.now), completions=completions, failures=failures)
+
+
+def _read_stats(conn: sqlite3.Connection, queue: str, now: float, window: float) -> Stats:
+    """Queue-wide and per-tenant stats, each tenant's from its counts rows, rates and share
+    of the queue's duration sample (the untenanted share has key '')."""
+    counts: dict[str, dict[str, int]] = {}
+    for state, tenant, n in conn.execute(
+            f"SELECT state, tenant, n FROM counts WHERE queue = ? AND state IN {_WAITING_OR_HELD}",
+            (queue,)):
+        counts.setdefault(tenant, {})[state] = n
+    events: dict[str, list[int]] = {}
+    for tenant, arrivals, completions, failures in conn.execute(
+            "SELECT tenant, arrivals, completions, failures FROM rates WHERE queue = ? AND second > ?",
+            (queue, now - window)):
+        tally = events.setdefault(tenant, [0, 0, 0])
+        tally[0] += arrivals
+        tally[1] += completions
+        tally[2] += failures
+    sample = ("SELECT {} FROM jobs WHERE queue = ? AND state = 'done' AND finished_at >= ? "
+              f"AND started_at IS NOT NULL ORDER BY finished_at DESC LIMIT {_DURATION_SAMPLE}")
+    horizon = now - max(window, _DURATION_HORIZON)
+    shares: dict[str, list[float]] = {}  # of named tenants: the untenanted share is never shown
+    if any(counts) or any(events):
+        durations = []
+        for tenant, duration in conn.execute(sample.format("tenant, finished_at - started_at"),
+                                             (queue, horizon)):
+            durations.append(duration)
+            if tenant:
+                shares.setdefault(tenant, []).append(duration)
+    else:  # no tenant to share it among: a narrower row, a fifth cheaper to read
+        durations = [row[0] for row in conn.execute(sample.format("finished_at - started_at"),
+                                                    (queue, horizon))]
+    per_tenant = {}
+    for tenant in sorted(counts.keys() | events.keys()):
+        by_state = counts.get(tenant, {})
         oldest = 0.0
-        if queued:
-            delayed = conn.execute(
-                "SELECT COUNT(*) FROM jobs WHERE state = 'queued' AND queue = ? AND tenant = ? "
-                "AND run_at > ?", (queue, tenant, now)).fetchone()[0]
-            first = conn.execute(
-                "SELECT MIN(run_at) FROM jobs WHERE state = 'queued' AND queue = ? AND tenant = ?",
-                (queue, tenant)).fetchone()[0]
+        if by_state.get("queued"):
+            first = conn.execute(f"SELECT MIN(run_at) FROM jobs WHERE {_DUE} AND queue = ? "
+                                 f"AND tenant = ?", (queue, tenant)).fetchone()[0]
             if first is not None and first <= now:
                 oldest = now - first
-        arrivals, completions, failures = conn.execute(
-            "SELECT COALESCE(SUM(arrivals), 0), COALESCE(SUM(completions), 0), "
-            "COALESCE(SUM(failures), 0) FROM rates WHERE queue = ? AND tenant = ? AND second > ?",
-            (queue, tenant, now - window)).fetchone()
-        durations = self._durations(conn, queue, tenant, now, window) if with_durations else []
-        return Stats(queue=queue, runnable=queued - delayed, delayed=delayed,
-                     running=by_state.get("running", 0), dead=by_state.get("dead", 0),
-                     oldest_runnable_age=oldest, arrival_rate=arrivals / window,
-                     completion_rate=completions / window, failure_rate=failures / window,
-                     duration_p50=percentile(durations, 0.50), duration_p95=percentile(durations, 0.95),
-                     duration_p99=percentile(durations, 0.99), window=window)
+        arrivals, completions, failures = events.get(tenant, (0, 0, 0))
+        per_tenant[tenant] = _stats(
+            queue, window, runnable=by_state.get("queued", 0), delayed=by_state.get("delayed", 0),
+            running=by_state.get("running", 0), dead=by_state.get("dead", 0), oldest=oldest,
+            arrivals=arrivals, completions=completions, failures=failures,
+            durations=sorted(shares.get(tenant, ())))
+    parts = per_tenant.values()
+    return _stats(
+        queue, window, runnable=sum(p.runnable for p in parts), delayed=sum(p.delayed for p in parts),
+        running=sum(p.running for p in parts), dead=sum(p.dead for p in parts),
+        oldest=max((p.oldest_runnable_age for p in parts), default=0.0),
+        arrivals=sum(events_of[0] for events_of in events.values()),
+        completions=sum(events_of[1] for events_of in events.values()),
+        failures=sum(events_of[2] for events_of in events.values()),
+        durations=sorted(durations),
+        tenants={name: stats for name, stats in per_tenant.items() if name})
 
 
-def _combine(queue: str, per_tenant: dict[str, Stats], durations: list[float],
-             window: float) -> Stats:
-    """Queue-wide stats from per-tenant ones (the untenanted share has key '')."""
-    parts = list(per_tenant.values())
-
-    def total(attr: str) -> Any:
-        return sum(getattr(p, attr) for p in parts)
-
-    tenants = {name: stats for name, stats in per_tenant.items() if name}
-    return Stats(queue=queue, runnable=total("runnable"), delayed=total("delayed"),
-                 running=total("running"), dead=total("dead"),
-                 oldest_runnable_age=max((p.oldest_runnable_age for p in parts), default=0.0),
-                 arrival_rate=total("arrival_rate"), completion_rate=total("completion_rate"),
-                 failure_rate=total("failure_rate"), duration_p50=percentile(durations, 0.50),
-                 duration_p95=percentile(durations, 0.95), duration_p99=percentile(durations, 0.99),
-                 window=window, tenants=tenants)
-
-
-def _split_sql(script: str) -> list[str]:
-    """Split the DDL script into statements (triggers contain inner semicolons)."""
-    statements, buffer = [], []
-    for line in script.strip().splitlines():
-        if line.strip().startswith("--") or not line.strip():
-            continue
-        buffer.append(line)
-        joined = "\n".join(buffer)
-        if sqlite3.complete_statement(joined):
-            statements.append(joined)
-            buffer = []
-    return statements
+def _stats(queue: str, window: float, *, runnable: int, delayed: int, running: int, dead: int,
+           oldest: float, arrivals: int, completions: int, failures: int,
+           durations: Sequence[float], tenants: dict[str, Stats] | None = None) -> Stats:
+    return Stats(queue=queue, runnable=runnable, delayed=delayed, running=running, dead=dead,
+                 oldest_runnable_age=oldest, arrival_rate=arrivals / window,
+                 completion_rate=completions / window, failure_rate=failures / window,
+                 duration_p50=percentile(durations, 0.50), duration_p95=percentile(durations, 0.95),
+                 duration_p99=percentile(durations, 0.99), window=window, tenants=tenants or {})

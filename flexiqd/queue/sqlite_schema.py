@@ -1,29 +1,113 @@
 """DDL of the SQLite store, kept as constants so a reader sees the whole schema at once.
 
+A queued job is either *due* (``delayed = 0``: its run_at has come, it may be
+claimed) or *delayed* (``delayed = 1``: waiting for its run_at).  Enqueue and
+retries decide which; promotion (``SQLiteBackend._promote``) makes delayed jobs
+whose run_at has come due, in the transaction of the claim or stats read that
+needs them, at a cost of the jobs promoted.  The public state of both is "queued".
+
 Indexes are partial so each serves one hot path and costs nothing for rows
 outside it:
-- jobs_claim walks runnable jobs in claim order (priority, run_at, id) -- the
+- jobs_claim walks due jobs in claim order (priority, run_at, id) -- the
   claim is an index walk, never a sort, however long the backlog;
-- jobs_age answers "oldest runnable" and "how many delayed" per tenant in O(log n);
+- jobs_age answers "oldest runnable" per tenant in O(log n);
+- jobs_due finds the delayed jobs whose run_at has come, for promotion;
 - jobs_lease finds expired leases in O(log n);
+- jobs_finished serves duration percentiles and retention.
+
+``counts`` is kept by triggers so depth, delayed, running and dead are read, not
+counted: one row per (queue, state, tenant) that holds jobs, delayed jobs under
+the state "delayed".  A row whose count reaches 0 is deleted, so tenants that
+once had jobs cost nothing.  ``rates`` is keyed by second before tenant, so a
+window is one range however many tenants ever had events.
 
 ``lease_outcome`` ('release' or 'fail') is set by ``abandon``: applied when the
 lease's owner is gone, instead of counting the job as lost.
-- jobs_finished serves duration percentiles and retention;
-- counts is kept by triggers so depth/running/dead are read, not counted.
 """
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+
+# -- pieces of the v3 schema: a new store and the migration to v3 share their text ----------
+
+# The counts bucket of a job: its state, or "delayed" for a queued job not yet due.
+_BUCKET = "CASE WHEN {row}.state = 'queued' AND {row}.delayed THEN 'delayed' ELSE {row}.state END"
+_COUNT_ONE = f"""INSERT INTO counts (queue, state, tenant, n)
+        VALUES (NEW.queue, {_BUCKET.format(row="NEW")}, NEW.tenant, 1)
+        ON CONFLICT (queue, state, tenant) DO UPDATE SET n = n + 1;"""
+_UNCOUNT_ONE = f"""UPDATE counts SET n = n - 1
+        WHERE queue = OLD.queue AND state = {_BUCKET.format(row="OLD")} AND tenant = OLD.tenant;
+    DELETE FROM counts
+        WHERE queue = OLD.queue AND state = {_BUCKET.format(row="OLD")} AND tenant = OLD.tenant AND n = 0;"""
+
+_V3_INDEXES = (
+    "CREATE INDEX jobs_claim ON jobs(queue, priority DESC, run_at, id) "
+    "WHERE state = 'queued' AND delayed = 0",
+    "CREATE INDEX jobs_age ON jobs(queue, tenant, run_at) WHERE state = 'queued' AND delayed = 0",
+    "CREATE INDEX jobs_due ON jobs(run_at) WHERE state = 'queued' AND delayed = 1",
+)
+_V3_COUNTS = """CREATE TABLE counts (
+    queue TEXT NOT NULL,
+    state TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    n INTEGER NOT NULL,
+    PRIMARY KEY (queue, state, tenant)
+) WITHOUT ROWID"""
+_V3_COUNT_TRIGGERS = (
+    f"""CREATE TRIGGER jobs_count_insert AFTER INSERT ON jobs BEGIN
+    {_COUNT_ONE}
+END""",
+    f"""CREATE TRIGGER jobs_count_update AFTER UPDATE OF state, delayed ON jobs
+    WHEN OLD.state IS NOT NEW.state OR OLD.delayed IS NOT NEW.delayed BEGIN
+    {_UNCOUNT_ONE}
+    {_COUNT_ONE}
+END""",
+    f"""CREATE TRIGGER jobs_count_delete AFTER DELETE ON jobs BEGIN
+    {_UNCOUNT_ONE}
+END""",
+)
+# Per-second buckets: a rate over a window is the sum of its seconds' rows.
+_V3_RATES = """CREATE TABLE rates (
+    queue TEXT NOT NULL,
+    second INTEGER NOT NULL,
+    tenant TEXT NOT NULL,
+    arrivals INTEGER NOT NULL DEFAULT 0,
+    completions INTEGER NOT NULL DEFAULT 0,
+    failures INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (queue, second, tenant)
+) WITHOUT ROWID"""
 
 # Statements that bring a store of the version before each key up to it, in order;
 # a new store gets SCHEMA whole.  Append, never edit: stores in the field ran them.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     # v2: what to do with a job whose worker exits while it may still run (Backend.abandon).
     2: ("ALTER TABLE jobs ADD COLUMN lease_outcome TEXT",),
+    # v3: stats cheap at any shape -- delayed jobs counted apart and promoted when due,
+    # counts rows of emptied tenants deleted, rates read by window.
+    3: (
+        "ALTER TABLE jobs ADD COLUMN delayed INTEGER NOT NULL DEFAULT 0",
+        "DROP TRIGGER jobs_count_insert",
+        "DROP TRIGGER jobs_count_update",
+        "DROP TRIGGER jobs_count_delete",
+        "UPDATE jobs SET delayed = 1 WHERE state = 'queued' "
+        "AND run_at > (julianday('now') - 2440587.5) * 86400.0",
+        "DROP INDEX jobs_claim",
+        "DROP INDEX jobs_age",
+        *_V3_INDEXES,
+        "DROP TABLE counts",
+        _V3_COUNTS,
+        f"INSERT INTO counts (queue, state, tenant, n) "
+        f"SELECT queue, {_BUCKET.format(row='jobs')}, tenant, COUNT(*) FROM jobs GROUP BY 1, 2, 3",
+        *_V3_COUNT_TRIGGERS,
+        "ALTER TABLE rates RENAME TO rates_v2",
+        _V3_RATES,
+        "INSERT INTO rates (queue, second, tenant, arrivals, completions, failures) "
+        "SELECT queue, second, tenant, arrivals, completions, failures FROM rates_v2",
+        "DROP TABLE rates_v2",
+    ),
 }
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
+SCHEMA: tuple[str, ...] = (
+    """CREATE TABLE jobs (
     id INTEGER PRIMARY KEY,
     queue TEXT NOT NULL,
     task TEXT NOT NULL,
@@ -43,56 +127,19 @@ CREATE TABLE IF NOT EXISTS jobs (
     finished_at REAL,
     result TEXT,
     error TEXT,
-    lease_outcome TEXT
-);
-CREATE INDEX IF NOT EXISTS jobs_claim ON jobs(queue, priority DESC, run_at, id)
-    WHERE state = 'queued';
-CREATE INDEX IF NOT EXISTS jobs_age ON jobs(queue, tenant, run_at)
-    WHERE state = 'queued';
-CREATE INDEX IF NOT EXISTS jobs_lease ON jobs(lease_expires)
-    WHERE state = 'running';
-CREATE INDEX IF NOT EXISTS jobs_finished ON jobs(queue, state, finished_at)
-    WHERE finished_at IS NOT NULL;
-CREATE UNIQUE INDEX IF NOT EXISTS jobs_idempotency ON jobs(idempotency_key)
-    WHERE idempotency_key IS NOT NULL AND state IN ('queued', 'running');
-
-CREATE TABLE IF NOT EXISTS counts (
-    queue TEXT NOT NULL,
-    tenant TEXT NOT NULL,
-    state TEXT NOT NULL,
-    n INTEGER NOT NULL,
-    PRIMARY KEY (queue, tenant, state)
-) WITHOUT ROWID;
-
-CREATE TRIGGER IF NOT EXISTS jobs_count_insert AFTER INSERT ON jobs BEGIN
-    INSERT INTO counts(queue, tenant, state, n) VALUES (NEW.queue, NEW.tenant, NEW.state, 1)
-        ON CONFLICT(queue, tenant, state) DO UPDATE SET n = n + 1;
-END;
-CREATE TRIGGER IF NOT EXISTS jobs_count_update AFTER UPDATE OF state ON jobs
-    WHEN OLD.state IS NOT NEW.state BEGIN
-    UPDATE counts SET n = n - 1
-        WHERE queue = OLD.queue AND tenant = OLD.tenant AND state = OLD.state;
-    INSERT INTO counts(queue, tenant, state, n) VALUES (NEW.queue, NEW.tenant, NEW.state, 1)
-        ON CONFLICT(queue, tenant, state) DO UPDATE SET n = n + 1;
-END;
-CREATE TRIGGER IF NOT EXISTS jobs_count_delete AFTER DELETE ON jobs BEGIN
-    UPDATE counts SET n = n - 1
-        WHERE queue = OLD.queue AND tenant = OLD.tenant AND state = OLD.state;
-END;
-
--- Per-second buckets: a rate over a window is a sum of at most `window` rows.
-CREATE TABLE IF NOT EXISTS rates (
-    queue TEXT NOT NULL,
-    tenant TEXT NOT NULL,
-    second INTEGER NOT NULL,
-    arrivals INTEGER NOT NULL DEFAULT 0,
-    completions INTEGER NOT NULL DEFAULT 0,
-    failures INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (queue, tenant, second)
-) WITHOUT ROWID;
-
--- Who ran what: one row per attempt that ended (settled, or lost with its worker).
-CREATE TABLE IF NOT EXISTS executions (
+    lease_outcome TEXT,
+    delayed INTEGER NOT NULL DEFAULT 0
+)""",
+    *_V3_INDEXES,
+    "CREATE INDEX jobs_lease ON jobs(lease_expires) WHERE state = 'running'",
+    "CREATE INDEX jobs_finished ON jobs(queue, state, finished_at) WHERE finished_at IS NOT NULL",
+    "CREATE UNIQUE INDEX jobs_idempotency ON jobs(idempotency_key) "
+    "WHERE idempotency_key IS NOT NULL AND state IN ('queued', 'running')",
+    _V3_COUNTS,
+    *_V3_COUNT_TRIGGERS,
+    _V3_RATES,
+    # Who ran what: one row per attempt that ended (settled, or lost with its worker).
+    """CREATE TABLE executions (
     id INTEGER PRIMARY KEY,
     job_id INTEGER NOT NULL,
     attempt INTEGER NOT NULL,
@@ -101,6 +148,6 @@ CREATE TABLE IF NOT EXISTS executions (
     finished_at REAL NOT NULL,
     outcome TEXT NOT NULL,
     error TEXT
-);
-CREATE INDEX IF NOT EXISTS executions_job ON executions(job_id);
-"""
+)""",
+    "CREATE INDEX executions_job ON executions(job_id)",
+)

@@ -120,9 +120,20 @@ class Stats:
     """What an autoscaler needs to know about one queue (or one tenant of it).
 
     Rates are per second over the last ``window`` seconds; durations are in
-    seconds over recent completions (None when there were none).
+    seconds over recent completions (None when there were none; a tenant's come
+    from its share of the queue's sample).
     ``oldest_runnable_age`` is the age of the oldest job that could run now,
     counted from when it became runnable (its ``run_at``); 0 when none.
+
+    ``arrival_rate`` counts jobs as they become runnable: at enqueue, or when
+    the ``run_at`` of a delayed job comes (in that second) -- jobs due tomorrow
+    are not work arriving today.  A dead job revived by ``retry_dead`` arrives
+    again.  A retry coming due does not: the job arrived once and completes
+    once, so counting each attempt would make one job read as several arrivals
+    against one completion and inflate the capacity asked for; its failed
+    attempts show in ``failure_rate`` and its wait in ``runnable``.
+    ``tenants`` has the named tenants with jobs queued, running or dead, or with
+    events in the window.
     """
 
     queue: str

@@ -6,11 +6,14 @@ Time is always the ``now=`` argument: nothing here sleeps or reads a clock.
 from __future__ import annotations
 
 import math
+import os
+import subprocess
 
 import pytest
 
 from flexiqd.errors import JobNotFound, PayloadError, QueueError
 from flexiqd.queue import ClaimRequest, JobState, NewJob, Outcome
+from flexiqd.queue.owners import owner_name
 
 T0 = 1_700_000_000.0
 LEASE = 30.0
@@ -426,6 +429,145 @@ def test_recover_owner_dead_letters_jobs_out_of_attempts(backend):
     assert "killed" in job.error
 
 
+# -- abandon: a job given up at exit is settled once its worker is gone -----------------------
+
+def _dead_local_pid():
+    """A pid of this host that no process has (a child that has exited and been reaped)."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+def test_an_abandoned_job_stays_running_and_leased_until_its_owner_is_gone(backend):
+    [job_id] = enqueue(backend)
+    claim(backend, "w1", lease=10)
+    assert backend.abandon("w1", [Outcome.release(job_id)], now=T0 + 5) == [job_id]
+    job = backend.get(job_id)
+    assert (job.state, job.lease_owner, job.lease_expires) == (JobState.RUNNING, "w1", T0 + 10)
+    assert claim(backend, "w2", now=T0 + 6) == []  # its thread may still run it
+    assert outcomes(backend, job_id) == []
+    stats = backend.stats("default", now=T0 + 6)
+    assert (stats.runnable, stats.running) == (0, 1)
+
+
+def test_abandon_release_gives_the_job_back_with_no_attempt_used_in_its_place(backend):
+    first, later = enqueue(backend, 2, max_attempts=1, priority=1)
+    [early_low] = enqueue(backend, priority=0, now=T0 - 50)
+    claim(backend, "w1", limit=1, lease=10)
+    [newer] = enqueue(backend, priority=1, now=T0 + 1)
+    backend.abandon("w1", [Outcome.release(first)], now=T0 + 2)
+    assert backend.recover_owner("w1", now=T0 + 3, reason="worker exited") == 1
+    job = backend.get(first)
+    assert (job.state, job.attempts, job.run_at, job.priority) == (JobState.QUEUED, 0, T0, 1)
+    assert (job.lease_owner, job.started_at, job.error) == (None, None, None)
+    assert [(r["outcome"], r["error"]) for r in backend.executions(job_id=first)] == [("release", None)]
+    stats = backend.stats("default", now=T0 + 3)
+    assert (stats.runnable, stats.running, stats.failure_rate) == (4, 0, 0)
+    # Its place: before jobs of its priority that came after it, and before lower priority.
+    assert ids_of(claim(backend, "w2", limit=4, now=T0 + 4)) == [first, later, newer, early_low]
+
+
+def test_abandon_fail_counts_the_attempt_and_retries_with_backoff(backend):
+    [job_id] = enqueue(backend, max_attempts=2)
+    claim(backend, "w1", lease=10)
+    backend.abandon("w1", [Outcome.fail(job_id, "timed out after 5s")], now=T0 + 5)
+    assert backend.recover_owner("w1", now=T0 + 6, reason="worker exited") == 1
+    job = backend.get(job_id)
+    assert (job.state, job.attempts, job.error) == (JobState.QUEUED, 1, "timed out after 5s")
+    assert T0 + 6 < job.run_at <= T0 + 6 + 1.0  # the first retry's backoff ceiling
+    assert outcomes(backend, job_id) == ["fail"]
+    stats = backend.stats("default", now=T0 + 6)
+    assert (stats.delayed, stats.failure_rate * stats.window) == (1, 1)
+    [again] = claim(backend, "w2", now=T0 + 8)
+    assert (again.id, again.attempts) == (job_id, 2)
+    backend.abandon("w2", [Outcome.fail(job_id, "timed out again")], now=T0 + 9)
+    backend.recover_owner("w2", now=T0 + 10, reason="worker exited")
+    job = backend.get(job_id)
+    assert (job.state, job.attempts, job.error) == (JobState.DEAD, 2, "timed out again")
+    assert outcomes(backend, job_id) == ["fail", "fail"]
+
+
+def test_an_abandon_mark_is_applied_when_the_lease_expires_and_the_owner_is_not_here(backend):
+    released, failed, lost = enqueue(backend, 3)
+    claim(backend, "w1", limit=3, lease=10)  # "w1" names no process of this host
+    backend.abandon("w1", [Outcome.release(released), Outcome.fail(failed, "stuck")], now=T0 + 1)
+    assert backend.recover_expired(now=T0 + 11) == 3
+    assert [backend.get(j).attempts for j in (released, failed, lost)] == [0, 1, 1]
+    assert [outcomes(backend, j) for j in (released, failed, lost)] == [["release"], ["fail"], ["lost"]]
+
+
+def test_abandon_marks_only_jobs_the_owner_holds_and_only_release_or_fail(backend):
+    mine, theirs, queued = enqueue(backend, 3)
+    claim(backend, "w1", limit=1)
+    claim(backend, "w2", limit=1)
+    assert backend.abandon("w1", [Outcome.release(mine), Outcome.release(theirs),
+                                  Outcome.release(queued), Outcome.release(999_999)], now=T0) == [mine]
+    assert backend.abandon("w1", [], now=T0) == []
+    for refused in (Outcome.ack(mine), Outcome.dead(mine, "x")):
+        with pytest.raises(QueueError, match="only release or fail"):
+            backend.abandon("w1", [Outcome.fail(mine, "x"), refused], now=T0)
+    backend.recover_owner("w1", now=T0 + 1, reason="exited")
+    assert outcomes(backend, mine) == ["release"]  # the refused call marked nothing
+    assert backend.recover_owner("w2", now=T0 + 1, reason="exited") == 1
+    assert outcomes(backend, theirs) == ["lost"]
+
+
+def test_a_job_settled_after_it_was_abandoned_is_settled_once(backend):
+    [job_id] = enqueue(backend)
+    claim(backend, "w1")
+    backend.abandon("w1", [Outcome.release(job_id)], now=T0 + 1)
+    # The stuck thread finished after all, before the worker exited.
+    assert backend.settle("w1", [Outcome.ack(job_id, 7)], now=T0 + 2) == [job_id]
+    assert backend.recover_owner("w1", now=T0 + 3, reason="exited") == 0
+    job = backend.get(job_id)
+    assert (job.state, job.result) == (JobState.DONE, 7)
+    assert outcomes(backend, job_id) == ["ack"]
+
+
+def test_an_expired_lease_of_a_live_local_worker_is_left_to_it(backend):
+    alive = owner_name("default-1", os.getpid())
+    [job_id] = enqueue(backend)
+    claim(backend, alive, lease=10)
+    assert backend.recover_expired(now=T0 + 60) == 0
+    assert claim(backend, "w2", now=T0 + 60) == []  # a thread stuck in C may still run it
+    assert backend.get(job_id).lease_owner == alive
+    assert backend.renew(alive, [job_id], 30, now=T0 + 61) == [job_id]  # still its own
+    assert backend.recover_owner(alive, now=T0 + 62, reason="unit stopped") == 1
+    assert ids_of(claim(backend, "w2", now=T0 + 63)) == [job_id]
+
+
+def test_an_expired_lease_of_a_dead_local_worker_is_recovered(backend):
+    gone = owner_name("default-1", _dead_local_pid())
+    [job_id] = enqueue(backend)
+    claim(backend, gone, lease=10)
+    assert backend.recover_expired(now=T0 + 10) == 0  # not expired yet
+    assert backend.recover_expired(now=T0 + 11) == 1
+    assert outcomes(backend, job_id) == ["lost"]
+
+
+# -- a recovered job keeps its place -------------------------------------------------------
+
+def test_a_lost_job_runs_again_before_work_that_came_after_it(backend):
+    [lost] = enqueue(backend, max_attempts=3)
+    claim(backend, "w1", lease=10)
+    after = enqueue(backend, 5, now=T0 + 1)
+    assert backend.recover_owner("w1", now=T0 + 2, reason="worker killed") == 1
+    job = backend.get(lost)
+    assert (job.state, job.attempts, job.run_at) == (JobState.QUEUED, 1, T0)  # the attempt counts
+    assert ids_of(claim(backend, "w2", limit=1, now=T0 + 3)) == [lost]
+    assert ids_of(claim(backend, "w2", limit=5, now=T0 + 3)) == after
+
+
+def test_a_lost_job_keeps_its_priority(backend):
+    [urgent] = enqueue(backend, priority=5)
+    [earlier_routine] = enqueue(backend, priority=0, now=T0 - 100)
+    claim(backend, "w1", limit=1, lease=10)
+    later_urgent = enqueue(backend, 2, priority=5, now=T0 + 1)
+    assert backend.recover_expired(now=T0 + 11) == 1
+    assert backend.get(urgent).priority == 5
+    assert ids_of(claim(backend, "w2", limit=4, now=T0 + 12)) == [urgent, *later_urgent, earlier_routine]
+
+
 def test_cancel(backend):
     queued, running, dead, done, spare = enqueue(backend, 5, max_attempts=1)
     claim(backend, "w1", limit=4)
@@ -642,6 +784,52 @@ def test_rates_count_events_inside_the_window_only(backend):
     assert (stats.arrival_rate, stats.completion_rate, stats.failure_rate) == (0, 0, 0)
 
 
+def test_a_delayed_job_arrives_when_it_comes_due_not_when_it_is_enqueued(backend):
+    enqueue(backend, 6, delay=86_400)          # due tomorrow
+    enqueue(backend, 2, delay=100)             # due at T0+100
+    enqueue(backend, 1)                        # runnable now
+    assert backend.stats("default", now=T0 + 1).arrival_rate * 60 == pytest.approx(1)
+    # Counted in the second they became runnable, however late anyone looks.
+    stats = backend.stats("default", now=T0 + 130, window=60)
+    assert (stats.arrival_rate * 60, stats.runnable, stats.delayed) == (pytest.approx(2), 3, 6)
+    assert backend.stats("default", now=T0 + 130, window=20).arrival_rate == 0
+    assert backend.stats("default", now=T0 + 86_430).arrival_rate * 60 == pytest.approx(6)
+
+
+def test_a_claim_promotes_what_came_due_and_counts_it_once(backend):
+    ids = enqueue(backend, 3, delay=10)
+    assert ids_of(claim(backend, limit=2, now=T0 + 20)) == ids[:2]
+    for now in (T0 + 21, T0 + 22):
+        stats = backend.stats("default", now=now)
+        assert (stats.arrival_rate * 60, stats.runnable, stats.running) == (pytest.approx(3), 1, 2)
+
+
+def test_a_retry_coming_due_is_not_an_arrival(backend):
+    [job_id] = enqueue(backend, max_attempts=3)
+    claim(backend, "w1")
+    backend.settle("w1", [Outcome.fail(job_id, "boom")], now=T0 + 1)
+    assert backend.stats("default", now=T0 + 1).delayed == 1
+    stats = backend.stats("default", now=T0 + 30)  # the retry (backoff at most 1 s) is due
+    assert (stats.runnable, stats.delayed) == (1, 0)
+    assert (stats.arrival_rate * 60, stats.failure_rate * 60) == (pytest.approx(1), pytest.approx(1))
+
+
+def test_a_delayed_job_cancelled_before_it_came_due_never_arrives(backend):
+    cancelled, kept = enqueue(backend, 2, delay=50)
+    assert backend.cancel(cancelled, now=T0 + 10) is True
+    stats = backend.stats("default", now=T0 + 60)
+    assert (stats.arrival_rate * 60, stats.runnable, stats.delayed) == (pytest.approx(1), 1, 0)
+    assert backend.cancel(kept, now=T0 + 61) is True  # it had arrived: that stays counted
+    assert backend.stats("default", now=T0 + 62).arrival_rate * 60 == pytest.approx(1)
+
+
+def test_a_revived_dead_job_arrives_again(backend):
+    _dead_jobs(backend, 2)
+    assert backend.retry_dead(now=T0 + 100) == 2
+    stats = backend.stats("default", now=T0 + 100, window=10)
+    assert (stats.arrival_rate * 10, stats.runnable) == (pytest.approx(2), 2)
+
+
 def test_duration_percentiles_come_from_recent_completions(backend):
     ids = enqueue(backend, 101)
     assert len(claim(backend, "w1", limit=101, now=T0)) == 101
@@ -682,14 +870,16 @@ def test_stats_per_tenant_and_their_sum(backend):
     assert (globex.runnable, globex.delayed, globex.running) == (0, 0, 0)
     assert acme.oldest_runnable_age == pytest.approx(5)
     assert globex.oldest_runnable_age == 0
-    assert acme.arrival_rate == pytest.approx(5 / 60)
+    assert acme.arrival_rate == pytest.approx(3 / 60)  # the 2 delayed ones have not arrived yet
     assert globex.completion_rate == pytest.approx(4 / 60)
     assert globex.duration_p50 == pytest.approx(2)
     assert acme.duration_p50 is None
     assert (stats.runnable, stats.delayed, stats.running) == (3, 2, 1)
-    assert stats.arrival_rate == pytest.approx(10 / 60)
+    assert stats.arrival_rate == pytest.approx(8 / 60)
     assert stats.completion_rate == pytest.approx(4 / 60)
     assert stats.duration_p50 == pytest.approx(2)
+    # globex has nothing left: once its events leave the window, it leaves the stats.
+    assert set(backend.stats("default", now=T0 + 500, window=60).tenants) == {"acme"}
 
 
 def test_stats_as_dict_is_plain_data(backend):

@@ -1,9 +1,11 @@
 """Random operation sequences against a simple model of the queue, on every backend.
 
-The model is a dict of jobs with their state, lease, attempts and idempotency
-key.  After every step the store must agree with it: no job lost or duplicated,
-one live lease at most per job, attempts within bounds, and ``stats()`` counting
-what the model counts.  The clock is the machine's ``now``, advanced by a rule.
+The model is a dict of jobs with their state, lease, attempts, idempotency key
+and ``abandon`` mark.  After every step the store must agree with it: no job lost
+or duplicated, one live lease at most per job, attempts within bounds, and
+``stats()`` counting what the model counts -- a job arrives when it becomes
+runnable (at enqueue, or when a delayed job's run_at comes), not when it is
+enqueued.  The clock is the machine's ``now``, advanced by a rule.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class ModelJob:
     attempts: int = 0
     owner: str | None = None
     expires: float | None = None
+    mark: OutcomeKind | None = None  # what abandon asked for, applied when the owner is gone
 
 
 class QueueMachine(RuleBasedStateMachine):
@@ -50,6 +53,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.jobs: dict[int, ModelJob] = {}
         self.executions = 0
         self.events: list[tuple[int, str, str]] = []  # (second, queue, arrival|completion|failure)
+        self.delayed_arrivals: dict[int, float] = {}  # job id -> run_at, for jobs enqueued delayed
 
     def teardown(self):
         self.backend.close()
@@ -60,21 +64,26 @@ class QueueMachine(RuleBasedStateMachine):
     def _in(self, state):
         return {job_id: job for job_id, job in self.jobs.items() if job.state is state}
 
-    def _requeue_or_bury(self, job, run_at):
-        if job.attempts >= job.max_attempts:
-            job.state = JobState.DEAD
-        else:
-            job.state, job.run_at = JobState.QUEUED, run_at
-        job.owner = job.expires = None
-        self.executions += 1
-
     def _model_recover(self, owner=None):
-        lost = [job for job in self._in(JobState.RUNNING).values()
-                if (job.owner == owner if owner else job.expires < self.now)]
-        for job in lost:
-            self.events.append((int(self.now), job.queue, "failure"))  # a lost attempt failed
-            self._requeue_or_bury(job, job.run_at)  # a lost job keeps its place
-        return len(lost)
+        gone = {job_id: job for job_id, job in self._in(JobState.RUNNING).items()
+                if (job.owner == owner if owner else job.expires < self.now)}
+        for job_id, job in gone.items():
+            mark, job.mark = job.mark, None
+            job.owner = job.expires = None
+            self.executions += 1
+            if mark is OutcomeKind.RELEASE:
+                # Given up at the end of a drain: no attempt used, same place.
+                job.state, job.attempts = JobState.QUEUED, job.attempts - 1
+                continue
+            self.events.append((int(self.now), job.queue, "failure"))  # lost or failed: a failure
+            if job.attempts >= job.max_attempts:
+                job.state = JobState.DEAD
+            elif mark is OutcomeKind.FAIL:
+                job.state = JobState.QUEUED
+                job.run_at = self._retry_time(job_id)
+            else:
+                job.state = JobState.QUEUED  # lost: keeps its place (run_at untouched)
+        return len(gone)
 
     def _model_claim(self, owner, queues, limit, lease):
         self._model_recover()
@@ -98,6 +107,7 @@ class QueueMachine(RuleBasedStateMachine):
                 continue
             settled.append(outcome.job_id)
             self.executions += 1
+            job.mark = None
             kind = outcome.kind
             if kind is OutcomeKind.ACK:
                 job.state = JobState.DONE
@@ -114,13 +124,17 @@ class QueueMachine(RuleBasedStateMachine):
             job.owner = job.expires = None
         return settled
 
+    def _retry_time(self, job_id):
+        """The run_at the store's backoff chose for a retry (random: read back, then bounded)."""
+        run_at = self.backend.get(job_id).run_at
+        assert self.now < run_at <= self.now + MAX_RETRY_DELAY
+        return run_at
+
     def _adopt_retry_times(self, settled):
         for job_id in settled:
             job = self.jobs[job_id]
             if job.state is JobState.QUEUED and job.run_at is None:
-                run_at = self.backend.get(job_id).run_at
-                assert self.now < run_at <= self.now + MAX_RETRY_DELAY
-                job.run_at = run_at
+                job.run_at = self._retry_time(job_id)
 
     def _outcomes(self, picks, kinds, own):
         """Outcomes for picked jobs: running ones when ``own``, else any (someone else's, finished)."""
@@ -167,7 +181,10 @@ class QueueMachine(RuleBasedStateMachine):
             self.jobs[job_id] = ModelJob(queue=job.queue, priority=job.priority,
                                          run_at=self.now + job.delay, max_attempts=job.max_attempts,
                                          key=job.idempotency_key)
-            self.events.append((int(self.now), job.queue, "arrival"))
+            if job.delay:
+                self.delayed_arrivals[job_id] = self.now + job.delay  # arrives when it comes due
+            else:
+                self.events.append((int(self.now), job.queue, "arrival"))
 
     @rule(owner=st.sampled_from(OWNERS), limit=st.integers(1, 4),
           queues=st.sampled_from([("default",), ("other", "default"), ("default", "other")]),
@@ -222,6 +239,22 @@ class QueueMachine(RuleBasedStateMachine):
         for job_id in held:
             self.jobs[job_id].expires = self.now + lease
 
+    @precondition(lambda self: self.jobs)
+    @rule(picks=st.lists(st.integers(0, 1000), min_size=1, max_size=3),
+          kinds=st.lists(st.sampled_from(["release", "fail"]), min_size=3, max_size=3),
+          owner=st.sampled_from(OWNERS), own=st.sampled_from([True, True, True, False]))
+    def abandon(self, picks, kinds, owner, own):
+        outcomes = self._outcomes(picks, kinds, own)
+        owner = self._holder(outcomes, owner, own)
+        marked = self.backend.abandon(owner, outcomes, now=self.now)
+        expected = []
+        for outcome in outcomes:
+            job = self.jobs[outcome.job_id]
+            if job.state is JobState.RUNNING and job.owner == owner:
+                job.mark = outcome.kind  # the job stays running and leased until the owner is gone
+                expected.append(outcome.job_id)
+        assert marked == expected
+
     @rule(seconds=st.sampled_from([0.5, 1.0, 4.0, 11.0, 31.0]))
     def advance_clock(self, seconds):
         self.now += seconds
@@ -238,11 +271,14 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(pick=st.integers(0, 1000))
     def cancel(self, pick):
         ids = sorted(self.jobs)
-        job = self.jobs[ids[pick % len(ids)]]
+        job_id = ids[pick % len(ids)]
+        job = self.jobs[job_id]
         cancellable = job.state in (JobState.QUEUED, JobState.RUNNING, JobState.DEAD)
-        assert self.backend.cancel(ids[pick % len(ids)], now=self.now) is cancellable
+        assert self.backend.cancel(job_id, now=self.now) is cancellable
         if cancellable:
-            job.state, job.owner, job.expires = JobState.CANCELLED, None, None
+            if self.delayed_arrivals.get(job_id, self.now) > self.now:
+                del self.delayed_arrivals[job_id]  # cancelled before it came due: never arrived
+            job.state, job.owner, job.expires, job.mark = JobState.CANCELLED, None, None, None
 
     @rule()
     def cancel_unknown(self):
@@ -259,6 +295,7 @@ class QueueMachine(RuleBasedStateMachine):
         for job_id, job in sorted(self._in(JobState.DEAD).items(), reverse=True):
             if job.key is None or self._live_key_holder(job.key) is None:
                 job.state, job.attempts, job.run_at = JobState.QUEUED, 0, self.now
+                self.events.append((int(self.now), job.queue, "arrival"))  # back after leaving for good
                 revived += 1
         assert self.backend.retry_dead(now=self.now) == revived
 
@@ -295,7 +332,10 @@ class QueueMachine(RuleBasedStateMachine):
             assert (stats.runnable, stats.delayed, stats.running, stats.dead) == expected, queue
             assert stats.oldest_runnable_age == pytest.approx(
                 self.now - min(runnable) if runnable else 0.0)
-            recent = [kind for second, q, kind in self.events if q == queue and second > self.now - WINDOW]
+            came_due = [(int(run_at), self.jobs[job_id].queue, "arrival")
+                        for job_id, run_at in self.delayed_arrivals.items() if run_at <= self.now]
+            recent = [kind for second, q, kind in self.events + came_due
+                      if q == queue and second > self.now - WINDOW]
             assert stats.arrival_rate * WINDOW == pytest.approx(recent.count("arrival"))
             assert stats.completion_rate * WINDOW == pytest.approx(recent.count("completion"))
             assert stats.failure_rate * WINDOW == pytest.approx(recent.count("failure"))

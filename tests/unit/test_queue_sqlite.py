@@ -1,4 +1,4 @@
-"""The SQLite store's own behaviour: its files, its locks, its URLs and its query plans.
+"""The SQLite store's own behaviour: its files, locks, URLs, schema versions and query plans.
 
 Every failure must surface as a ``QueueError`` (``StoreUnavailable`` when the
 store cannot be used) whose one-line message names the database and the
@@ -15,11 +15,13 @@ import shutil
 import sqlite3
 import tempfile
 import threading
+import time
 
 import pytest
 
 from flexiqd.errors import QueueError, StoreUnavailable
 from flexiqd.queue import ClaimRequest, JobState, NewJob, Outcome, default_url, open_backend
+from flexiqd.queue import sqlite as sqlite_module
 from flexiqd.queue.sqlite import SQLiteBackend
 from flexiqd.queue.sqlite_schema import SCHEMA_VERSION
 
@@ -455,6 +457,8 @@ def test_hot_paths_use_the_partial_indexes_with_a_large_backlog(tmp_path):
         "renew": lambda: store.renew("w1", held[3:20], 30, now=T0 + 4),
         "recover_expired": lambda: store.recover_expired(now=T0 + 5),
         "enqueue with a key": lambda: store.enqueue([NewJob(task="t", idempotency_key="k")], now=T0 + 5),
+        # The 50,000 delayed jobs come due: this read promotes them.
+        "stats promoting": lambda: store.stats("default", now=T0 + 101),
     }
     for name, call in calls.items():
         plans = _plans(store, call)
@@ -469,10 +473,10 @@ def test_hot_paths_use_the_partial_indexes_with_a_large_backlog(tmp_path):
                 assert not scanned or scanned[1] not in ("jobs", "counts", "rates") or \
                     scanned[1] in walkable, (name, sql, plan)
                 assert "USE TEMP B-TREE" not in line, (name, sql, plan)
-            if re.match(r"\s*SELECT .* FROM jobs WHERE state = 'queued'", sql) or "ORDER BY priority" in sql:
-                assert any("jobs_claim" in line or "jobs_age" in line for line in plan), (name, sql, plan)
-    stats = store.stats("default", now=T0 + 5)
-    assert stats.runnable + stats.delayed + stats.running == 200_001 - 1_001 - 100
+            if re.search(r"FROM jobs WHERE state = 'queued'|UPDATE jobs SET delayed", sql):
+                assert any(re.search(r"jobs_(claim|age|due)\b", line) for line in plan), (name, sql, plan)
+    stats = store.stats("default", now=T0 + 101)
+    assert (stats.runnable + stats.running, stats.delayed) == (200_001 - 1_001 - 100, 0)
     assert stats.dead == 100
     store.close()
 
@@ -516,3 +520,226 @@ def test_a_new_database_is_group_writable_under_a_umask_of_0007(tmp_path):
     finally:
         os.umask(old)
     assert stat.S_IMODE(os.stat(tmp_path / "shared.db").st_mode) == 0o660
+
+
+# -- schema versions -----------------------------------------------------------------------
+
+# The schema of version 1, as flexiqd 0.1.0 created it (git show a73bb31~1:flexiqd/queue/sqlite_schema.py).
+V1_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY,
+    queue TEXT NOT NULL,
+    task TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    priority INTEGER NOT NULL DEFAULT 0,
+    state TEXT NOT NULL,
+    run_at REAL NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    max_attempts INTEGER NOT NULL,
+    timeout REAL,
+    idempotency_key TEXT,
+    tenant TEXT NOT NULL DEFAULT '',
+    lease_owner TEXT,
+    lease_expires REAL,
+    enqueued_at REAL NOT NULL,
+    started_at REAL,
+    finished_at REAL,
+    result TEXT,
+    error TEXT
+);
+CREATE INDEX IF NOT EXISTS jobs_claim ON jobs(queue, priority DESC, run_at, id)
+    WHERE state = 'queued';
+CREATE INDEX IF NOT EXISTS jobs_age ON jobs(queue, tenant, run_at)
+    WHERE state = 'queued';
+CREATE INDEX IF NOT EXISTS jobs_lease ON jobs(lease_expires)
+    WHERE state = 'running';
+CREATE INDEX IF NOT EXISTS jobs_finished ON jobs(queue, state, finished_at)
+    WHERE finished_at IS NOT NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_idempotency ON jobs(idempotency_key)
+    WHERE idempotency_key IS NOT NULL AND state IN ('queued', 'running');
+
+CREATE TABLE IF NOT EXISTS counts (
+    queue TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    state TEXT NOT NULL,
+    n INTEGER NOT NULL,
+    PRIMARY KEY (queue, tenant, state)
+) WITHOUT ROWID;
+
+CREATE TRIGGER IF NOT EXISTS jobs_count_insert AFTER INSERT ON jobs BEGIN
+    INSERT INTO counts(queue, tenant, state, n) VALUES (NEW.queue, NEW.tenant, NEW.state, 1)
+        ON CONFLICT(queue, tenant, state) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS jobs_count_update AFTER UPDATE OF state ON jobs
+    WHEN OLD.state IS NOT NEW.state BEGIN
+    UPDATE counts SET n = n - 1
+        WHERE queue = OLD.queue AND tenant = OLD.tenant AND state = OLD.state;
+    INSERT INTO counts(queue, tenant, state, n) VALUES (NEW.queue, NEW.tenant, NEW.state, 1)
+        ON CONFLICT(queue, tenant, state) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS jobs_count_delete AFTER DELETE ON jobs BEGIN
+    UPDATE counts SET n = n - 1
+        WHERE queue = OLD.queue AND tenant = OLD.tenant AND state = OLD.state;
+END;
+
+-- Per-second buckets: a rate over a window is a sum of at most `window` rows.
+CREATE TABLE IF NOT EXISTS rates (
+    queue TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    second INTEGER NOT NULL,
+    arrivals INTEGER NOT NULL DEFAULT 0,
+    completions INTEGER NOT NULL DEFAULT 0,
+    failures INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (queue, tenant, second)
+) WITHOUT ROWID;
+
+-- Who ran what: one row per attempt that ended (settled, or lost with its worker).
+CREATE TABLE IF NOT EXISTS executions (
+    id INTEGER PRIMARY KEY,
+    job_id INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    worker TEXT NOT NULL,
+    started_at REAL,
+    finished_at REAL NOT NULL,
+    outcome TEXT NOT NULL,
+    error TEXT
+);
+CREATE INDEX IF NOT EXISTS executions_job ON executions(job_id);
+"""
+V2_STATEMENT = "ALTER TABLE jobs ADD COLUMN lease_outcome TEXT"  # what version 2 added
+
+
+def _old_store(path, version, now):
+    """A store of ``version`` (1 or 2) holding a job in every state, made with that version's DDL."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executescript(V1_SCHEMA)
+    if version >= 2:
+        conn.execute(V2_STATEMENT)
+    # run_at relative to the wall clock: the migration tells due from delayed jobs by it.
+    jobs = [dict(state="queued", run_at=now - 10, tenant="acme", priority=1),
+            dict(state="queued", run_at=now + 3600, tenant="acme", idempotency_key="k1"),
+            dict(state="running", attempts=1, lease_owner="w1", lease_expires=now + 30, started_at=now - 5),
+            dict(state="done", attempts=1, tenant="acme", started_at=now - 3, finished_at=now - 2, result="7"),
+            dict(state="dead", attempts=3, started_at=now - 4, finished_at=now - 4, error="boom"),
+            dict(state="cancelled", finished_at=now - 1),
+            dict(state="done", attempts=1, tenant="old", run_at=now - 9000, enqueued_at=now - 9000,
+                 started_at=now - 9000, finished_at=now - 8999)]
+    for n, job in enumerate(jobs):
+        row = {"queue": "default", "task": "t", "payload": f'{{"n":{n}}}', "run_at": now - 20,
+               "max_attempts": 3, "enqueued_at": now - 20, **job}
+        conn.execute(f"INSERT INTO jobs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                     list(row.values()))
+    conn.execute("INSERT INTO rates (queue, tenant, second, arrivals, completions, failures) "
+                 "VALUES ('default', 'acme', ?, 3, 1, 0)", (int(now) - 5,))
+    if version >= 2:
+        conn.execute("UPDATE jobs SET lease_outcome = 'release' WHERE state = 'running'")
+    conn.execute(f"PRAGMA user_version = {version}")
+    conn.close()
+
+
+def _jobs_as_stored(path):
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return conn.execute("SELECT id, queue, task, payload, priority, state, run_at, attempts, "
+                            "max_attempts, idempotency_key, tenant, lease_owner, lease_expires, "
+                            "enqueued_at, started_at, finished_at, result, error "
+                            "FROM jobs ORDER BY id").fetchall()
+
+
+def _schema_shape(path):
+    """Every table's columns and every other object's SQL, whitespace aside."""
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        shape = {}
+        for kind, name, sql in conn.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name"):
+            shape[name] = (kind, " ".join((sql or "").split()).replace('"', "") if kind != "table" else
+                           conn.execute(f"PRAGMA table_xinfo({name})").fetchall(),
+                           sql is not None and sql.rstrip().upper().endswith("WITHOUT ROWID"))
+        return shape
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_store_is_migrated_keeping_every_job_and_its_state(tmp_path, version):
+    path = str(tmp_path / "queue.db")
+    now = time.time()
+    _old_store(path, version, now)
+    before = _jobs_as_stored(path)
+    store = SQLiteBackend(path, synchronous="normal")
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert _jobs_as_stored(path) == before
+    fresh = tmp_path / "fresh.db"
+    SQLiteBackend(str(fresh)).close()
+    assert _schema_shape(path) == _schema_shape(fresh)
+
+    stats = store.stats("default", now=now, window=60)
+    assert (stats.runnable, stats.delayed, stats.running, stats.dead) == (1, 1, 1, 1)
+    assert (stats.arrival_rate * 60, stats.completion_rate * 60) == (pytest.approx(3), pytest.approx(1))
+    assert set(stats.tenants) == {"acme"}  # "old" has nothing left and no recent events
+    # The store carries on: the due job is claimed, the delayed one is not, its key still holds.
+    due, delayed, running = (row[0] for row in before[:3])
+    assert store.enqueue([NewJob(task="t", idempotency_key="k1")], now=now) == [delayed]
+    assert [job.id for job in store.claim(ClaimRequest("w2", ("default",), 10, 7200), now=now)] == [due]
+    assert store.recover_owner("w1", now=now, reason="worker exited") == 1
+    expected = ("release", 0) if version == 2 else ("lost", 1)  # v2's abandon mark is kept
+    assert (store.executions(job_id=running)[0]["outcome"], store.get(running).attempts) == expected
+    assert [job.id for job in store.claim(ClaimRequest("w2", ("default",), 10), now=now + 3601)] == [
+        running, delayed]
+    store.close()
+
+
+def test_a_new_store_is_made_at_the_current_version(tmp_path):
+    SQLiteBackend(str(tmp_path / "queue.db")).close()
+    with contextlib.closing(sqlite3.connect(tmp_path / "queue.db")) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+# -- counts stay small ---------------------------------------------------------------------
+
+def _counts(store):
+    with contextlib.closing(sqlite3.connect(store.path)) as conn:
+        return sorted(conn.execute("SELECT queue, state, tenant, n FROM counts"))
+
+
+def test_counts_rows_of_emptied_tenants_vanish(sqlite_backend):
+    store = sqlite_backend
+    ids = store.enqueue([NewJob(task="t", tenant=f"t{i}", delay=i * 10) for i in range(3)], now=T0)
+    assert _counts(store) == [("default", "delayed", "t1", 1), ("default", "delayed", "t2", 1),
+                              ("default", "queued", "t0", 1)]
+    claimed = store.claim(ClaimRequest("w", ("default",), 3), now=T0 + 30)
+    store.settle("w", [Outcome.ack(job.id) for job in claimed], now=T0 + 31)
+    assert _counts(store) == [("default", "done", f"t{i}", 1) for i in range(3)]
+    store.purge(states=[JobState.DONE], finished_before=T0 + 32)
+    assert _counts(store) == []
+    assert store.queues() == []
+    assert all(job.state is JobState.DONE for job in store.list_jobs()) and len(ids) == 3
+
+
+def test_stats_read_nothing_of_the_tenants_of_the_past(tmp_path):
+    """stats() issues the same statements with or without 2,000 tenants whose jobs are done."""
+    def issued_by_stats(path, past_tenants):
+        store = SQLiteBackend(str(path), synchronous="normal")
+        store.enqueue([NewJob(task="t", tenant=f"past{i}") for i in range(past_tenants)], now=T0)
+        claimed = store.claim(ClaimRequest("w", ("default",), past_tenants), now=T0)
+        store.settle("w", [Outcome.ack(job.id) for job in claimed], now=T0 + 1)
+        store.enqueue([NewJob(task="t", tenant="live"), NewJob(task="t", tenant="live", delay=50)],
+                      now=T0 + 9_000)
+        issued = []
+        store._conn.set_trace_callback(issued.append)
+        stats = store.stats("default", now=T0 + 10_000)
+        store.close()
+        return issued, set(stats.tenants)
+
+    alone = issued_by_stats(tmp_path / "alone.db", 0)
+    assert alone[1] == {"live"}
+    assert issued_by_stats(tmp_path / "past.db", 2000) == alone
+
+
+def test_delayed_jobs_come_due_in_batches_earliest_first(sqlite_backend, monkeypatch):
+    monkeypatch.setattr(sqlite_module, "_PROMOTION_BATCH", 3)
+    store = sqlite_backend
+    ids = store.enqueue([NewJob(task="t", run_at=T0 + 8 - i) for i in range(8)], now=T0)  # latest first
+    [job] = store.claim(ClaimRequest("w", ("default",), 1), now=T0 + 100)
+    assert job.id == ids[-1]  # one batch promoted: the three due first
+    assert _counts(store) == [("default", "delayed", "", 5), ("default", "queued", "", 2),
+                              ("default", "running", "", 1)]
+    stats = store.stats("default", now=T0 + 100, window=200)  # promotes every batch left
+    assert (stats.runnable, stats.delayed, stats.running, stats.arrival_rate * 200) == (7, 0, 1, 8)
