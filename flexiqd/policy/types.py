@@ -29,6 +29,10 @@ class PoolMetrics:
     completed jobs -- over about the rate window: the knee compares p50
     between worker counts a minute apart.  ``cpu_utilisation`` is the mean
     over the active workers across the rate window, 0..1 (None: not measured).
+    ``coming_due``: delayed jobs whose run-at falls within the next
+    ``coming_due_within`` seconds (a forecast the store holds).
+    ``running_age_mean``: how long the running jobs have run so far, on average
+    (None: none running) -- a lower bound on their duration before any completes.
     """
 
     runnable_depth: int
@@ -42,6 +46,9 @@ class PoolMetrics:
     duration_p99: float | None = None
     cpu_utilisation: float | None = None
     dependencies: tuple[DependencyObservation, ...] = ()
+    coming_due: int = 0
+    coming_due_within: float = 0.0
+    running_age_mean: float | None = None
 
     def __post_init__(self) -> None:
         if self.runnable_depth < 0 or self.running < 0:
@@ -74,6 +81,9 @@ class PoolMetrics:
             duration_p99=stats.duration_p99,
             cpu_utilisation=cpu_utilisation,
             dependencies=dependencies,
+            coming_due=getattr(stats, "coming_due", 0),
+            coming_due_within=getattr(stats, "coming_due_within", 0.0),
+            running_age_mean=getattr(stats, "running_age_mean", None),
         )
 
     @property
@@ -100,6 +110,8 @@ class Observation:
     booting (they count as capacity, so a boot is not answered with more
     boots); ``draining`` ones are leaving and do not count.  ``metrics`` is
     None when reading them failed: the decision then holds the pool.
+    ``start_cost``: what starting one worker costs this pool, in seconds from the
+    decision to the worker's first claim, as measured (None: not measured yet).
     """
 
     pool: str
@@ -108,6 +120,7 @@ class Observation:
     draining: int = 0
     concurrency: int = 1
     metrics: PoolMetrics | None
+    start_cost: float | None = None
 
     def __post_init__(self) -> None:
         if min(self.active, self.starting, self.draining) < 0:

@@ -1,0 +1,63 @@
+"""A pool's decision ``History`` across daemon restarts, and changes the policy did not decide.
+
+``history_to_dict``/``history_from_dict`` turn a History into JSON-able data and
+back, so the daemon can keep it with the operators' intent; an unreadable or
+older shape comes back as a fresh ``History()`` (the cost: one down window of
+caution), never an error.  ``with_external_change`` enters a change someone else
+made (an operator's pin, a drain, the pool's creation) as if the policy had
+decided it, so windows and rate limits account for it.  Pure.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .config import PoolPolicy
+from .smoothing import record, record_change
+from .types import History, KneeState, LoadSample, ScaleChange, ThroughputSample, TimedCount
+
+
+def history_to_dict(history: History) -> dict[str, Any]:
+    return {
+        "seeded": history.seeded,
+        "recommendations": [list(r) for r in history.recommendations],
+        "changes": [list(c) for c in history.changes],
+        "load": [list(s) for s in history.load],
+        "knee": {"samples": [list(s) for s in history.knee.samples],
+                 "backlog_since": history.knee.backlog_since, "held_at": history.knee.held_at,
+                 "held_since": history.knee.held_since},
+    }
+
+
+def history_from_dict(data: Mapping[str, Any] | None) -> History:
+    if not isinstance(data, Mapping):
+        return History()
+    try:
+        knee = data.get("knee") or {}
+        return History(
+            seeded=bool(data.get("seeded", False)),
+            recommendations=tuple(TimedCount(*r) for r in data.get("recommendations", ())),
+            changes=tuple(ScaleChange(*c) for c in data.get("changes", ())),
+            load=tuple(LoadSample(*s) for s in data.get("load", ())),
+            knee=KneeState(samples=tuple(ThroughputSample(*s) for s in knee.get("samples", ())),
+                           backlog_since=knee.get("backlog_since"), held_at=knee.get("held_at"),
+                           held_since=knee.get("held_since")),
+        )
+    except (TypeError, ValueError, AttributeError):
+        return History()
+
+
+def with_external_change(history: History | None, policy: PoolPolicy, now: float,
+                         current: int, workers: int) -> History:
+    """``history`` after the pool went from ``current`` to ``workers`` by someone else's hand."""
+    history = history or History()
+    if workers == current:
+        return history
+    keep = max(policy.behavior.down_window, policy.behavior.up_window)
+    return History(
+        seeded=True,
+        recommendations=record(history.recommendations, now, workers, keep),
+        changes=record_change(history.changes, now, current, workers, policy.behavior),
+        load=history.load,
+        knee=history.knee,
+    )
