@@ -37,7 +37,7 @@ def test_tick_reports_flexiqs_decision_and_the_process_manager_runs_workers(app,
         ids = app.tasks["count"].map([(0.2,)] * 30)
         decision = autoscaler.tick()
         assert decision.pending == 30 and decision.desired_workers == 3
-        assert decision.rationale == "scale-up: depth=3 util=0 overload=false"
+        assert decision.rationale == "scale-up: depth=3 util=0 overload=False"
         assert manager.count_live() == 3
 
         pid = manager.spawn_worker()
