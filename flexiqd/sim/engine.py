@@ -161,7 +161,8 @@ class Simulation:
         self.completions = EventCounter()
         self.durations = RecentDurations()
         self.coming_due_within = COMING_DUE_WITHIN
-        self.journal: list[tuple[float, str, int]] | None = None  # (at, "start"/"finish", job) if kept
+        # When a list: every job start, finish and kill, as (at, "start"|"finish"|"kill", job, worker).
+        self.journal: list[tuple[float, str, int, int]] | None = None
         # Accumulated outcome of the run.
         self.waits: list[float] = []
         self.completed = 0
@@ -410,7 +411,7 @@ class Simulation:
         worker.jobs.add(job)
         self.waits.append(self.now - self.workload.runnable_at[job])
         if self.journal is not None:
-            self.journal.append((self.now, "start", job))
+            self.journal.append((self.now, "start", job, worker.id))
         self._push(self.now + duration, _COMPLETE, job, self._token)
 
     def _complete(self, job: int, token: int) -> None:
@@ -424,7 +425,7 @@ class Simulation:
         self.completions.add(self.now)
         self.durations.add(self.now, self.now - entry[2])
         if self.journal is not None:
-            self.journal.append((self.now, "finish", job))
+            self.journal.append((self.now, "finish", job, entry[0]))
         if worker.state == DRAINING and not worker.jobs:
             del self.workers[worker.id]
 
@@ -491,6 +492,8 @@ class Simulation:
         for job in sorted(worker.jobs):
             del self.running[job]
             self.killed += 1
+            if self.journal is not None:
+                self.journal.append((self.now, "kill", job, worker.id))
             if self.fleet.requeue_delay > 0:
                 self.requeue_pending += 1
                 self._push(self.now + self.fleet.requeue_delay, _REQUEUE, job)
