@@ -168,6 +168,9 @@ class Simulation:
         self.completed = 0
         self.killed = 0
         self.requeue_pending = 0  # killed jobs waiting out the re-queue delay
+        # Those jobs and when their killed attempt started: the store still counts them as
+        # running (their lease is held) until the delay is over.
+        self.orphaned: dict[int, float] = {}
         self.worker_seconds = 0.0
         self.slo_seconds = 0.0
         self.over_capacity_seconds = 0.0
@@ -248,6 +251,7 @@ class Simulation:
         twin.queue = list(self.queue)
         twin.workers = {wid: worker.copy() for wid, worker in self.workers.items()}
         twin.running = dict(self.running)
+        twin.orphaned = dict(self.orphaned)
         twin.arrivals = self.arrivals.copy()
         twin.completions = self.completions.copy()
         twin.durations = self.durations.copy()
@@ -288,10 +292,14 @@ class Simulation:
                    for delay, run_ats in self.workload.scheduled)
 
     def running_age_mean(self) -> float | None:
-        """How long the running jobs have run so far, on average (None: none running)."""
-        if not self.running:
+        """How long the running jobs have run so far, on average (None: none running).
+
+        As the store sees them: with the killed jobs whose lease is still held.
+        """
+        starts = [started for _, _, started in self.running.values()] + list(self.orphaned.values())
+        if not starts:
             return None
-        return self.now - sum(started for _, _, started in self.running.values()) / len(self.running)
+        return self.now - sum(starts) / len(starts)
 
     def snapshot(self) -> Snapshot:
         """The observation at ``now``, as the store would report it (see the module docstring)."""
@@ -310,7 +318,7 @@ class Simulation:
             concurrency=self.concurrency,
             runnable=len(self.queue),
             delayed=self.delayed(),
-            running=len(self.running),
+            running=len(self.running) + len(self.orphaned),  # a killed job's lease is still held
             oldest_age=self.oldest_age(),
             arrival_rate=self.arrivals.count(now, RATE_WINDOW) / RATE_WINDOW,
             completion_rate=self.completions.count(now, RATE_WINDOW) / RATE_WINDOW,
@@ -361,6 +369,9 @@ class Simulation:
                 self._kill(worker)
         elif kind == _REQUEUE:
             self.requeue_pending -= 1
+            self.orphaned.pop(a, None)
+            if self.journal is not None:
+                self.journal.append((self.now, "requeue", a, -1))
             heapq.heappush(self.queue, (self.workload.runnable_at[a], a))
 
     def _advance(self, to: float) -> None:
@@ -489,6 +500,7 @@ class Simulation:
 
     def _kill(self, worker: Worker) -> None:
         """Stop ``worker`` now; its in-flight jobs are lost and come back after the re-queue delay."""
+        started = {job: self.running[job][2] for job in worker.jobs}
         for job in sorted(worker.jobs):
             del self.running[job]
             self.killed += 1
@@ -496,6 +508,7 @@ class Simulation:
                 self.journal.append((self.now, "kill", job, worker.id))
             if self.fleet.requeue_delay > 0:
                 self.requeue_pending += 1
+                self.orphaned[job] = started[job]
                 self._push(self.now + self.fleet.requeue_delay, _REQUEUE, job)
             else:
                 heapq.heappush(self.queue, (self.workload.runnable_at[job], job))

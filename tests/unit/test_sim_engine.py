@@ -130,7 +130,7 @@ def test_percentiles():
 
 # --- parity with the job store ---------------------------------------------------------------
 
-def _scripted_run():
+def _scripted_run(requeue_delay):
     """A small pool under a burst, steady work and scheduled work, with a scale-in that kills.
 
     Returns the simulation's snapshots at checkpoints, the trace's jobs, and the journal of
@@ -138,30 +138,34 @@ def _scripted_run():
     """
     trace = parse_trace(small_data(duration=200, dependency=None))
     workload = realise(trace)
-    sim = Simulation(trace, workload, FleetModel("test", victims="oldest_first", drain_timeout=2.0), 3)
+    fleet = FleetModel("test", victims="oldest_first", drain_timeout=2.0, requeue_delay=requeue_delay)
+    sim = Simulation(trace, workload, fleet, 3)
     sim.journal = []
-    snapshots = []
+    snapshots, orphans = [], 0
     for at in [1.5 + 6.7 * i for i in range(30)]:
         sim.run_until(at)
         snapshots.append(sim.snapshot())
+        orphans += len(sim.orphaned)
         if 120 < at < 128:
             sim.scale_to(1)  # busy workers killed 2 s later: their jobs go back to the queue
         elif 140 < at < 148:
             sim.scale_to(3)
     assert sim.killed > 0 and sim.completed > 100
+    assert (orphans > 0) == (requeue_delay > 0)  # a checkpoint sees killed jobs still leased
     return trace, workload, sim.journal, snapshots
 
 
-def _store_stats_along(backend, workload, journal, checkpoints):
+def _store_stats_along(backend, workload, journal, checkpoints, requeue_delay):
     """The store's stats at each checkpoint, with the same jobs enqueued, claimed, finished and
-    lost at the same instants as in the simulation."""
+    lost at the same instants as in the simulation.  A killed worker's jobs come back at once, or
+    after the fleet's re-queue delay (as the lease of a gone worker expires)."""
     from flexiqd.queue.types import ClaimRequest, NewJob, Outcome
 
     script = [(at, 0, "enqueue", job, -1) for job, at in enumerate(workload.enqueued_at) if at < 200]
     script += [(at, 1, kind, job, worker) for at, kind, job, worker in journal]
     script += [(at, 2, "stats", index, -1) for index, at in enumerate(checkpoints)]
     script.sort(key=lambda step: step[:2])  # stable: the journal keeps its own order on a tie
-    ids, stats = {}, []
+    ids, stats, killed = {}, [], {}
     for at, _, kind, job, worker in script:
         if kind == "enqueue":
             run_at = workload.runnable_at[job]
@@ -173,15 +177,20 @@ def _store_stats_along(backend, workload, journal, checkpoints):
         elif kind == "finish":
             assert backend.settle(f"w{worker}", [Outcome.ack(ids[job])], now=at) == [ids[job]]
         elif kind == "kill":
-            backend.recover_owner(f"w{worker}", now=at, reason="killed")
+            killed[job] = f"w{worker}"
+            if requeue_delay == 0:
+                backend.recover_owner(killed[job], now=at, reason="killed")
+        elif kind == "requeue":
+            backend.recover_owner(killed[job], now=at, reason="lease expired")
         else:
             stats.append(backend.stats("default", now=at))
     return stats
 
 
-def test_the_simulator_sees_what_the_store_reports_for_the_same_jobs(sqlite_backend):
-    trace, workload, journal, snapshots = _scripted_run()
-    stats = _store_stats_along(sqlite_backend, workload, journal, [s.now for s in snapshots])
+@pytest.mark.parametrize("requeue_delay", [0.0, 9.0], ids=["released", "lease-expiry"])
+def test_the_simulator_sees_what_the_store_reports_for_the_same_jobs(sqlite_backend, requeue_delay):
+    trace, workload, journal, snapshots = _scripted_run(requeue_delay)
+    stats = _store_stats_along(sqlite_backend, workload, journal, [s.now for s in snapshots], requeue_delay)
     compared = 0
     for snap, store in zip(snapshots, stats):
         seen = (snap.runnable, snap.delayed, snap.running, snap.arrival_rate, snap.completion_rate,
@@ -190,6 +199,8 @@ def test_the_simulator_sees_what_the_store_reports_for_the_same_jobs(sqlite_back
                     store.window, store.duration_p50, store.duration_p95, store.duration_p99)
         assert seen == reported, f"at t={snap.now}"
         assert snap.oldest_age == pytest.approx(store.oldest_runnable_age, abs=1e-9), f"at t={snap.now}"
+        if hasattr(store, "running_age_mean"):
+            assert snap.running_age_mean == pytest.approx(store.running_age_mean, abs=1e-9), f"at t={snap.now}"
         if hasattr(store, "coming_due"):  # the store's forecast of scheduled work, by the same definition
             assert coming_due(workload, snap.now, store.coming_due_within) == store.coming_due, f"at t={snap.now}"
         compared += 1
