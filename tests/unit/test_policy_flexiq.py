@@ -198,3 +198,15 @@ def test_windowed_never_scales_down_during_a_spike():
     assert [r.desired_workers for r in results] == [5, 5, 5]
     assert results[2].rationale == "scale-up: depth=8 util=0 overload=False (windowed -> 5)"
     assert compute_desired_workers_windowed(80, 0, 5, now=75.0, history=history, **options).desired_workers == 8
+
+
+def test_decide_flexiq_counts_a_change_made_by_others_in_its_down_window():
+    from flexiqd.policy.history import with_external_change
+
+    policy = PoolPolicy(min_workers=1, max_workers=10)
+    first = decide_flexiq(observe(0, 0, 2), policy, Options(scale_down_window=60.0), None, now=0.0)
+    pinned = with_external_change(first.history, policy, 100.0, 2, 6)  # an operator asked for 6
+    held = decide_flexiq(observe(0, 0, 6), policy, Options(scale_down_window=60.0), pinned, now=130.0)
+    later = decide_flexiq(observe(0, 0, 6), policy, Options(scale_down_window=60.0), held.history, now=161.0)
+    assert (held.desired, held.reason, held.smoothing) == (6, "Stable", ("window down",))
+    assert (later.desired, later.reason) == (1, "ScaleDown")
