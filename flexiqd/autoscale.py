@@ -6,6 +6,14 @@ this machine -- child processes by default, systemd units with
 default here: same options, same rationale strings, without its defects) or by
 flexiqd's own policy (``policy="flexiqd"``).  It is the daemon's controller
 underneath, so both behave alike.
+
+flexiq 2.1's Python names work too: ``AutoscaleConfig(app_path=...,
+threads_per_worker=..., scale_down_window_sec=...)`` (and the same names read
+back as attributes), ``AutoscaleController(queue, config)`` with ``tick`` and
+``serve_forever``, ``compute_desired_workers(pending=..., running=...,
+current_workers=..., config=...)``, and ``flexiq autoscale --threads-per-worker``.
+Each decision is logged as flexiq logs it
+(``autoscale: pending=P running=R workers=C -> D (rationale)``).
 """
 
 from __future__ import annotations
@@ -26,9 +34,21 @@ from .daemon.controller import Controller
 from .errors import ConfigError
 from .fleet.base import Fleet, WorkerState
 from .fleet.process import ProcessFleet
+from .policy.flexiq_compat import LOG_FORMAT
+from .policy.flexiq_compat import compute_desired_workers as _flexiq_formula
 from .queue.api import Queue
 
 log = logging.getLogger(__name__)
+
+# flexiq 2.1's AutoscaleConfig field names -> ours (flexiq/autoscale/config.py).
+FLEXIQ_NAMES = {
+    "app_path": "app",
+    "scale_up_window_sec": "scale_up_window",
+    "scale_down_window_sec": "scale_down_window",
+    "poll_interval_sec": "poll_interval",
+    "drain_timeout_sec": "drain_timeout",
+    "threads_per_worker": "concurrency",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +76,34 @@ class AutoscaleConfig:
     cpu_bound: bool = False
     fleet: str = "process"
     pool: str = "autoscale"
+
+    # flexiq 2.1's names for the same values, read-only.
+    app_path = property(lambda self: self.app)
+    scale_up_window_sec = property(lambda self: self.scale_up_window)
+    scale_down_window_sec = property(lambda self: self.scale_down_window)
+    poll_interval_sec = property(lambda self: self.poll_interval)
+    drain_timeout_sec = property(lambda self: self.drain_timeout)
+    threads_per_worker = property(lambda self: self.concurrency)
+
+
+def _accept_flexiq_names(cls):
+    """Let ``cls(...)`` take flexiq's field names as well as ours (not both for one field)."""
+    generated = cls.__init__
+
+    def __init__(self, *args: Any, **options: Any) -> None:
+        for theirs, ours in FLEXIQ_NAMES.items():
+            if theirs in options:
+                if ours in options:
+                    raise ConfigError(f"AutoscaleConfig: give {ours}= or flexiq's {theirs}=, not both")
+                options[ours] = options.pop(theirs)
+        generated(self, *args, **options)
+
+    __init__.__doc__ = generated.__doc__
+    cls.__init__ = __init__
+    return cls
+
+
+AutoscaleConfig = _accept_flexiq_names(AutoscaleConfig)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,7 +208,7 @@ class Autoscaler:
 
     def __init__(self, queue: Queue, config: AutoscaleConfig | None = None, **options: Any) -> None:
         if config is None:
-            if "app" not in options:
+            if "app" not in options and "app_path" not in options:
                 raise ConfigError("Autoscaler needs app='module:attribute' (the workers' Queue)")
             config = AutoscaleConfig(**{k: tuple(v) if k == "queues" else v for k, v in options.items()})
         self.config = config
@@ -219,9 +267,8 @@ class Autoscaler:
         while not self._stop.is_set():
             try:
                 decision = self.tick()
-                log.info("autoscale: pending=%d running=%d workers=%d -> %d (%s)", decision.pending,
-                         decision.running, decision.current_workers, decision.desired_workers,
-                         decision.rationale)
+                log.info(LOG_FORMAT, decision.pending, decision.running, decision.current_workers,
+                         decision.desired_workers, decision.rationale)
             except Exception:  # a bad tick must not end autoscaling; the next one retries
                 log.exception("autoscale: tick failed")
             self._stop.wait(self.config.poll_interval)
@@ -237,9 +284,32 @@ class Autoscaler:
             self._fleet.stop_pool(self.config.pool)
 
 
+class AutoscaleController(Autoscaler):
+    """flexiq 2.1's name for the autoscaler: ``AutoscaleController(queue, config)``."""
+
+    def serve_forever(self) -> None:
+        """Run until SIGTERM/SIGINT, then drain every worker (flexiq's ``serve_forever``)."""
+        _serve(self)
+
+
+def compute_desired_workers(*, pending: int, running: int, current_workers: int,
+                            config: AutoscaleConfig) -> ScaleDecision:
+    """flexiq 2.1's pure decision, with its keyword signature: one poll, no windows."""
+    result = _flexiq_formula(
+        pending, running, current_workers, min_workers=config.min_workers, max_workers=config.max_workers,
+        target_queue_depth_per_worker=config.target_queue_depth_per_worker,
+        target_utilisation=config.target_utilisation, concurrency_per_worker=config.concurrency,
+        tolerance=config.tolerance)
+    return ScaleDecision(pending=pending, running=running, current_workers=max(0, current_workers),
+                         desired_workers=result.desired_workers, rationale=result.rationale)
+
+
 def serve_autoscaler(queue: Queue, config: AutoscaleConfig | None = None, **options: Any) -> None:
     """Run the autoscaler in the foreground; return once SIGTERM/SIGINT arrived and every worker drained."""
-    autoscaler = Autoscaler(queue, config, **options)
+    _serve(Autoscaler(queue, config, **options))
+
+
+def _serve(autoscaler: Autoscaler) -> None:
     stop = threading.Event()
     previous = {signum: signal.signal(signum, lambda *_: stop.set()) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:

@@ -121,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     autoscale.add_argument("--tolerance", type=float, default=0.1)
     autoscale.add_argument("--poll-interval", type=_duration, default=5.0)
     autoscale.add_argument("--drain-timeout", type=_duration, default=30.0)
-    autoscale.add_argument("--concurrency", type=_positive_int, default=4)
+    autoscale.add_argument("--concurrency", "--threads-per-worker", dest="concurrency", type=_positive_int,
+                           default=4, help="jobs one worker runs at once (flexiq's --threads-per-worker)")
     autoscale.add_argument("--queues", type=_queues, default=("default",))
     autoscale.add_argument("--batch-size", type=_positive_int, default=None)
     autoscale.add_argument("--policy", choices=["flexiq", "flexiqd"], default="flexiq",

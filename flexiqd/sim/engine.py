@@ -18,6 +18,14 @@ Model, in brief (docs/BENCHMARKS.md says more):
 - how a fleet picks workers to stop, and what it counts as current, is the
   fleet's (``FleetModel``): flexiq's, Kubernetes', flexiqd's differ.
 
+What a policy sees (``Snapshot``) is what the job store would report for the
+same jobs at the same instant: runnable, delayed and running counts, the
+oldest runnable job's age from its run-at, arrivals counted when a job becomes
+runnable, rates and duration percentiles by the store's definitions (see
+``metrics``) -- the unit tests run one scripted scenario through both and
+compare.  Besides: the pool's start cost (the trace's ``cold_start``), the
+delayed jobs coming due soon, and how long the running jobs have run.
+
 Deterministic: no randomness here; the workload is realised up front.
 """
 
@@ -25,11 +33,12 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
-from .metrics import RunResult, TimelinePoint, percentile, summarise
+from .metrics import EventCounter, RecentDurations, RunResult, TimelinePoint, percentile, summarise
 from .trace import Trace, Workload
 
 STARTING, ACTIVE, DRAINING = 0, 1, 2
@@ -37,8 +46,11 @@ _COMPLETE, _READY, _KILL, _REQUEUE = 0, 1, 2, 3
 
 # A change of direction less than this long after the previous change counts as a flap.
 FLAP_WINDOW = 120.0
-# Rates and duration percentiles handed to policies are over this many seconds.
+# Rates handed to policies are over this many seconds: the window the daemon asks the store for.
 RATE_WINDOW = 60.0
+# "Coming due" counts the delayed jobs whose run-at falls within this many seconds, unless a
+# policy sets ``Simulation.coming_due_within`` to its own horizon.
+COMING_DUE_WITHIN = 60.0
 
 
 @dataclass(frozen=True)
@@ -69,7 +81,15 @@ class FleetModel:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """What a policy sees at a tick.  Rates over the last ``rate_window`` s (None before any)."""
+    """What a policy sees at a tick, as the store would report it (see the module docstring).
+
+    Rates are over the last ``rate_window`` s, counted as the store counts them
+    (0 before any event, as from a new store).  ``coming_due``: delayed jobs
+    whose run-at falls within the next ``coming_due_within`` s.
+    ``running_age_mean``: how long the running jobs have run so far, on average
+    (None: none running).  ``start_cost``: seconds from a start decision to the
+    worker's first claim (the trace's ``cold_start``; 0 for instant starts).
+    """
 
     now: float
     active: int
@@ -89,6 +109,10 @@ class Snapshot:
     cpu: float
     dependency_utilisation: float | None
     dependency_latency: float | None
+    coming_due: int = 0
+    coming_due_within: float = COMING_DUE_WITHIN
+    running_age_mean: float | None = None
+    start_cost: float | None = None
 
 
 class Worker:
@@ -132,13 +156,21 @@ class Simulation:
         self._cpu_marks: deque[tuple[float, float, float]] = deque()  # (at, busy, up) at snapshots
         self.running: dict[int, tuple[int, int, float]] = {}  # job -> (worker, token, started)
         self._token = 0
-        self.arrivals: deque[float] = deque()
-        self.completions: deque[tuple[float, float]] = deque()  # (at, duration)
+        # The store's statistics of the simulated queue (see ``metrics``).
+        self.arrivals = EventCounter()
+        self.completions = EventCounter()
+        self.durations = RecentDurations()
+        self.coming_due_within = COMING_DUE_WITHIN
+        # When a list: every job start, finish and kill, as (at, "start"|"finish"|"kill", job, worker).
+        self.journal: list[tuple[float, str, int, int]] | None = None
         # Accumulated outcome of the run.
         self.waits: list[float] = []
         self.completed = 0
         self.killed = 0
         self.requeue_pending = 0  # killed jobs waiting out the re-queue delay
+        # Those jobs and when their killed attempt started: the store still counts them as
+        # running (their lease is held) until the delay is over.
+        self.orphaned: dict[int, float] = {}
         self.worker_seconds = 0.0
         self.slo_seconds = 0.0
         self.over_capacity_seconds = 0.0
@@ -182,7 +214,7 @@ class Simulation:
             job = self.next_job
             self.next_job += 1
             heapq.heappush(self.queue, (next_arrival, job))
-            self.arrivals.append(next_arrival)
+            self.arrivals.add(next_arrival)
         else:
             event = heapq.heappop(self._events)
             self._advance(event[0])
@@ -219,8 +251,11 @@ class Simulation:
         twin.queue = list(self.queue)
         twin.workers = {wid: worker.copy() for wid, worker in self.workers.items()}
         twin.running = dict(self.running)
-        twin.arrivals = deque(self.arrivals)
-        twin.completions = deque(self.completions)
+        twin.orphaned = dict(self.orphaned)
+        twin.arrivals = self.arrivals.copy()
+        twin.completions = self.completions.copy()
+        twin.durations = self.durations.copy()
+        twin.journal = None
         twin._cpu_marks = deque(self._cpu_marks)
         twin.waits = []
         twin.inflation = dict(self.inflation)
@@ -250,16 +285,27 @@ class Simulation:
             self.next_enqueue += 1
         return self.next_enqueue - self.next_job
 
+    def coming_due(self, within: float) -> int:
+        """Delayed jobs (enqueued, run-at in the future) whose run-at is at most ``within`` s away."""
+        now = self.now
+        return sum(bisect_right(run_ats, now + min(within, delay)) - bisect_right(run_ats, now)
+                   for delay, run_ats in self.workload.scheduled)
+
+    def running_age_mean(self) -> float | None:
+        """How long the running jobs have run so far, on average (None: none running).
+
+        As the store sees them: with the killed jobs whose lease is still held.
+        """
+        starts = [started for _, _, started in self.running.values()] + list(self.orphaned.values())
+        if not starts:
+            return None
+        return self.now - sum(starts) / len(starts)
+
     def snapshot(self) -> Snapshot:
-        """The observation at ``now``: counts, rates over ``RATE_WINDOW``, duration percentiles."""
+        """The observation at ``now``, as the store would report it (see the module docstring)."""
         now = self.now
         cutoff = now - RATE_WINDOW
-        while self.arrivals and self.arrivals[0] <= cutoff:
-            self.arrivals.popleft()
-        while self.completions and self.completions[0][0] <= cutoff:
-            self.completions.popleft()
-        window = min(RATE_WINDOW, now)
-        durations = sorted(duration for _, duration in self.completions)
+        durations = self.durations.sample(now, RATE_WINDOW)
         starting, active, draining = self.counts()
         cpu = self._cpu(cutoff)
         utilisation = self.dependency_utilisation()
@@ -272,10 +318,10 @@ class Simulation:
             concurrency=self.concurrency,
             runnable=len(self.queue),
             delayed=self.delayed(),
-            running=len(self.running),
+            running=len(self.running) + len(self.orphaned),  # a killed job's lease is still held
             oldest_age=self.oldest_age(),
-            arrival_rate=len(self.arrivals) / window if window > 0 else None,
-            completion_rate=len(self.completions) / window if window > 0 else None,
+            arrival_rate=self.arrivals.count(now, RATE_WINDOW) / RATE_WINDOW,
+            completion_rate=self.completions.count(now, RATE_WINDOW) / RATE_WINDOW,
             rate_window=RATE_WINDOW,
             duration_p50=percentile(durations, 0.50),
             duration_p95=percentile(durations, 0.95),
@@ -283,6 +329,10 @@ class Simulation:
             cpu=cpu,
             dependency_utilisation=utilisation,
             dependency_latency=None if dep is None else dep.request_latency * dep.slowdown(utilisation),
+            coming_due=self.coming_due(self.coming_due_within),
+            coming_due_within=self.coming_due_within,
+            running_age_mean=self.running_age_mean(),
+            start_cost=self.cold_start,
         )
 
     def _cpu(self, cutoff: float) -> float:
@@ -319,6 +369,9 @@ class Simulation:
                 self._kill(worker)
         elif kind == _REQUEUE:
             self.requeue_pending -= 1
+            self.orphaned.pop(a, None)
+            if self.journal is not None:
+                self.journal.append((self.now, "requeue", a, -1))
             heapq.heappush(self.queue, (self.workload.runnable_at[a], a))
 
     def _advance(self, to: float) -> None:
@@ -368,6 +421,8 @@ class Simulation:
         self.running[job] = (worker.id, self._token, self.now)
         worker.jobs.add(job)
         self.waits.append(self.now - self.workload.runnable_at[job])
+        if self.journal is not None:
+            self.journal.append((self.now, "start", job, worker.id))
         self._push(self.now + duration, _COMPLETE, job, self._token)
 
     def _complete(self, job: int, token: int) -> None:
@@ -378,7 +433,10 @@ class Simulation:
         worker = self.workers[entry[0]]
         worker.jobs.discard(job)
         self.completed += 1
-        self.completions.append((self.now, self.now - entry[2]))
+        self.completions.add(self.now)
+        self.durations.add(self.now, self.now - entry[2])
+        if self.journal is not None:
+            self.journal.append((self.now, "finish", job, entry[0]))
         if worker.state == DRAINING and not worker.jobs:
             del self.workers[worker.id]
 
@@ -442,11 +500,15 @@ class Simulation:
 
     def _kill(self, worker: Worker) -> None:
         """Stop ``worker`` now; its in-flight jobs are lost and come back after the re-queue delay."""
+        started = {job: self.running[job][2] for job in worker.jobs}
         for job in sorted(worker.jobs):
             del self.running[job]
             self.killed += 1
+            if self.journal is not None:
+                self.journal.append((self.now, "kill", job, worker.id))
             if self.fleet.requeue_delay > 0:
                 self.requeue_pending += 1
+                self.orphaned[job] = started[job]
                 self._push(self.now + self.fleet.requeue_delay, _REQUEUE, job)
             else:
                 heapq.heappush(self.queue, (self.workload.runnable_at[job], job))

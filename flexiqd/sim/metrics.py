@@ -1,20 +1,88 @@
-"""What a run is judged on, summarised from a finished simulation."""
+"""What a run is judged on, summarised from a finished simulation; and the queue's
+statistics as the job store computes them, for the simulated queue.
+
+The store's definitions (``flexiqd.queue.sqlite``), shared so that the policy
+sees in the simulator what it sees in the daemon:
+
+- rates count events in one-second buckets (the second an event happened,
+  truncated) and take the buckets *after* ``now - window``, over ``window``
+  (60 s, the daemon's) whatever the time since the start;
+- a job *arrives* when it becomes runnable -- at enqueue, or at its run-at if
+  it was enqueued delayed -- once: a killed or released job queued again does
+  not arrive again;
+- duration percentiles are nearest-rank (the store's ``percentile``) over the
+  ``DURATION_SAMPLE`` most recent completions no older than
+  ``max(window, DURATION_HORIZON)``.
+"""
 
 from __future__ import annotations
 
-import math
+from collections import deque
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Mapping
+
+# The store's own function and bounds, not copies: a change there changes the simulator too.
+from ..queue.sqlite import _DURATION_HORIZON as DURATION_HORIZON
+from ..queue.sqlite import _DURATION_SAMPLE as DURATION_SAMPLE
+from ..queue.sqlite import percentile
 
 if TYPE_CHECKING:
     from .engine import Simulation
 
+__all__ = ["DURATION_HORIZON", "DURATION_SAMPLE", "EventCounter", "RecentDurations", "percentile"]
 
-def percentile(ordered: list[float], q: float) -> float | None:
-    """Nearest-rank percentile ``q`` (0..1) of an ascending list; None when empty."""
-    if not ordered:
-        return None
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+class EventCounter:
+    """Events counted per second, as the store's ``rates`` table counts them.
+
+    ``add`` must be called in time order (a simulation's clock only advances).
+    """
+
+    __slots__ = ("buckets",)
+
+    def __init__(self, buckets: deque[list[float]] | None = None) -> None:
+        self.buckets: deque[list[float]] = buckets if buckets is not None else deque()  # [second, count]
+
+    def add(self, at: float, count: int = 1) -> None:
+        second = int(at)
+        if self.buckets and self.buckets[-1][0] == second:
+            self.buckets[-1][1] += count
+        else:
+            self.buckets.append([second, count])
+
+    def count(self, now: float, window: float) -> int:
+        """Events in the buckets after ``now - window`` (older buckets are dropped)."""
+        buckets = self.buckets
+        while buckets and not buckets[0][0] > now - window:
+            buckets.popleft()
+        return int(sum(bucket[1] for bucket in buckets))
+
+    def copy(self) -> "EventCounter":
+        return EventCounter(deque([list(bucket) for bucket in self.buckets]))
+
+
+class RecentDurations:
+    """The most recent completions' durations, the sample the store's percentiles come from."""
+
+    __slots__ = ("finished",)
+
+    def __init__(self, finished: deque[tuple[float, float]] | None = None) -> None:
+        self.finished: deque[tuple[float, float]] = (
+            finished if finished is not None else deque(maxlen=DURATION_SAMPLE))  # (finished_at, duration)
+
+    def add(self, finished_at: float, duration: float) -> None:
+        self.finished.append((finished_at, duration))
+
+    def sample(self, now: float, window: float) -> list[float]:
+        """Ascending durations of the completions at or after ``now - max(window, DURATION_HORIZON)``."""
+        horizon = now - max(window, DURATION_HORIZON)
+        finished = self.finished
+        while finished and finished[0][0] < horizon:
+            finished.popleft()
+        return sorted(duration for _, duration in finished)
+
+    def copy(self) -> "RecentDurations":
+        return RecentDurations(deque(self.finished, maxlen=self.finished.maxlen))
 
 
 def time_weighted_percentile(seconds_at: Mapping[float, float], q: float) -> float | None:

@@ -262,10 +262,13 @@ def observation_from(snapshot: Snapshot, trace: Trace) -> Observation:
         duration_p99=snapshot.duration_p99,
         cpu_utilisation=snapshot.cpu,
         dependencies=observed,
+        coming_due=snapshot.coming_due,
+        coming_due_within=snapshot.coming_due_within,
+        running_age_mean=snapshot.running_age_mean,
     )
     return Observation(
         pool=trace.name, active=snapshot.active, starting=snapshot.starting, draining=snapshot.draining,
-        concurrency=snapshot.concurrency, metrics=metrics,
+        concurrency=snapshot.concurrency, metrics=metrics, start_cost=snapshot.start_cost,
     )
 
 

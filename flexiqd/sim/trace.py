@@ -224,13 +224,16 @@ class Workload:
     Job ``i`` is enqueued at ``enqueued_at[i]``, runnable from
     ``runnable_at[i]`` and takes ``base_duration[i]`` seconds on an unloaded
     dependency.  ``enqueue_order`` is ``enqueued_at`` sorted (for counting
-    delayed jobs).
+    delayed jobs).  ``scheduled``: for each source with a run-at delay, the
+    delay and its jobs' run-at times, sorted (a job is delayed while
+    ``now < run_at <= now + delay``: for counting the jobs coming due).
     """
 
     runnable_at: tuple[float, ...]
     enqueued_at: tuple[float, ...]
     base_duration: tuple[float, ...]
     enqueue_order: tuple[float, ...]
+    scheduled: tuple[tuple[float, tuple[float, ...]], ...] = ()
 
     def __len__(self) -> int:
         return len(self.runnable_at)
@@ -475,17 +478,22 @@ def realise(trace: Trace) -> Workload:
     they were.
     """
     jobs: list[tuple[float, float, float]] = []  # (runnable_at, enqueued_at, base_duration)
+    scheduled: list[tuple[float, tuple[float, ...]]] = []
     for index, source in enumerate(trace.sources):
         rng = random.Random(f"{trace.seed}:{index}")
+        first = len(jobs)
         for enqueued in _arrival_times(source.pattern, rng):
             if enqueued < trace.duration:
                 jobs.append((enqueued + source.delay, enqueued, source.duration.sample(rng)))
+        if source.delay > 0:
+            scheduled.append((source.delay, tuple(sorted(job[0] for job in jobs[first:]))))
     jobs.sort()
     return Workload(
         runnable_at=tuple(job[0] for job in jobs),
         enqueued_at=tuple(job[1] for job in jobs),
         base_duration=tuple(job[2] for job in jobs),
         enqueue_order=tuple(sorted(job[1] for job in jobs)),
+        scheduled=tuple(scheduled),
     )
 
 

@@ -172,7 +172,7 @@ def test_the_flexiq_policy_reproduces_its_rationale(backend):
     backend.enqueue([NewJob(task="t", delay=3600)] * 500, now=clock.now)  # delayed: not counted
     decision = controller.tick()["default"]
     assert decision.desired == 10
-    assert decision.rationale.endswith("scale-up: depth=10 util=0 overload=false")
+    assert decision.rationale.endswith("scale-up: depth=10 util=0 overload=False")
 
 
 def test_status_line_summarises_each_pool(backend):

@@ -126,3 +126,124 @@ def test_percentiles():
     assert percentile([], 0.5) is None
     assert time_weighted_percentile({1.0: 90.0, 5.0: 10.0}, 0.95) == 5.0
     assert time_weighted_percentile({1.0: 90.0, 5.0: 10.0}, 0.5) == 1.0
+
+
+# --- parity with the job store ---------------------------------------------------------------
+
+def _scripted_run(requeue_delay):
+    """A small pool under a burst, steady work and scheduled work, with a scale-in that kills.
+
+    Returns the simulation's snapshots at checkpoints, the trace's jobs, and the journal of
+    what ran when: the same script then drives the store.
+    """
+    trace = parse_trace(small_data(duration=200, dependency=None))
+    workload = realise(trace)
+    fleet = FleetModel("test", victims="oldest_first", drain_timeout=2.0, requeue_delay=requeue_delay)
+    sim = Simulation(trace, workload, fleet, 3)
+    sim.journal = []
+    snapshots, orphans = [], 0
+    for at in [1.5 + 6.7 * i for i in range(30)]:
+        sim.run_until(at)
+        snapshots.append(sim.snapshot())
+        orphans += len(sim.orphaned)
+        if 120 < at < 128:
+            sim.scale_to(1)  # busy workers killed 2 s later: their jobs go back to the queue
+        elif 140 < at < 148:
+            sim.scale_to(3)
+    assert sim.killed > 0 and sim.completed > 100
+    assert (orphans > 0) == (requeue_delay > 0)  # a checkpoint sees killed jobs still leased
+    return trace, workload, sim.journal, snapshots
+
+
+def _store_stats_along(backend, workload, journal, checkpoints, requeue_delay):
+    """The store's stats at each checkpoint, with the same jobs enqueued, claimed, finished and
+    lost at the same instants as in the simulation.  A killed worker's jobs come back at once, or
+    after the fleet's re-queue delay (as the lease of a gone worker expires)."""
+    from flexiqd.queue.types import ClaimRequest, NewJob, Outcome
+
+    script = [(at, 0, "enqueue", job, -1) for job, at in enumerate(workload.enqueued_at) if at < 200]
+    script += [(at, 1, kind, job, worker) for at, kind, job, worker in journal]
+    script += [(at, 2, "stats", index, -1) for index, at in enumerate(checkpoints)]
+    script.sort(key=lambda step: step[:2])  # stable: the journal keeps its own order on a tie
+    ids, stats, killed = {}, [], {}
+    for at, _, kind, job, worker in script:
+        if kind == "enqueue":
+            run_at = workload.runnable_at[job]
+            [ids[job]] = backend.enqueue([NewJob(task="t", run_at=run_at, max_attempts=100)], now=at)
+        elif kind == "start":
+            request = ClaimRequest(owner=f"w{worker}", queues=("default",), limit=1, lease_seconds=1e6)
+            [claimed] = backend.claim(request, now=at)
+            ids[job] = claimed.id  # the store's oldest runnable job: it stands in for this one
+        elif kind == "finish":
+            assert backend.settle(f"w{worker}", [Outcome.ack(ids[job])], now=at) == [ids[job]]
+        elif kind == "kill":
+            killed[job] = f"w{worker}"
+            if requeue_delay == 0:
+                backend.recover_owner(killed[job], now=at, reason="killed")
+        elif kind == "requeue":
+            backend.recover_owner(killed[job], now=at, reason="lease expired")
+        else:
+            stats.append(backend.stats("default", now=at))
+    return stats
+
+
+@pytest.mark.parametrize("requeue_delay", [0.0, 9.0], ids=["released", "lease-expiry"])
+def test_the_simulator_sees_what_the_store_reports_for_the_same_jobs(sqlite_backend, requeue_delay):
+    trace, workload, journal, snapshots = _scripted_run(requeue_delay)
+    stats = _store_stats_along(sqlite_backend, workload, journal, [s.now for s in snapshots], requeue_delay)
+    compared = 0
+    for snap, store in zip(snapshots, stats):
+        seen = (snap.runnable, snap.delayed, snap.running, snap.arrival_rate, snap.completion_rate,
+                snap.rate_window, snap.duration_p50, snap.duration_p95, snap.duration_p99)
+        reported = (store.runnable, store.delayed, store.running, store.arrival_rate, store.completion_rate,
+                    store.window, store.duration_p50, store.duration_p95, store.duration_p99)
+        assert seen == reported, f"at t={snap.now}"
+        assert snap.oldest_age == pytest.approx(store.oldest_runnable_age, abs=1e-9), f"at t={snap.now}"
+        if hasattr(store, "running_age_mean"):
+            assert snap.running_age_mean == pytest.approx(store.running_age_mean, abs=1e-9), f"at t={snap.now}"
+        if hasattr(store, "coming_due"):  # the store's forecast of scheduled work, by the same definition
+            assert coming_due(workload, snap.now, store.coming_due_within) == store.coming_due, f"at t={snap.now}"
+        compared += 1
+    # The scenario must exercise what it compares: a backlog, delayed jobs, kills, the first minute.
+    assert compared == 30
+    assert max(s.runnable for s in snapshots) > 20 and max(s.delayed for s in snapshots) > 5
+    assert any(kind == "kill" for _, kind, _, _ in journal)
+    assert 0 < snapshots[0].arrival_rate < 1.0  # a few arrivals over 60 s, not over 1.5 s
+
+
+def coming_due(workload, now, within):
+    """Jobs enqueued by ``now`` whose run-at is still ahead, at most ``within`` s away."""
+    return sum(1 for run_at, enqueued in zip(workload.runnable_at, workload.enqueued_at)
+               if enqueued <= now < run_at <= now + within)
+
+
+@pytest.mark.parametrize("within", [0.0, 10.0, 60.0, 99.0, 100.0, 1000.0])
+def test_coming_due_counts_the_delayed_jobs_whose_run_at_is_near(within):
+    trace = small_trace()
+    workload = realise(trace)
+    sim = Simulation(trace, workload, FleetModel("test", victims="idle_first"), 2)
+    sim.coming_due_within = within
+    counts = []
+    for at in (0.0, 50.5, 150.0, 299.0):
+        sim.run_until(at)
+        assert sim.coming_due(within) == coming_due(workload, at, within), f"at t={at}"
+        assert sim.snapshot().coming_due == sim.coming_due(within)
+        counts.append(sim.coming_due(within))
+    assert sim.coming_due(1000.0) == sim.delayed()  # every delayed job is due within its 100 s delay
+    if within >= 60:
+        assert max(counts) > 0
+
+
+def test_the_running_jobs_age_and_the_start_cost_are_seen():
+    data = small_data(arrivals=[{"kind": "burst", "at": 0, "jobs": 2, "duration": ONE_LONG_JOB},
+                                {"kind": "burst", "at": 10, "jobs": 2, "duration": ONE_LONG_JOB}],
+                      dependency=None)
+    trace = parse_trace(data)
+    sim = Simulation(trace, realise(trace), FleetModel("test", victims="idle_first"), 2)
+    assert sim.snapshot().running_age_mean is None
+    sim.run_until(20.0)
+    snap = sim.snapshot()
+    assert snap.running == 4 and snap.running_age_mean == pytest.approx((20 + 20 + 10 + 10) / 4)
+    assert snap.start_cost == trace.workers.cold_start == 3.0
+    instant = Simulation(trace, realise(trace), FleetModel("oracle", victims="idle_first", instant_start=True), 1)
+    assert instant.snapshot().start_cost == 0.0

@@ -91,6 +91,15 @@ def test_delayed_jobs_become_runnable_later_and_every_job_is_ordered():
     assert sum(1 for at in workload.runnable_at if 120 <= at < 125) >= 80  # the burst
 
 
+def test_the_scheduled_sources_run_ats_are_kept_for_the_coming_due_count():
+    workload = realise(small_trace())
+    [(delay, run_ats)] = workload.scheduled  # one source of the small trace has a run-at delay
+    assert delay == 100.0 and list(run_ats) == sorted(run_ats)
+    delayed = sorted(run for run, enq in zip(workload.runnable_at, workload.enqueued_at) if run > enq)
+    assert list(run_ats) == delayed and len(delayed) > 10
+    assert realise(small_trace(arrivals=[{"kind": "steady", "rate": 1.0}])).scheduled == ()
+
+
 def test_lognormal_matches_its_median_and_p99():
     dist = LogNormal(median=2.0, p99=12.0)
     rng = random.Random(1)
