@@ -301,13 +301,15 @@ def test_status_json_shows_the_pool_and_its_numbers(daemon, address):
     assert pool["desired"] == 1 and pool["paused"] is False and pool["pinned"] is None
     assert set(pool["metrics"]) == {"runnable", "delayed", "running", "oldest_runnable_age", "time_to_drain",
                                     "arrival_rate", "completion_rate", "duration_p50", "duration_p95",
-                                    "duration_p99"}
+                                    "duration_p99", "coming_due", "coming_due_within", "running_age_mean"}
     assert pool["metrics"]["runnable"] == 0 and pool["utilisation"] == 0.0
+    assert pool["start_cost"] is None  # its one worker was started with nothing waiting
     assert pool["decision"]["reason"] and pool["decision"]["rationale"].startswith("default ")
 
     table = flexiqctl(address, "status")
     assert table.returncode == 0, table.stderr
     assert "pool default" in table.stdout and "1 active" in table.stdout and "(min 1, max 5)" in table.stdout
+    assert "startup      not measured yet" in table.stdout
 
 
 def test_properties_are_readable(address):

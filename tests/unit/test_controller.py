@@ -8,6 +8,7 @@ import pytest
 
 from flexiqd.config import parse_config
 from flexiqd.daemon.controller import Controller, choose_victims, free_indices
+from flexiqd.daemon.scaling import decision_line
 from flexiqd.errors import QueueError
 from flexiqd.fleet.base import WorkerInfo, WorkerState
 from flexiqd.queue.types import ClaimRequest, NewJob
@@ -172,7 +173,7 @@ def test_the_flexiq_policy_reproduces_its_rationale(backend):
     backend.enqueue([NewJob(task="t", delay=3600)] * 500, now=clock.now)  # delayed: not counted
     decision = controller.tick()["default"]
     assert decision.desired == 10
-    assert decision.rationale.endswith("scale-up: depth=10 util=0 overload=false")
+    assert decision_line(decision) == "default 1 -> 10: scale-up: depth=10 util=0 overload=false"
 
 
 def test_status_line_summarises_each_pool(backend):
@@ -313,9 +314,9 @@ def test_the_tick_says_what_it_is_doing_while_it_runs(backend, monkeypatch):
     controller, fleet, clock = make(backend, POOL)
     seen = []
 
-    def stats(queue, *, now, window=60.0):
+    def stats(queue, *, now, window=60.0, horizon=0.0):
         seen.append(controller.activity)
-        return original(queue, now=now, window=window)
+        return original(queue, now=now, window=window, horizon=horizon)
 
     original = backend.stats
     monkeypatch.setattr(backend, "stats", stats)
