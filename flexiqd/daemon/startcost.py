@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import statistics
 from typing import Iterable, Mapping
 
 from ..fleet.base import WorkerInfo, WorkerState
 from ..queue.owners import owner_name
+
+log = logging.getLogger(__name__)
 
 KEEP = 9
 GIVE_UP = 120.0
@@ -86,6 +89,13 @@ class StartCosts:
             seconds = at - expected.decided_at
             if 0 <= seconds <= self.give_up:
                 self.record(expected.pool, seconds, worker.ready_after)
+                parts = []
+                if worker.ready_after is not None:
+                    parts.append(f"the unit started in {worker.ready_after:.2f}s")
+                if worker.started_at is not None:
+                    parts.append(f"it claimed {at - worker.started_at:.2f}s after ready")
+                log.info("Worker %s claimed its first job %.2fs after the decision to start it%s.",
+                         worker.instance, seconds, f" ({', '.join(parts)})" if parts else "")
 
     def record(self, pool: str, seconds: float, ready: float | None) -> None:
         self._samples.setdefault(pool, collections.deque(maxlen=self.keep)).append((seconds, ready))
