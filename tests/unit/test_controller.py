@@ -549,3 +549,14 @@ def test_a_flexiq_pool_keeps_to_dependency_shares_and_counts_against_them(backen
     if legacy_reason == "CappedByDependency":
         assert decisions["legacy"].binding_cap.cap == "dependency:db"
         assert decision_line(decisions["legacy"]).endswith(f"; capped by dependency:db={legacy}")
+
+
+# -- work coming due -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("lead_time, expected", [("3s", 1), ("20s", 2)])
+def test_the_pool_sees_the_delayed_jobs_coming_due_within_its_lead_time(backend, lead_time, expected):
+    controller, fleet, clock = make(backend, POOL + f"    targets: {{age: 60s, lead_time: {lead_time}}}\n")
+    backend.enqueue([NewJob(task="t", run_at=clock.now + s) for s in (2, 15, 3600)], now=clock.now)
+    controller.tick()
+    metrics = controller.views["default"].metrics
+    assert (metrics.coming_due, metrics.coming_due_within) == (expected, float(lead_time[:-1]))
