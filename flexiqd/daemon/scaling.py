@@ -18,6 +18,7 @@ from ..config.model import DaemonConfig, PoolConfig
 from ..policy import (Decision, FlexiqWindowHistory, History, Observation, PoolDemand, PoolMetrics,
                       compute_desired_workers_windowed, decide, share_dependencies)
 from ..policy.caps import apply_caps, cap_reason, collect_caps
+from ..policy.config import PoolPolicy
 from ..policy.history import with_external_change
 from ..policy.sharing import DependencyCap
 from ..policy.types import CapValue, KneeState, SignalRecommendation
@@ -138,7 +139,7 @@ def decision_line(decision: Decision) -> str:
     return decision.line()
 
 
-def entered_by_others(decision: Decision, before: History | None, policy, now: float,
+def entered_by_others(decision: Decision, before: History | None, policy: PoolPolicy, now: float,
                       workers: int) -> History:
     """The history after the pool went to ``workers`` by an operator's hand (or by being created),
     not by the policy's: its change replaces the one the decision would have recorded."""

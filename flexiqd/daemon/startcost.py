@@ -89,13 +89,12 @@ class StartCosts:
             seconds = at - expected.decided_at
             if 0 <= seconds <= self.give_up:
                 self.record(expected.pool, seconds, worker.ready_after)
-                parts = []
-                if worker.ready_after is not None:
-                    parts.append(f"the unit started in {worker.ready_after:.2f}s")
-                if worker.started_at is not None:
-                    parts.append(f"it claimed {at - worker.started_at:.2f}s after ready")
+                detail = ""
+                if worker.ready_after is not None and worker.started_at is not None:
+                    detail = (f" (the unit started in {worker.ready_after:.2f}s, and claimed "
+                              f"{at - worker.started_at:.2f}s after systemd saw it ready)")
                 log.info("Worker %s claimed its first job %.2fs after the decision to start it%s.",
-                         worker.instance, seconds, f" ({', '.join(parts)})" if parts else "")
+                         worker.instance, seconds, detail)
 
     def record(self, pool: str, seconds: float, ready: float | None) -> None:
         self._samples.setdefault(pool, collections.deque(maxlen=self.keep)).append((seconds, ready))
