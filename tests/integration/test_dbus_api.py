@@ -382,6 +382,22 @@ def test_pause_keeps_a_job_queued_and_resume_runs_it(daemon, address):
         jobs.close()
 
 
+def test_a_burst_gets_the_process_fleets_start_cost_measured(daemon, address):
+    from flexiqd import Queue
+    from flexiqd.queue.types import NewJob
+
+    assert flexiqctl(address, "unpin", "default").returncode == 0
+    jobs = Queue(f"sqlite:///{daemon.store}")
+    try:
+        ids = jobs.enqueue_many([NewJob(task="flexiqd.demo.sleep", payload={"args": [0.3]})] * 40)
+        cost = wait_for(lambda: status(address)["pools"]["default"]["start_cost"], 30, "a measured start cost")
+        assert 0 < cost["seconds"] < 60 and cost["samples"] >= 1
+        assert cost["ready"] is None  # the process fleet has no readiness of its own to report
+        wait_for(lambda: all(jobs.get(i).state.value == "done" for i in ids), 60, "the burst to finish")
+    finally:
+        jobs.close()
+
+
 def test_events_follow_prints_history_then_a_scale_event_as_it_happens(daemon, address):
     history = [json.loads(line) for line in flexiqctl(address, "events", "--json").stdout.splitlines()]
     follower = subprocess.Popen(
