@@ -560,3 +560,35 @@ def test_the_pool_sees_the_delayed_jobs_coming_due_within_its_lead_time(backend,
     controller.tick()
     metrics = controller.views["default"].metrics
     assert (metrics.coming_due, metrics.coming_due_within) == (expected, float(lead_time[:-1]))
+
+
+# -- decide_pools, pure: both policies share one dependency ------------------------------------------
+
+def _observation(pool, current, runnable=None, running=0):
+    from flexiqd.policy import Observation, PoolMetrics
+
+    metrics = None if runnable is None else PoolMetrics(runnable_depth=runnable, running=running,
+                                                         oldest_runnable_age=30.0 if runnable else 0.0)
+    return Observation(pool=pool, active=current, concurrency=1, metrics=metrics)
+
+
+@pytest.mark.parametrize("legacy, modern, expected", [
+    # legacy (flexiq) held at 4 by a failed read: its workers come off the top of db's 6
+    ((4, None), (1, 200), {"legacy": (4, "HoldMetricsUnavailable"), "modern": (2, "ScaleUpAge")}),
+    # modern held at 5: legacy (flexiq wants 10) gets what is left, and says so
+    ((1, 100), (5, None), {"legacy": (1, "CappedByDependency"), "modern": (5, "HoldMetricsUnavailable")}),
+    # modern idle at 1: legacy gets the other 5
+    ((1, 100), (1, 0), {"legacy": (5, "CappedByDependency"), "modern": (1, "ScaleDownStabilized")}),
+])
+def test_decide_pools_shares_a_dependency_between_the_two_policies(legacy, modern, expected):
+    from flexiqd.daemon.scaling import decide_pools
+
+    config = parse_config(FLEXIQ_AND_FLEXIQD, "test.yaml")
+    observations = {"legacy": _observation("legacy", *legacy), "modern": _observation("modern", *modern)}
+    decided = decide_pools(config, observations, {}, {}, 1000.0)
+    got = {name: (d.desired, d.reason) for name, d in decided.decisions.items()}
+    assert got == expected
+    assert sum(desired for desired, _ in got.values()) <= 6
+    for name, decision in decided.decisions.items():
+        if decision.reason != "HoldMetricsUnavailable":
+            assert decision.desired <= dict(decision.caps)["dependency:db"]  # each policy under its share
