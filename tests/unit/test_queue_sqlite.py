@@ -748,21 +748,6 @@ def test_delayed_jobs_come_due_in_batches_earliest_first(sqlite_backend, monkeyp
 
 # -- work coming due, running jobs' age, a worker's first claim -----------------------------
 
-@pytest.mark.parametrize("horizon, expected", [
-    (0, 0),        # not asked: not counted
-    (5, 0),        # the earliest comes due in 10 s
-    (10, 1),       # run-at exactly at the horizon counts
-    (45, 4),
-    (3600, 5),
-])
-def test_delayed_jobs_coming_due_within_the_horizon_are_counted(sqlite_backend, horizon, expected):
-    store = sqlite_backend
-    store.enqueue([NewJob(task="t", run_at=T0 + s) for s in (10, 20, 30, 40, 1000)], now=T0)
-    store.enqueue([NewJob(task="t", run_at=T0 + 20, queue="other")], now=T0)  # another queue's
-    stats = store.stats("default", now=T0, horizon=horizon)
-    assert (stats.coming_due, stats.coming_due_within, stats.delayed) == (expected, horizon, 5)
-
-
 def test_coming_due_is_counted_up_to_its_bound_by_an_index_range(sqlite_backend, monkeypatch):
     monkeypatch.setattr(sqlite_module, "COMING_DUE_LIMIT", 3)
     store = sqlite_backend
@@ -773,28 +758,3 @@ def test_coming_due_is_counted_up_to_its_bound_by_an_index_range(sqlite_backend,
     [count] = [sql for sql in issued if "LIMIT 3)" in sql]
     plan = store._conn.execute("EXPLAIN QUERY PLAN " + count).fetchall()
     assert any("USING INDEX jobs_coming" in row[-1] for row in plan), plan
-
-
-@pytest.mark.parametrize("horizon", [-1, float("inf"), float("nan")])
-def test_a_bad_coming_due_horizon_is_refused_clearly(sqlite_backend, horizon):
-    with pytest.raises(QueueError, match="coming-due horizon must be 0s or more"):
-        sqlite_backend.stats("default", now=T0, horizon=horizon)
-
-
-def test_running_age_mean_is_how_long_running_jobs_have_run(sqlite_backend):
-    store = sqlite_backend
-    assert store.stats("default", now=T0).running_age_mean is None
-    store.enqueue([NewJob(task="t") for _ in range(3)], now=T0)
-    store.claim(ClaimRequest("w1", ("default",), 1), now=T0)
-    store.claim(ClaimRequest("w2", ("default",), 1), now=T0 + 4)
-    assert store.stats("default", now=T0 + 10).running_age_mean == pytest.approx(8.0)  # (10 + 6) / 2
-
-
-def test_first_claims_are_found_among_running_and_finished_attempts(sqlite_backend):
-    store = sqlite_backend
-    store.enqueue([NewJob(task="t") for _ in range(3)], now=T0)
-    [first] = store.claim(ClaimRequest("w1", ("default",), 1), now=T0 + 1)
-    store.settle("w1", [Outcome.ack(first.id)], now=T0 + 2)
-    store.claim(ClaimRequest("w1", ("default",), 1), now=T0 + 3)
-    store.claim(ClaimRequest("w2", ("default",), 1), now=T0 + 5)
-    assert store.first_claims(["w1", "w2", "w3"]) == {"w1": T0 + 1, "w2": T0 + 5}
