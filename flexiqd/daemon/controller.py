@@ -129,8 +129,9 @@ class Controller:
         for name, override in sorted(self.overrides.items()):
             log.info("Pool %s: keeping the operator's %s from before the restart.", name, _describe(override))
         self._intent_changed(save=self.overrides != loaded)
-        histories, costs = self.history_file.load()
+        histories, costs, windows = self.history_file.load()
         self.histories = {name: h for name, h in histories.items() if name in config.pools}
+        self.flexiq_windows = {name: w for name, w in windows.items() if name in config.pools}
         self.start_costs.load({name: c for name, c in costs.items() if name in config.pools})
         if self.histories:
             log.info("Keeping the decision history of pools %s from before the restart.",
@@ -281,7 +282,7 @@ class Controller:
             return
         self._saved_at = now
         self.activity = "keeping the pools' histories"
-        self.history_file.save(self.histories, self.start_costs.to_dict(), now)
+        self.history_file.save(self.histories, self.start_costs.to_dict(), now, self.flexiq_windows)
 
     def save_state(self) -> None:
         """Keep the histories now (the daemon is stopping)."""

@@ -502,6 +502,17 @@ def test_a_restart_keeps_every_pools_history_and_start_cost(backend, tmp_path):
     assert os.stat(tmp_path / "history.json").st_mode & 0o777 == 0o600
 
 
+def test_a_restart_keeps_a_flexiq_pools_windows(backend, tmp_path):
+    text = "pools:\n  default:\n    policy: flexiq\n    max_workers: 20\n    flexiq: {scale_down_window: 5m}\n"
+    controller, fleet, clock = _history_controller(backend, tmp_path, text)
+    fleet.add("default", 1, started_at=clock.now - 100)
+    backend.enqueue([NewJob(task="t")] * 100, now=clock.now)
+    controller.tick()
+    controller.save_state()
+    again, _, _ = _history_controller(backend, tmp_path, text, clock=clock)
+    assert again.flexiq_windows == controller.flexiq_windows and again.flexiq_windows["default"].seeded
+
+
 def test_a_damaged_history_file_starts_afresh_in_one_line(backend, tmp_path, caplog):
     (tmp_path / "history.json").write_text("{not json")
     controller, _, _ = _history_controller(backend, tmp_path)
