@@ -387,6 +387,8 @@ class Daemon:
         if self._watcher is not None:
             self._watcher.stop(loop)
         try:
+            # The histories first: leaving may wait out the workers' drains, and systemd may
+            # kill a daemon that outlives its stop timeout before it got to write them.
             if self.controller is not None:
                 await self.io(self.controller.save_state, what="keeping the pools' histories")
             if self.fleet is not None:
