@@ -31,6 +31,7 @@ import yaml
 
 from .config import DaemonConfig, parse_config
 from .daemon.controller import Controller
+from .daemon.scaling import decision_line
 from .errors import ConfigError
 from .fleet.base import Fleet, WorkerState
 from .fleet.process import ProcessFleet
@@ -246,8 +247,12 @@ class Autoscaler:
         if decision is None:  # the fleet could not be listed: nothing was decided
             current = self.current_workers()
             return ScaleDecision(0, 0, current, current, "stable: fleet unavailable, holding")
-        rationale = decision.rationale.split(": ", 1)[1] if ": " in decision.rationale else decision.rationale
-        return ScaleDecision(pending=decision.pending or 0, running=decision.running or 0,
+        line = decision_line(decision)
+        rationale = line.split(": ", 1)[1] if ": " in line else line
+        view = self.controller.views.get(self.config.pool)
+        metrics = view.metrics if view is not None else None
+        return ScaleDecision(pending=metrics.runnable_depth if metrics else 0,
+                             running=metrics.running if metrics else 0,
                              current_workers=decision.current, desired_workers=decision.desired,
                              rationale=rationale)
 

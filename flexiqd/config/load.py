@@ -33,7 +33,7 @@ FLEXIQ_KEYS = ("target_queue_depth_per_worker", "target_utilisation", "tolerance
                "scale_up_window", "scale_down_window")
 # Policy options that are durations, so `5m` works where the policy wants seconds.
 DURATION_KEYS = {"age", "drain_time", "lead_time", "up_window", "down_window", "period",
-                 "settle_time", "reprobe_interval", "sample_max_age", "max_latency",
+                 "settle_time", "reprobe_interval", "sample_max_age",
                  "scale_up_window", "scale_down_window"}
 CREDENTIAL_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -249,6 +249,10 @@ def _policy(value: Mapping[str, Any], where: str, dependencies: Mapping[str, Dep
                 hint = f"; did you mean {close[0]!r}?" if close else " (declare it under dependencies:)"
                 raise _fail(f"{where}.uses.{dep_name}", f"no such dependency{hint}")
             use = dict(_with_durations(_mapping(use, f"{where}.uses.{dep_name}"), f"{where}.uses.{dep_name}"))
+            if "max_latency" in use:
+                raise _fail(f"{where}.uses.{dep_name}.max_latency",
+                            "not supported: flexiqd does not measure a dependency's latency, so nothing "
+                            "would enforce it; remove it (capacity and per_worker cap the pool)")
             mapping["dependencies"].append({"dependency": dep_name, **use})
     try:
         return pool_policy_from_mapping(mapping)

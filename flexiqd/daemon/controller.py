@@ -1,14 +1,17 @@
-"""One tick of the control loop: read, decide, apply.  The only place that sequences I/O.
+"""One tick of the control loop: observe, decide, apply.  The only place that sequences I/O.
 
-    fleet.list -> recover orphaned leases -> queue stats -> decide_pools -> fleet.start/stop
-    -> hold paused pools paused
+    observe: fleet.list -> recover orphaned leases -> queue stats -> first claims
+             -> one Observation per pool
+    decide:  decide_pools (every policy, every cap) -> operators' overrides
+    apply:   fleet.start/stop -> hold paused pools paused
 
 systemd (or the process fleet) is asked every tick which workers exist; the
-controller keeps the policies' histories, the last decisions and the
-operators' overrides -- the latter kept in a file (``IntentFile``) so that a
-restart of the daemon does not forget a drain, a pin or a pause, and published
-for workers (``paused.json``) so a worker that (re)starts in a paused pool
-starts paused.
+controller keeps the policies' histories, the pools' measured start costs, the
+last decisions and the operators' overrides -- the latter kept in a file
+(``IntentFile``) so that a restart of the daemon does not forget a drain, a pin
+or a pause, and published for workers (``paused.json``) so a worker that
+(re)starts in a paused pool starts paused.  The histories and start costs are
+kept too (``HistoryFile``): a restart forgets no rate limit's budget.
 """
 
 from __future__ import annotations
@@ -18,26 +21,28 @@ import dataclasses
 import logging
 import os
 import time
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 import psutil
 
 from ..config.model import DaemonConfig, PoolConfig
 from ..config.runtime import write_paused_pools
 from ..errors import ControlError, FleetError, QueueError
-from ..fleet.base import Fleet, WorkerInfo, WorkerState, parse_instance
-from ..policy import PoolMetrics
+from ..fleet.base import Fleet, WorkerInfo, WorkerState, instance_name, parse_instance
+from ..policy import Decision, FlexiqWindowHistory, History, Observation, PoolMetrics
 from ..queue.backend import Backend
 from ..queue.owners import owner_parts, process_exists
 from ..queue.types import JobState
 from .events import EventLog
-from .intent import IntentFile
+from .intent import HistoryFile, IntentFile
 from .overrides import Override, apply_override
-from .scaling import PoolDecision, PoolState, combine_metrics, decide_pools
+from .scaling import combine_metrics, decide_pools, decision_line, entered_by_others
+from .startcost import StartCost, StartCosts
 
 log = logging.getLogger(__name__)
 
 MAINTENANCE_INTERVAL = 60.0  # seconds between lease recovery and retention sweeps
+HISTORY_SAVE_INTERVAL = 30.0  # seconds between saves of the histories while nothing changes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,13 +55,26 @@ class PoolView:
     draining: int
     failed: int
     max_workers: int
-    decision: PoolDecision | None
-    stats: Any | None
+    decision: Decision | None
+    stats: list | None               # each queue's Stats; None when the read failed
+    metrics: PoolMetrics | None = None   # all its queues together, as the policy saw them
+    start_cost: StartCost | None = None  # measured; None until a worker started for work claimed
 
     @property
-    def metrics(self) -> PoolMetrics | None:
-        """The pool's queue metrics (all its queues together); None when the read failed."""
-        return combine_metrics(self.stats) if self.stats else None
+    def line(self) -> str | None:
+        """The decision's one line, as logged."""
+        return decision_line(self.decision) if self.decision is not None else None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Seen:
+    """What one tick observed: the policy's view of every pool, and what applying needs."""
+
+    observations: dict[str, Observation]
+    workers: dict[str, list[WorkerInfo]]
+    busy: dict[str, int]
+    failed: collections.Counter
+    stats: dict[str, list | None]
 
 
 def choose_victims(workers: Iterable[WorkerInfo], count: int, busy: dict[str, int]) -> list[WorkerInfo]:
@@ -83,14 +101,19 @@ class Controller:
     def __init__(self, config: DaemonConfig, backend: Backend, fleet: Fleet, *,
                  host: str | None = None, clock: Callable[[], float] = time.time,
                  pid_alive: Callable[[int], bool] = process_exists, events: EventLog | None = None,
-                 intent: IntentFile | None = None, paused_path: str | None = None) -> None:
+                 intent: IntentFile | None = None, paused_path: str | None = None,
+                 history: HistoryFile | None = None) -> None:
         self.config = config
         self.backend = backend
         self.fleet = fleet
         self.host = host or os.uname().nodename
         self.clock = clock
         self.pid_alive = pid_alive
-        self.histories: dict[str, Any] = {}
+        self.histories: dict[str, History] = {}
+        self.flexiq_windows: dict[str, FlexiqWindowHistory] = {}
+        self.start_costs = StartCosts()
+        self.history_file = history or HistoryFile(None)
+        self._saved_at: float | None = None
         self.views: dict[str, PoolView] = {}
         self.events = events if events is not None else EventLog()
         self.intent = intent or IntentFile(None)
@@ -106,6 +129,13 @@ class Controller:
         for name, override in sorted(self.overrides.items()):
             log.info("Pool %s: keeping the operator's %s from before the restart.", name, _describe(override))
         self._intent_changed(save=self.overrides != loaded)
+        histories, costs, windows = self.history_file.load()
+        self.histories = {name: h for name, h in histories.items() if name in config.pools}
+        self.flexiq_windows = {name: w for name, w in windows.items() if name in config.pools}
+        self.start_costs.load({name: c for name, c in costs.items() if name in config.pools})
+        if self.histories:
+            log.info("Keeping the decision history of pools %s from before the restart.",
+                     ", ".join(sorted(self.histories)))
         self.activity = "configuring the workers"
         self.fleet.configure(p.worker_spec(config.store) for p in config.pools.values())
         self.activity = None
@@ -117,6 +147,8 @@ class Controller:
         """
         self.config = config
         self.histories = {name: h for name, h in self.histories.items() if name in config.pools}
+        self.flexiq_windows = {name: h for name, h in self.flexiq_windows.items() if name in config.pools}
+        self.start_costs.forget_pools(config.pools)
         kept = {name: o for name, o in self.overrides.items() if name in config.pools}
         if kept != self.overrides:
             self.overrides = kept
@@ -141,20 +173,37 @@ class Controller:
 
     # -- the tick ---------------------------------------------------------------------------
 
-    def tick(self) -> dict[str, PoolDecision]:
+    def tick(self) -> dict[str, Decision]:
         try:
             return self._tick()
         finally:
             self.activity = None
 
-    def _tick(self) -> dict[str, PoolDecision]:
+    def _tick(self) -> dict[str, Decision]:
         now = self.clock()
+        seen = self._observe(now)
+        if seen is None:
+            return {}
+        decided = decide_pools(self.config, seen.observations, self.histories, self.flexiq_windows, now)
+        self.flexiq_windows = decided.windows
+        decisions = {name: self._steer(decision, now) for name, decision in decided.decisions.items()}
+        for name, decision in decisions.items():
+            self._apply(self.config.pools[name], decision, seen, now)
+        self.views = {name: self._view(name, decisions.get(name), seen) for name in self.config.pools
+                      if name in seen.observations}
+        self._save_histories(now, force=any(d.changed for d in decisions.values()))
+        return decisions
+
+    # -- observe ------------------------------------------------------------------------------
+
+    def _observe(self, now: float) -> _Seen | None:
+        """Every pool as the policy sees it; None when the workers cannot be listed."""
         self.activity = "listing the workers"
         try:
             workers = self.fleet.list()
         except FleetError as exc:
             log.warning("Holding every pool: cannot list workers: %s", exc)
-            return {}
+            return None
         busy = self.release_dead_workers(now, {w.pid for w in workers
                                                if w.pid and w.state is not WorkerState.FAILED})
         self._maintain(now)
@@ -165,38 +214,79 @@ class Controller:
             if worker.state is not WorkerState.FAILED:
                 by_pool[worker.pool].append(worker)
         self._stop_unconfigured(by_pool)
+        self._measure_start_costs(workers, now)
 
-        states, stats = {}, {}
+        observations, stats = {}, {}
         for pool in self.config.pools.values():
             mine = by_pool.get(pool.name, [])
             self.activity = f"reading the queue stats of pool {pool.name}"
             stats[pool.name] = self._read_stats(pool, now)
-            states[pool.name] = PoolState(
+            cost = self.start_costs.estimate(pool.name)
+            observations[pool.name] = Observation(
                 pool=pool.name, active=_count(mine, WorkerState.ACTIVE),
                 starting=_count(mine, WorkerState.STARTING), draining=_count(mine, WorkerState.DRAINING),
-                metrics=self._metrics(pool, stats[pool.name], mine))
-        decisions = decide_pools(self.config, states, self.histories, now)
-        for name, decision in decisions.items():
-            self.histories[name] = decision.history
-            override = self.overrides.get(name)
-            if override is not None:
-                if override.expired(now):
-                    log.info("Pool %s: the operator's pin ended; the policy decides again.", name)
-                    del self.overrides[name]
-                    self._intent_changed()
-                else:
-                    decision = apply_override(decision, override, self.config.pools[name], now)
-                    decisions[name] = decision
-            pool = self.config.pools[name]
-            self.activity = f"resizing pool {name}"
-            self._apply(pool, decision, by_pool.get(name, []), busy, now)
-            self._hold_pause(name, by_pool.get(name, []))
-            self.views[name] = PoolView(
-                pool=name, active=states[name].active, starting=states[name].starting,
-                draining=states[name].draining, failed=failed.get(name, 0),
-                max_workers=pool.policy.max_workers, decision=decision, stats=stats[name])
-        self.views = {name: view for name, view in self.views.items() if name in self.config.pools}
-        return decisions
+                concurrency=pool.concurrency, metrics=self._metrics(pool, stats[pool.name], mine),
+                start_cost=cost.seconds if cost else None)
+        return _Seen(observations=observations, workers=dict(by_pool), busy=busy, failed=failed, stats=stats)
+
+    def _measure_start_costs(self, workers: list[WorkerInfo], now: float) -> None:
+        """Read the first claims of workers started for waiting work that became ready."""
+        owners = self.start_costs.waiting(workers, self.host, now)
+        if not owners:
+            return
+        self.activity = "reading the first claims of new workers"
+        try:
+            self.start_costs.claimed(self.backend.first_claims(list(owners)), owners)
+        except QueueError as exc:
+            log.warning("Cannot read the first claims of new workers (retried next tick): %s", exc)
+
+    # -- decide ---------------------------------------------------------------------------------
+
+    def _steer(self, decision: Decision, now: float) -> Decision:
+        """The policy's decision under the operator's override, and the pool's next history.
+
+        A count an operator set, and a new pool's first workers, enter the history as
+        changes made by others (``with_external_change``), not as the policy's own.
+        """
+        name = decision.pool
+        policy = self.config.pools[name].policy
+        before = self.histories.get(name)
+        history = decision.history
+        override = self.overrides.get(name)
+        if override is not None and override.expired(now):
+            log.info("Pool %s: the operator's pin ended; the policy decides again.", name)
+            del self.overrides[name]
+            self._intent_changed()
+            override = None
+        if override is not None:
+            steered = apply_override(decision, override, self.config.pools[name], now)
+            history = entered_by_others(decision, before, policy, now, steered.desired)
+            decision = dataclasses.replace(steered, history=history)
+        elif before is None and decision.current == 0 and 0 < decision.desired <= policy.floor:
+            history = entered_by_others(decision, before, policy, now, decision.desired)  # its creation
+            decision = dataclasses.replace(decision, history=history)
+        self.histories[name] = history
+        return decision
+
+    # -- apply ----------------------------------------------------------------------------------
+
+    def _view(self, name: str, decision: Decision | None, seen: _Seen) -> PoolView:
+        obs = seen.observations[name]
+        return PoolView(pool=name, active=obs.active, starting=obs.starting, draining=obs.draining,
+                        failed=seen.failed.get(name, 0), max_workers=self.config.pools[name].policy.max_workers,
+                        decision=decision, stats=seen.stats[name], metrics=obs.metrics,
+                        start_cost=self.start_costs.estimate(name))
+
+    def _save_histories(self, now: float, force: bool = False) -> None:
+        if not force and self._saved_at is not None and now - self._saved_at < HISTORY_SAVE_INTERVAL:
+            return
+        self._saved_at = now
+        self.activity = "keeping the pools' histories"
+        self.history_file.save(self.histories, self.start_costs.to_dict(), now, self.flexiq_windows)
+
+    def save_state(self) -> None:
+        """Keep the histories now (the daemon is stopping)."""
+        self._save_histories(self.clock(), force=True)
 
     def _hold_pause(self, name: str, workers: list[WorkerInfo]) -> None:
         """Make every ready worker do what the pool's override says (idempotent, every tick).
@@ -243,7 +333,9 @@ class Controller:
 
     def _read_stats(self, pool: PoolConfig, now: float) -> list | None:
         try:
-            return [self.backend.stats(queue, now=now) for queue in pool.queues]
+            # Work coming due within the lead time: what a worker started now would be ready for.
+            horizon = pool.policy.targets.lead_time
+            return [self.backend.stats(queue, now=now, horizon=horizon) for queue in pool.queues]
         except QueueError as exc:
             # No information is not "no load": the policy holds the pool.
             log.warning("Pool %s: cannot read queue stats, holding: %s", pool.name, exc)
@@ -259,24 +351,28 @@ class Controller:
             metrics = dataclasses.replace(metrics, cpu_utilisation=self._cpu.sample(pids))
         return metrics
 
-    def _apply(self, pool: PoolConfig, decision: PoolDecision, workers: list[WorkerInfo],
-               busy: dict[str, int], now: float) -> None:
-        if not decision.changed:
-            return
-        log.info("%s", decision.rationale)
-        self.events.record(now, pool.name, decision.current, decision.desired, decision.reason,
-                           decision.rationale)
-        try:
-            if decision.desired > decision.current:
-                taken = {w.index for w in workers}
-                self.fleet.start(pool.worker_spec(self.config.store),
-                                 free_indices(taken, decision.desired - decision.current))
-            else:
-                candidates = [w for w in workers if w.state in (WorkerState.ACTIVE, WorkerState.STARTING)]
-                self.fleet.stop(choose_victims(candidates, decision.current - decision.desired, busy))
-        except FleetError as exc:
-            log.error("Pool %s: could not apply %d -> %d: %s", pool.name, decision.current,
-                      decision.desired, exc)
+    def _apply(self, pool: PoolConfig, decision: Decision, seen: _Seen, now: float) -> None:
+        workers = seen.workers.get(pool.name, [])
+        self.activity = f"resizing pool {pool.name}"
+        if decision.changed:
+            line = decision_line(decision)
+            log.info("%s", line)
+            self.events.record(now, pool.name, decision.current, decision.desired, decision.reason, line)
+            try:
+                if decision.desired > decision.current:
+                    taken = {w.index for w in workers}
+                    indices = free_indices(taken, decision.desired - decision.current)
+                    self.fleet.start(pool.worker_spec(self.config.store), indices)
+                    metrics = seen.observations[pool.name].metrics
+                    if metrics is not None and metrics.runnable_depth > 0:
+                        self.start_costs.started(pool.name, [instance_name(pool.name, i) for i in indices], now)
+                else:
+                    candidates = [w for w in workers if w.state in (WorkerState.ACTIVE, WorkerState.STARTING)]
+                    self.fleet.stop(choose_victims(candidates, decision.current - decision.desired, seen.busy))
+            except FleetError as exc:
+                log.error("Pool %s: could not apply %d -> %d: %s", pool.name, decision.current,
+                          decision.desired, exc)
+        self._hold_pause(pool.name, workers)
 
     def _check_drain_budget(self, pool: PoolConfig, p99: float | None) -> None:
         """Warn (once, until it is fixed) when a scale-in would have to release p99 jobs."""

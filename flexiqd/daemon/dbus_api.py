@@ -92,6 +92,7 @@ def pool_document(name: str, config: "DaemonConfig", view: "PoolView | None",
         "workers": None,
         "desired": None,
         "binding_cap": None,
+        "start_cost": None,
         "metrics": None,
         "utilisation": None,
         "decision": None,
@@ -103,10 +104,13 @@ def pool_document(name: str, config: "DaemonConfig", view: "PoolView | None",
         return document  # configured by a reload and not sized yet
     document["workers"] = {"active": view.active, "starting": view.starting,
                            "draining": view.draining, "failed": view.failed}
+    if view.start_cost is not None:
+        document["start_cost"] = view.start_cost.as_dict()
     if view.decision is not None:
         document["desired"] = view.decision.desired
-        document["binding_cap"] = view.decision.binding_cap
-        document["decision"] = {"reason": view.decision.reason, "rationale": view.decision.rationale}
+        cap = view.decision.binding_cap
+        document["binding_cap"] = cap.cap if cap is not None else None
+        document["decision"] = {"reason": view.decision.reason, "rationale": view.line}
     metrics = view.metrics
     if metrics is not None:
         document["metrics"] = {
@@ -120,6 +124,9 @@ def pool_document(name: str, config: "DaemonConfig", view: "PoolView | None",
             "duration_p50": metrics.duration_p50,
             "duration_p95": metrics.duration_p95,
             "duration_p99": metrics.duration_p99,
+            "coming_due": metrics.coming_due,
+            "coming_due_within": metrics.coming_due_within,
+            "running_age_mean": metrics.running_age_mean,
         }
         slots = view.active * pool.concurrency
         # Busy slots of the active workers, as the policy's utilisation signal counts them.

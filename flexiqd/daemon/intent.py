@@ -1,4 +1,4 @@
-"""Operators' intent (pins, drains, pauses) kept across restarts of the daemon.
+"""Operators' intent (pins, drains, pauses) and the pools' decision histories, kept across restarts.
 
 One JSON file in the daemon's state directory (root-only), replaced atomically
 on every change::
@@ -8,6 +8,18 @@ on every change::
 ``until`` is an absolute time (epoch seconds), so a pin's expiry survives a
 restart.  A file that cannot be read is reported in one line and ignored: the
 policy decides until an operator steers again.
+
+Next to it, ``history.json`` keeps each pool's decision ``History`` (the
+policy's ``history_to_dict``) and its measured start costs, so a restart
+forgets neither a rate limit's budget nor a window::
+
+    {"version": 1, "saved_at": 1764560000.0, "pools": {"default": {...}},
+     "start_costs": {"default": [[0.62, 0.41], ...]},
+     "flexiq_windows": {"legacy": {"seeded": true, "recommendations": [[1764559990.0, 3, null]]}}}
+
+(``flexiq_windows``: the window memory of ``policy: flexiq`` pools.)
+
+An unreadable one costs what a first start costs: the policy begins afresh.
 """
 
 from __future__ import annotations
@@ -15,13 +27,17 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Mapping
+from typing import Any, Mapping
 
+from ..policy import FlexiqWindowHistory, History
+from ..policy.types import TimedCount
+from ..policy.history import history_from_dict, history_to_dict
 from .overrides import Override
 
 log = logging.getLogger(__name__)
 
 INTENT_FILE = "intent.json"
+HISTORY_FILE = "history.json"
 VERSION = 1
 PRIVATE_MODE = 0o600
 
@@ -77,18 +93,82 @@ class IntentFile:
 
     def save(self, overrides: Mapping[str, Override]) -> None:
         """Replace the file atomically (mode 0600); a failure is logged, the daemon goes on."""
-        if not self.path:
-            return
-        tmp = f"{self.path}.tmp"
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_MODE)
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                os.fchmod(handle.fileno(), PRIVATE_MODE)
-                json.dump(overrides_document(overrides), handle)
-                handle.write("\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.path)
-        except OSError as exc:
+        if self.path and not write_private_json(self.path, overrides_document(overrides)):
             log.error("Cannot keep the operators' pins and pauses in %s (a restart would forget "
-                      "them): %s", self.path, exc.strerror)
+                      "them).", self.path)
+
+
+def write_private_json(path: str, document: Any) -> bool:
+    """Replace ``path`` atomically with ``document`` as JSON, mode 0600; False (logged) on failure."""
+    tmp = f"{path}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_MODE)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            os.fchmod(handle.fileno(), PRIVATE_MODE)
+            json.dump(document, handle)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+        return True
+    except OSError as exc:
+        log.error("Cannot write %s: %s", path, exc.strerror)
+        return False
+
+
+def histories_document(histories: Mapping[str, History], start_costs: Mapping[str, Any], now: float,
+                       windows: Mapping[str, FlexiqWindowHistory] | None = None) -> dict:
+    return {"version": VERSION, "saved_at": now,
+            "pools": {name: history_to_dict(h) for name, h in sorted(histories.items())},
+            "start_costs": dict(start_costs),
+            "flexiq_windows": {name: {"seeded": w.seeded, "recommendations": [list(r) for r in w.recommendations]}
+                               for name, w in sorted((windows or {}).items())}}
+
+
+def windows_from_document(data: object) -> dict[str, FlexiqWindowHistory]:
+    """The flexiq pools' window memory; a malformed entry is left out (that pool starts afresh)."""
+    windows = {}
+    for name, entry in (data.items() if isinstance(data, dict) else ()):
+        try:
+            windows[str(name)] = FlexiqWindowHistory(
+                seeded=bool(entry.get("seeded", False)),
+                recommendations=tuple(TimedCount(*r) for r in entry.get("recommendations", ())))
+        except (TypeError, ValueError, AttributeError):
+            continue
+    return windows
+
+
+class HistoryFile:
+    """Where the pools' histories and start costs are kept.  ``path`` None: nowhere."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+
+    def load(self) -> tuple[dict[str, History], dict, dict[str, FlexiqWindowHistory]]:
+        """(histories by pool, start-cost samples, flexiq pools' windows) a previous daemon kept;
+        empty when none."""
+        if not self.path:
+            return {}, {}, {}
+        try:
+            with open(self.path, encoding="utf-8") as handle:
+                data = json.load(handle)
+        except FileNotFoundError:
+            return {}, {}, {}
+        except OSError as exc:
+            log.warning("Starting every pool's history afresh: cannot read %s: %s", self.path, exc.strerror)
+            return {}, {}, {}
+        except ValueError as exc:
+            log.warning("Starting every pool's history afresh: %s is damaged (%s).", self.path, exc)
+            return {}, {}, {}
+        if not isinstance(data, dict) or data.get("version") != VERSION or not isinstance(data.get("pools"), dict):
+            log.warning("Starting every pool's history afresh: %s is not a version %d history file.",
+                        self.path, VERSION)
+            return {}, {}, {}
+        histories = {str(name): history_from_dict(entry) for name, entry in data["pools"].items()}
+        costs = data.get("start_costs")
+        return histories, costs if isinstance(costs, dict) else {}, windows_from_document(data.get("flexiq_windows"))
+
+    def save(self, histories: Mapping[str, History], start_costs: Mapping[str, Any], now: float,
+             windows: Mapping[str, FlexiqWindowHistory] | None = None) -> None:
+        if self.path:
+            write_private_json(self.path, histories_document(histories, start_costs, now, windows))

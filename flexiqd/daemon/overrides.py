@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..config.model import PoolConfig
-from .scaling import PoolDecision
+from ..policy import Decision
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,8 +21,8 @@ class Override:
         return self.pinned is not None and self.until is not None and now >= self.until and not self.paused
 
 
-def apply_override(decision: PoolDecision, override: Override, pool: PoolConfig, now: float) -> PoolDecision:
-    """The decision the fleet should follow; the policy's own stays in the rationale."""
+def apply_override(decision: Decision, override: Override, pool: PoolConfig, now: float) -> Decision:
+    """The decision the fleet should follow; the policy's own stays in its message."""
     if override.paused:
         desired, reason, why = decision.current, "Paused", "paused by an operator: holding"
     elif override.pinned is not None:
@@ -31,6 +31,5 @@ def apply_override(decision: PoolDecision, override: Override, pool: PoolConfig,
         why = f"pinned at {override.pinned} by an operator{left}"
     else:
         return decision
-    rationale = (f"{pool.name} {decision.current} -> {desired}: {reason}: {why} "
-                 f"(the policy wanted {decision.desired}: {decision.reason})")
-    return dataclasses.replace(decision, desired=desired, reason=reason, rationale=rationale)
+    message = f"{why} (the policy wanted {decision.desired}: {decision.reason})"
+    return dataclasses.replace(decision, desired=desired, reason=reason, message=message, binding_cap=None)

@@ -31,7 +31,7 @@ from ..notify import Notifier, watchdog_interval
 from ..queue.url import open_backend, sqlite_path
 from .controller import Controller
 from .events import EventLog
-from .intent import INTENT_FILE, IntentFile
+from .intent import HISTORY_FILE, INTENT_FILE, HistoryFile, IntentFile
 
 log = logging.getLogger(__name__)
 
@@ -220,16 +220,18 @@ class Daemon:
         backend = await self.io(open_backend, self.config.store, what="opening the store")
         self.fleet = await self.io(self._make_fleet, kind, what="connecting to systemd")
         folder = state_dir(self.options, self.config)
-        events_path = intent_path = None
+        events_path = intent_path = history_path = None
         if folder:
             events_path, intent_path = os.path.join(folder, EVENTS_FILE), os.path.join(folder, INTENT_FILE)
+            history_path = os.path.join(folder, HISTORY_FILE)
             old = store_folder(self.config)
             if old:
                 take_over_events(os.path.join(old, EVENTS_FILE), events_path)
         events = EventLog(events_path)
         self.controller = await self.io(
             lambda: Controller(self.config, backend, self.fleet, events=events,
-                               intent=IntentFile(intent_path), paused_path=self._published_path(PAUSED_FILE)),
+                               intent=IntentFile(intent_path), paused_path=self._published_path(PAUSED_FILE),
+                               history=HistoryFile(history_path)),
             what="adopting the workers")
         # Adopt: the first tick lists what systemd already runs and sizes from there.
         await self.io(self.controller.tick, what="tick")
@@ -385,6 +387,10 @@ class Daemon:
         if self._watcher is not None:
             self._watcher.stop(loop)
         try:
+            # The histories first: leaving may wait out the workers' drains, and systemd may
+            # kill a daemon that outlives its stop timeout before it got to write them.
+            if self.controller is not None:
+                await self.io(self.controller.save_state, what="keeping the pools' histories")
             if self.fleet is not None:
                 await self.io(self.fleet.leave, what="leaving the workers")
         except FlexiqdError as exc:

@@ -71,6 +71,9 @@ class WorkerInfo:
     state: WorkerState
     pid: int | None = None
     started_at: float | None = None   # epoch seconds it became active, when known
+    #: Seconds from the start's beginning to ready (systemd's inactive-exit to
+    #: active-enter, READY=1 for Type=notify, on the monotonic clock), when known.
+    ready_after: float | None = None
 
     @property
     def instance(self) -> str:

@@ -186,6 +186,7 @@ class SystemdFleet(Fleet):
         self.config_path = config_path
         self.paused_path = paused_path
         self.dropin_root = dropin_root
+        self._timings: dict[tuple[str, int | None], float | None] = {}
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -199,15 +200,35 @@ class SystemdFleet(Fleet):
                 continue
             path = row[6]
             pid = started = None
+            ready_after = None
             try:
                 pid = int(self.systemd.unit_property(path, SERVICE, "MainPID", b"u")) or None
                 usec = int(self.systemd.unit_property(path, UNIT, "ActiveEnterTimestamp", b"t"))
                 started = usec / 1e6 if usec else None
+                ready_after = self._start_timing(name, path, pid, state)
             except FleetError:
-                pass  # the unit went away between the two calls; list it without details
-            workers.append(WorkerInfo(parsed[0], parsed[1], state, pid, started))
+                pass  # the unit went away between the calls; list it without details
+            workers.append(WorkerInfo(parsed[0], parsed[1], state, pid, started, ready_after))
         self._forget_pids(w.pid for w in workers if w.pid)
+        seen = {(unit_name(w.pool, w.index), w.pid) for w in workers}
+        self._timings = {key: value for key, value in self._timings.items() if key in seen}
         return workers
+
+    def _start_timing(self, name: str, path: bytes, pid: int | None, state: WorkerState) -> float | None:
+        """Seconds the unit's current run took to become ready, from systemd's own timestamps
+        (inactive-exit to active-enter: ``READY=1`` for a ``Type=notify`` worker).
+
+        Read once per run (name and main pid) once the unit is ready: they do not change
+        until it stops, so a tick reads two more properties only for a newly ready worker.
+        """
+        if state is not WorkerState.ACTIVE:
+            return None
+        key = (name, pid)
+        if key not in self._timings:
+            exited = int(self.systemd.unit_property(path, UNIT, "InactiveExitTimestampMonotonic", b"t"))
+            entered = int(self.systemd.unit_property(path, UNIT, "ActiveEnterTimestampMonotonic", b"t"))
+            self._timings[key] = (entered - exited) / 1e6 if entered >= exited > 0 else None
+        return self._timings[key]
 
     # -- changing ---------------------------------------------------------------------------
 

@@ -97,5 +97,6 @@ class Queue:
     def get(self, job_id: int) -> Job:
         return self.backend.get(job_id)
 
-    def stats(self, queue: str = "default", *, window: float = 60.0) -> Stats:
-        return self.backend.stats(queue, now=self.clock(), window=window)
+    def stats(self, queue: str = "default", *, window: float = 60.0, horizon: float = 0.0) -> Stats:
+        """The queue's signals; ``horizon``: also count the delayed jobs coming due within it."""
+        return self.backend.stats(queue, now=self.clock(), window=window, horizon=horizon)

@@ -119,12 +119,19 @@ class Backend(abc.ABC):
         """Delete finished jobs (in ``states``) that finished before the given time."""
 
     @abc.abstractmethod
-    def stats(self, queue: str, *, now: float, window: float = 60.0) -> Stats:
-        """The queue's current signals (see ``Stats``).
+    def stats(self, queue: str, *, now: float, window: float = 60.0, horizon: float = 0.0) -> Stats:
+        """The queue's current signals (see ``Stats``); ``horizon``: count the delayed jobs
+        coming due within that many seconds (``Stats.coming_due``).
 
         Cheap at any shape: the cost follows the tenants with jobs or recent
-        events, never the backlog, the delayed jobs or the tenants of the past.
+        events, never the backlog, the delayed jobs or the tenants of the past
+        (the jobs coming due are counted up to a bound).
         """
+
+    @abc.abstractmethod
+    def first_claims(self, owners: Iterable[str]) -> dict[str, float]:
+        """When each of these lease owners first claimed a job (epoch seconds), for the owners
+        that ever did and whose attempts are still recorded."""
 
     @abc.abstractmethod
     def queues(self) -> list[str]:

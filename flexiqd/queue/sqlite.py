@@ -10,6 +10,7 @@ failing half-way or deadlocking on a lock upgrade.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -43,6 +44,9 @@ _RATE_RETENTION = 3600
 # instant are promoted in steps of a fraction of a second, between which other writers
 # get the lock, not in one transaction that outlasts their busy timeout.
 _PROMOTION_BATCH = 10_000
+# Delayed jobs coming due are counted up to this many: an index range of at most this
+# length (a few milliseconds), however many are scheduled.
+COMING_DUE_LIMIT = 100_000
 
 # What every attempt that ends clears; a job back in the queue loses its start time too.
 _UNLEASED = "lease_owner = NULL, lease_expires = NULL, lease_outcome = NULL"
@@ -582,7 +586,20 @@ class SQLiteBackend(Backend):
 
     # -- stats -----------------------------------------------------------------------------
 
-    def stats(self, queue: str, *, now: float, window: float = 60.0) -> Stats:
+    def first_claims(self, owners: Iterable[str]) -> dict[str, float]:
+        found: dict[str, float] = {}
+        with self._read("read first claims") as conn:
+            for owner in owners:
+                running = conn.execute("SELECT MIN(started_at) FROM jobs WHERE state = 'running' "
+                                       "AND lease_owner = ?", (owner,)).fetchone()[0]
+                ended = conn.execute("SELECT MIN(started_at) FROM executions WHERE worker = ?",
+                                     (owner,)).fetchone()[0]
+                times = [t for t in (running, ended) if t is not None]
+                if times:
+                    found[owner] = min(times)
+        return found
+
+    def stats(self, queue: str, *, now: float, window: float = 60.0, horizon: float = 0.0) -> Stats:
         """The queue's signals, read from ``counts`` and ``rates`` and a bounded sample.
 
         Its cost grows with the tenants that hold jobs or had events in the window
@@ -591,16 +608,18 @@ class SQLiteBackend(Backend):
         """
         if not window > 0:
             raise QueueError(f"a stats window must be more than 0s, got {window!r}")
+        if not horizon >= 0 or math.isinf(horizon):
+            raise QueueError(f"a coming-due horizon must be 0s or more, got {horizon!r}")
         while True:
             with self._read("read stats") as conn:
                 if not self._anything_due(conn, now):
-                    return _read_stats(conn, queue, now, window)
+                    return _read_stats(conn, queue, now, window, horizon)
             # Delayed jobs came due: promote them, and read in the transaction that
             # promoted the last of them, so the figures count them (as runnable and as
             # arrivals) exactly.
             with self._write("read stats") as conn:
                 if self._promote(conn, now) < _PROMOTION_BATCH:
-                    return _read_stats(conn, queue, now, window)
+                    return _read_stats(conn, queue, now, window, horizon)
 
 
 @contextlib.contextmanager
@@ -690,7 +709,8 @@ class _Endings:
             _bump_rate(conn, queue, tenant, int(self.now), completions=completions, failures=failures)
 
 
-def _read_stats(conn: sqlite3.Connection, queue: str, now: float, window: float) -> Stats:
+def _read_stats(conn: sqlite3.Connection, queue: str, now: float, window: float,
+                due_within: float = 0.0) -> Stats:
     """Queue-wide and per-tenant stats, each tenant's from its counts rows, rates and share
     of the queue's duration sample (the untenanted share has key '')."""
     counts: dict[str, dict[str, int]] = {}
@@ -736,7 +756,18 @@ def _read_stats(conn: sqlite3.Connection, queue: str, now: float, window: float)
             arrivals=arrivals, completions=completions, failures=failures,
             durations=sorted(shares.get(tenant, ())))
     parts = per_tenant.values()
-    return _stats(
+    coming = 0
+    if due_within > 0 and any(p.delayed for p in parts):
+        coming = conn.execute(
+            f"SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE {_DELAYED} AND queue = ? AND run_at <= ? "
+            f"LIMIT {COMING_DUE_LIMIT})", (queue, now + due_within)).fetchone()[0]
+    running_age = None
+    if any(p.running for p in parts):
+        count, total = conn.execute(
+            "SELECT COUNT(*), TOTAL(? - started_at) FROM jobs WHERE state = 'running' AND queue = ? "
+            "AND started_at IS NOT NULL", (now, queue)).fetchone()
+        running_age = max(0.0, total / count) if count else None
+    overall = _stats(
         queue, window, runnable=sum(p.runnable for p in parts), delayed=sum(p.delayed for p in parts),
         running=sum(p.running for p in parts), dead=sum(p.dead for p in parts),
         oldest=max((p.oldest_runnable_age for p in parts), default=0.0),
@@ -745,6 +776,8 @@ def _read_stats(conn: sqlite3.Connection, queue: str, now: float, window: float)
         failures=sum(events_of[2] for events_of in events.values()),
         durations=sorted(durations),
         tenants={name: stats for name, stats in per_tenant.items() if name})
+    return dataclasses.replace(overall, coming_due=coming, coming_due_within=float(due_within),
+                               running_age_mean=running_age)
 
 
 def _stats(queue: str, window: float, *, runnable: int, delayed: int, running: int, dead: int,

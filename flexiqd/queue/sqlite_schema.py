@@ -13,7 +13,10 @@ outside it:
 - jobs_age answers "oldest runnable" per tenant in O(log n);
 - jobs_due finds the delayed jobs whose run_at has come, for promotion;
 - jobs_lease finds expired leases in O(log n);
-- jobs_finished serves duration percentiles and retention.
+- jobs_finished serves duration percentiles and retention;
+- jobs_coming counts one queue's delayed jobs due within a horizon (bounded: see
+  ``COMING_DUE_LIMIT``); jobs_running gives one queue's running jobs' start times;
+- executions_worker finds a worker's first claim (its start cost).
 
 ``counts`` is kept by triggers so depth, delayed, running and dead are read, not
 counted: one row per (queue, state, tenant) that holds jobs, delayed jobs under
@@ -25,7 +28,7 @@ window is one range however many tenants ever had events.
 lease's owner is gone, instead of counting the job as lost.
 """
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # -- pieces of the v3 schema: a new store and the migration to v3 share their text ----------
 
@@ -76,6 +79,14 @@ _V3_RATES = """CREATE TABLE rates (
     PRIMARY KEY (queue, second, tenant)
 ) WITHOUT ROWID"""
 
+# v4: work coming due counted per queue (a bounded index range), running jobs' ages read
+# per queue, and a worker's first claim found among its finished attempts (start cost).
+_V4_INDEXES = (
+    "CREATE INDEX jobs_coming ON jobs(queue, run_at) WHERE state = 'queued' AND delayed = 1",
+    "CREATE INDEX jobs_running ON jobs(queue, started_at) WHERE state = 'running'",
+    "CREATE INDEX executions_worker ON executions(worker, started_at)",
+)
+
 # Statements that bring a store of the version before each key up to it, in order;
 # a new store gets SCHEMA whole.  Append, never edit: stores in the field ran them.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -104,6 +115,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "SELECT queue, second, tenant, arrivals, completions, failures FROM rates_v2",
         "DROP TABLE rates_v2",
     ),
+    4: _V4_INDEXES,
 }
 
 SCHEMA: tuple[str, ...] = (
@@ -150,4 +162,5 @@ SCHEMA: tuple[str, ...] = (
     error TEXT
 )""",
     "CREATE INDEX executions_job ON executions(job_id)",
+    *_V4_INDEXES,
 )

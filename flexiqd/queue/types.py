@@ -134,6 +134,12 @@ class Stats:
     attempts show in ``failure_rate`` and its wait in ``runnable``.
     ``tenants`` has the named tenants with jobs queued, running or dead, or with
     events in the window.
+
+    ``coming_due``: delayed jobs whose run-at falls within the next
+    ``coming_due_within`` seconds (the horizon asked for; 0: not asked), counted
+    up to ``COMING_DUE_LIMIT`` -- a forecast of work to start workers for.
+    ``running_age_mean``: how long the running jobs have run so far, on average
+    (None: none running).  Both are of the whole queue, not given per tenant.
     """
 
     queue: str
@@ -150,6 +156,9 @@ class Stats:
     duration_p99: float | None
     window: float
     tenants: dict[str, "Stats"] = field(default_factory=dict)
+    coming_due: int = 0
+    coming_due_within: float = 0.0
+    running_age_mean: float | None = None
 
     @property
     def time_to_drain(self) -> float | None:

@@ -301,13 +301,15 @@ def test_status_json_shows_the_pool_and_its_numbers(daemon, address):
     assert pool["desired"] == 1 and pool["paused"] is False and pool["pinned"] is None
     assert set(pool["metrics"]) == {"runnable", "delayed", "running", "oldest_runnable_age", "time_to_drain",
                                     "arrival_rate", "completion_rate", "duration_p50", "duration_p95",
-                                    "duration_p99"}
+                                    "duration_p99", "coming_due", "coming_due_within", "running_age_mean"}
     assert pool["metrics"]["runnable"] == 0 and pool["utilisation"] == 0.0
+    assert pool["start_cost"] is None  # its one worker was started with nothing waiting
     assert pool["decision"]["reason"] and pool["decision"]["rationale"].startswith("default ")
 
     table = flexiqctl(address, "status")
     assert table.returncode == 0, table.stderr
     assert "pool default" in table.stdout and "1 active" in table.stdout and "(min 1, max 5)" in table.stdout
+    assert "startup      not measured yet" in table.stdout
 
 
 def test_properties_are_readable(address):
@@ -376,6 +378,22 @@ def test_pause_keeps_a_job_queued_and_resume_runs_it(daemon, address):
         assert flexiqctl(address, "resume", "default").returncode == 0
         wait_for(lambda: jobs.get(job_id).state.value == "done", 30, "the job to run after resume")
         assert status(address)["pools"]["default"]["paused"] is False
+    finally:
+        jobs.close()
+
+
+def test_a_burst_gets_the_process_fleets_start_cost_measured(daemon, address):
+    from flexiqd import Queue
+    from flexiqd.queue.types import NewJob
+
+    assert flexiqctl(address, "unpin", "default").returncode == 0
+    jobs = Queue(f"sqlite:///{daemon.store}")
+    try:
+        ids = jobs.enqueue_many([NewJob(task="flexiqd.demo.sleep", payload={"args": [0.3]})] * 40)
+        cost = wait_for(lambda: status(address)["pools"]["default"]["start_cost"], 30, "a measured start cost")
+        assert 0 < cost["seconds"] < 60 and cost["samples"] >= 1
+        assert cost["ready"] is None  # the process fleet has no readiness of its own to report
+        wait_for(lambda: all(jobs.get(i).state.value == "done" for i in ids), 60, "the burst to finish")
     finally:
         jobs.close()
 

@@ -332,7 +332,10 @@ def test_a_drain_and_a_pause_survive_a_restart_of_the_daemon(sandbox: Sandbox):
     ctl(sandbox, "pause", "mail")
     sandbox.wait_for(lambda: workers(sandbox) == ["flexiq-worker@mail-1.service"], 60, what="the drain")
     assert sandbox.run("stat -c '%a %U' /run/flexiqd/paused.json /run/flexiqd/applied.yaml "
-                       "/var/lib/flexiqd/intent.json").stdout.split("\n")[:3] == ["640 root", "640 root", "600 root"]
+                       "/var/lib/flexiqd/intent.json /var/lib/flexiqd/history.json").stdout.split("\n")[:4] == [
+        "640 root", "640 root", "600 root", "600 root"]
+    drained = json.loads(sandbox.run("cat /var/lib/flexiqd/history.json").stdout)["pools"]["default"]
+    assert drained["changes"][-1][1] == -1  # the drain entered the pool's history as a change
     assert json.loads(sandbox.run("cat /run/flexiqd/paused.json").stdout) == {"paused": ["mail"]}
     mail = "flexiq-worker@mail-1.service"
     assert "FLEXIQD_PAUSED_FILE=/run/flexiqd/paused.json" in sandbox.unit_property(mail, "Environment")
@@ -347,6 +350,7 @@ def test_a_drain_and_a_pause_survive_a_restart_of_the_daemon(sandbox: Sandbox):
     assert document["pools"]["default"]["pinned"] == {"workers": 0, "until": None}
     assert document["pools"]["mail"]["paused"] is True
     assert "keeping the operator's pin at 0 workers" in sandbox.journal(DAEMON)
+    assert "Keeping the decision history of pools default, mail from before the restart" in sandbox.journal(DAEMON)
     ctl(sandbox, "unpin", "default")
     ctl(sandbox, "resume", "mail")
     stop_everything(sandbox)

@@ -8,6 +8,7 @@ import pytest
 
 from flexiqd.config import parse_config
 from flexiqd.daemon.controller import Controller, choose_victims, free_indices
+from flexiqd.daemon.scaling import decision_line
 from flexiqd.errors import QueueError
 from flexiqd.fleet.base import WorkerInfo, WorkerState
 from flexiqd.queue.types import ClaimRequest, NewJob
@@ -172,7 +173,7 @@ def test_the_flexiq_policy_reproduces_its_rationale(backend):
     backend.enqueue([NewJob(task="t", delay=3600)] * 500, now=clock.now)  # delayed: not counted
     decision = controller.tick()["default"]
     assert decision.desired == 10
-    assert decision.rationale.endswith("scale-up: depth=10 util=0 overload=False")
+    assert decision_line(decision) == "default 1 -> 10: scale-up: depth=10 util=0 overload=False"
 
 
 def test_status_line_summarises_each_pool(backend):
@@ -313,9 +314,9 @@ def test_the_tick_says_what_it_is_doing_while_it_runs(backend, monkeypatch):
     controller, fleet, clock = make(backend, POOL)
     seen = []
 
-    def stats(queue, *, now, window=60.0):
+    def stats(queue, *, now, window=60.0, horizon=0.0):
         seen.append(controller.activity)
-        return original(queue, now=now, window=window)
+        return original(queue, now=now, window=window, horizon=horizon)
 
     original = backend.stats
     monkeypatch.setattr(backend, "stats", stats)
@@ -362,3 +363,243 @@ def test_process_fleet_workers_start_with_the_pause_signals_blocked():
     blocked = int(next(line for line in status.splitlines() if line.startswith("SigBlk:")).split()[1], 16)
     assert blocked & (1 << (signal.SIGUSR1 - 1)) and blocked & (1 << (signal.SIGUSR2 - 1))
     assert not signal.pthread_sigmask(signal.SIG_BLOCK, []) & {signal.SIGUSR1, signal.SIGUSR2}  # ours untouched
+
+
+# -- start cost, measured ------------------------------------------------------------------------
+
+def _ready(fleet, pool, index, ready_after=None):
+    """The fake worker ``pool-index`` became ready (as systemd reports it)."""
+    import dataclasses
+
+    worker = fleet.workers[(pool, index)]
+    fleet.workers[(pool, index)] = dataclasses.replace(worker, state=WorkerState.ACTIVE, ready_after=ready_after)
+    return fleet.workers[(pool, index)]
+
+
+def _claim_as(backend, worker, now):
+    from flexiqd.queue.owners import owner_name
+
+    return backend.claim(ClaimRequest(owner_name(worker.instance, worker.pid, HOST), ("default",), 1), now=now)
+
+
+def test_the_start_cost_runs_from_the_decision_to_the_workers_first_claim(backend):
+    controller, fleet, clock = make(backend, POOL)
+    fleet.add("default", 1, started_at=clock.now - 100)
+    backend.enqueue([NewJob(task="t")] * 50, now=clock.now - 30)
+    assert controller.tick()["default"].desired >= 2
+    assert controller.views["default"].start_cost is None
+    decided = clock.now
+    new = _ready(fleet, "default", 2, ready_after=0.4)
+    _claim_as(backend, new, decided + 0.7)
+    clock.now += 1
+    controller.tick()
+    cost = controller.views["default"].start_cost
+    assert (cost.seconds, cost.ready, cost.samples) == (pytest.approx(0.7), 0.4, 1)
+
+
+def test_a_worker_started_with_nothing_waiting_is_not_measured(backend):
+    controller, fleet, clock = make(backend, "pools:\n  default:\n    min_workers: 1\n")
+    controller.tick()  # brought up to its minimum, idle
+    worker = _ready(fleet, "default", 1)
+    backend.enqueue([NewJob(task="t")], now=clock.now + 50)
+    _claim_as(backend, worker, clock.now + 50)  # its first claim came with the first job
+    clock.now += 51
+    controller.tick()
+    assert controller.views["default"].start_cost is None
+
+
+@pytest.mark.parametrize("costs, expected", [
+    ([0.5], 0.5),
+    ([0.5, 0.7, 9.0], 0.7),                  # one slow start does not move the median
+    ([0.4] * 9 + [2.0, 2.0, 2.0], 0.4),      # the last nine: 6 of 0.4 and 3 of 2.0
+    ([5.0] * 5 + [0.3] * 9, 0.3),            # older starts leave the window
+])
+def test_the_start_cost_is_the_median_of_the_last_starts(costs, expected):
+    from flexiqd.daemon.startcost import StartCosts
+
+    tracker = StartCosts()
+    for cost in costs:
+        tracker.record("default", cost, None)
+    assert tracker.estimate("default").seconds == pytest.approx(expected)
+    assert tracker.estimate("other") is None
+
+
+def test_start_costs_kept_by_a_previous_daemon_are_read_skipping_malformed_samples():
+    from flexiqd.daemon.startcost import StartCosts
+
+    tracker = StartCosts()
+    tracker.load({"default": [[0.5, 0.2], [0.7, None], ["x", 1], [-1, None], [0.6]], "other": "junk"})
+    assert tracker.estimate("default").as_dict() == {"seconds": 0.6, "ready": 0.2, "samples": 2}
+    assert tracker.estimate("other") is None
+    assert StartCosts().load(None) is None
+
+
+# -- histories: operators' changes and a pool's creation enter them, and a restart keeps them ------
+
+def _history_controller(backend, tmp_path, text=POOL, clock=None):
+    from flexiqd.daemon.intent import HistoryFile, IntentFile
+
+    config = parse_config(text, "test.yaml")
+    fleet = FakeFleet()
+    clock = clock or Clock()
+    controller = Controller(config, backend, fleet, host=HOST, clock=clock, pid_alive=lambda pid: True,
+                            intent=IntentFile(str(tmp_path / "intent.json")),
+                            history=HistoryFile(str(tmp_path / "history.json")))
+    return controller, fleet, clock
+
+
+def test_a_pin_enters_the_history_as_the_change_it_made(backend, tmp_path):
+    controller, fleet, clock = _history_controller(backend, tmp_path)
+    for index in (1, 2):
+        fleet.add("default", index, started_at=clock.now - 100)
+    backend.enqueue([NewJob(task="t")] * 200, now=clock.now - 60)  # the policy wants more
+    controller.pin("default", 5, None)
+    decision = controller.tick()["default"]
+    assert (decision.current, decision.desired, decision.reason) == (2, 5, "Pinned")
+    assert [c.change for c in controller.histories["default"].changes] == [3]
+    assert "Pinned: pinned at 5 by an operator (the policy wanted" in controller.events[-1].rationale
+
+
+def test_a_pin_that_holds_the_count_records_no_change_the_policy_wanted(backend, tmp_path):
+    controller, fleet, clock = _history_controller(backend, tmp_path)
+    for index in (1, 2):
+        fleet.add("default", index, started_at=clock.now - 100)
+    backend.enqueue([NewJob(task="t")] * 200, now=clock.now - 60)
+    controller.pin("default", 2, None)
+    assert controller.tick()["default"].changed is False
+    assert controller.histories["default"].changes == ()
+
+
+def test_a_new_pools_first_workers_enter_its_history_as_its_creation(backend, tmp_path, monkeypatch):
+    import flexiqd.daemon.scaling as scaling
+
+    entered = []
+    original = scaling.with_external_change
+    monkeypatch.setattr(scaling, "with_external_change",
+                        lambda history, policy, now, current, workers: entered.append((current, workers))
+                        or original(history, policy, now, current, workers))
+    controller, fleet, clock = _history_controller(backend, tmp_path, "pools:\n  default:\n    min_workers: 2\n")
+    assert controller.tick()["default"].desired == 2
+    assert entered == [(0, 2)]
+    assert [c.change for c in controller.histories["default"].changes] == [2]
+
+
+def test_a_restart_keeps_every_pools_history_and_start_cost(backend, tmp_path):
+    from flexiqd.policy.history import history_to_dict
+
+    controller, fleet, clock = _history_controller(backend, tmp_path)
+    fleet.add("default", 1, started_at=clock.now - 100)
+    backend.enqueue([NewJob(task="t")] * 200, now=clock.now - 60)
+    controller.tick()
+    controller.start_costs.record("default", 0.6, 0.3)
+    controller.save_state()
+    before = history_to_dict(controller.histories["default"])
+    assert before["changes"]  # it scaled up: a rate limit's budget is in use
+
+    again, _, _ = _history_controller(backend, tmp_path, clock=clock)
+    assert history_to_dict(again.histories["default"]) == before
+    assert again.start_costs.estimate("default").seconds == 0.6
+    assert os.stat(tmp_path / "history.json").st_mode & 0o777 == 0o600
+
+
+def test_a_restart_keeps_a_flexiq_pools_windows(backend, tmp_path):
+    text = "pools:\n  default:\n    policy: flexiq\n    max_workers: 20\n    flexiq: {scale_down_window: 5m}\n"
+    controller, fleet, clock = _history_controller(backend, tmp_path, text)
+    fleet.add("default", 1, started_at=clock.now - 100)
+    backend.enqueue([NewJob(task="t")] * 100, now=clock.now)
+    controller.tick()
+    controller.save_state()
+    again, _, _ = _history_controller(backend, tmp_path, text, clock=clock)
+    assert again.flexiq_windows == controller.flexiq_windows and again.flexiq_windows["default"].seeded
+
+
+def test_a_damaged_history_file_starts_afresh_in_one_line(backend, tmp_path, caplog):
+    (tmp_path / "history.json").write_text("{not json")
+    controller, _, _ = _history_controller(backend, tmp_path)
+    assert controller.histories == {}
+    [record] = [r for r in caplog.records if "history.json" in r.getMessage()]
+    assert "Starting every pool's history afresh" in record.getMessage() and "damaged" in record.getMessage()
+
+
+# -- every policy under every cap ------------------------------------------------------------------
+
+FLEXIQ_AND_FLEXIQD = """dependencies:
+  db: {capacity: 6}
+pools:
+  legacy:
+    queues: [legacy]
+    policy: flexiq
+    max_workers: 20
+    flexiq: {target_queue_depth_per_worker: 10, tolerance: 0}
+    uses: {db: {per_worker: 1}}
+  modern:
+    queues: [modern]
+    max_workers: 20
+    uses: {db: {per_worker: 1}}
+"""
+
+
+@pytest.mark.parametrize("legacy_jobs, modern_jobs, expected", [
+    # (legacy desired, reason), (modern desired <= , reason)
+    (100, 0, ((5, "CappedByDependency"), (1, None))),     # what the idle pool's one worker leaves, no more
+    (40, 0, ((4, "ScaleUp"), (1, None))),                  # under its share: flexiq's own count
+    (100, 200, ((3, "CappedByDependency"), (3, None))),    # both want more: equal shares of 6
+])
+def test_a_flexiq_pool_keeps_to_dependency_shares_and_counts_against_them(backend, legacy_jobs, modern_jobs,
+                                                                           expected):
+    controller, fleet, clock = make(backend, FLEXIQ_AND_FLEXIQD)
+    fleet.add("legacy", 1, started_at=clock.now - 100)
+    fleet.add("modern", 1, started_at=clock.now - 100)
+    backend.enqueue([NewJob(task="t", queue="legacy")] * legacy_jobs, now=clock.now - 60)
+    backend.enqueue([NewJob(task="t", queue="modern")] * modern_jobs, now=clock.now - 60)
+    decisions = controller.tick()
+    (legacy, legacy_reason), (modern, _) = expected
+    assert (decisions["legacy"].desired, decisions["legacy"].reason) == (legacy, legacy_reason)
+    assert decisions["modern"].desired <= modern
+    assert decisions["legacy"].desired + decisions["modern"].desired <= 6
+    if legacy_reason == "CappedByDependency":
+        assert decisions["legacy"].binding_cap.cap == "dependency:db"
+        assert decision_line(decisions["legacy"]).endswith(f"; capped by dependency:db={legacy}")
+
+
+# -- work coming due -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("lead_time, expected", [("3s", 1), ("20s", 2)])
+def test_the_pool_sees_the_delayed_jobs_coming_due_within_its_lead_time(backend, lead_time, expected):
+    controller, fleet, clock = make(backend, POOL + f"    targets: {{age: 60s, lead_time: {lead_time}}}\n")
+    backend.enqueue([NewJob(task="t", run_at=clock.now + s) for s in (2, 15, 3600)], now=clock.now)
+    controller.tick()
+    metrics = controller.views["default"].metrics
+    assert (metrics.coming_due, metrics.coming_due_within) == (expected, float(lead_time[:-1]))
+
+
+# -- decide_pools, pure: both policies share one dependency ------------------------------------------
+
+def _observation(pool, current, runnable=None, running=0):
+    from flexiqd.policy import Observation, PoolMetrics
+
+    metrics = None if runnable is None else PoolMetrics(runnable_depth=runnable, running=running,
+                                                         oldest_runnable_age=30.0 if runnable else 0.0)
+    return Observation(pool=pool, active=current, concurrency=1, metrics=metrics)
+
+
+@pytest.mark.parametrize("legacy, modern, expected", [
+    # legacy (flexiq) held at 4 by a failed read: its workers come off the top of db's 6
+    ((4, None), (1, 200), {"legacy": (4, "HoldMetricsUnavailable"), "modern": (2, "ScaleUpAge")}),
+    # modern held at 5: legacy (flexiq wants 10) gets what is left, and says so
+    ((1, 100), (5, None), {"legacy": (1, "CappedByDependency"), "modern": (5, "HoldMetricsUnavailable")}),
+    # modern idle at 1: legacy gets the other 5
+    ((1, 100), (1, 0), {"legacy": (5, "CappedByDependency"), "modern": (1, "ScaleDownStabilized")}),
+])
+def test_decide_pools_shares_a_dependency_between_the_two_policies(legacy, modern, expected):
+    from flexiqd.daemon.scaling import decide_pools
+
+    config = parse_config(FLEXIQ_AND_FLEXIQD, "test.yaml")
+    observations = {"legacy": _observation("legacy", *legacy), "modern": _observation("modern", *modern)}
+    decided = decide_pools(config, observations, {}, {}, 1000.0)
+    got = {name: (d.desired, d.reason) for name, d in decided.decisions.items()}
+    assert got == expected
+    assert sum(desired for desired, _ in got.values()) <= 6
+    for name, decision in decided.decisions.items():
+        if decision.reason != "HoldMetricsUnavailable":
+            assert decision.desired <= dict(decision.caps)["dependency:db"]  # each policy under its share

@@ -182,3 +182,35 @@ def test_a_start_sets_the_limits_before_starting_and_reloads_once_per_batch(tmp_
     assert [c[:2] for c in systemd.calls] == [
         ("Reload",), ("SetUnitProperties", "flexiq-worker@p-1.service"), ("StartUnit", "flexiq-worker@p-1.service"),
         ("SetUnitProperties", "flexiq-worker@p-2.service"), ("StartUnit", "flexiq-worker@p-2.service")]
+
+
+class TimedSystemd(RecordingSystemd):
+    """Also answers the units' monotonic timestamps, and counts the reads of them."""
+
+    def __init__(self, units, stamps):
+        super().__init__(units)
+        self.stamps = stamps      # name -> (InactiveExitTimestampMonotonic, ActiveEnterTimestampMonotonic)
+        self.reads = 0
+
+    def unit_property(self, path, interface, prop, signature):
+        if prop.endswith("TimestampMonotonic"):
+            self.reads += 1
+            exited, entered = self.stamps[path.decode()]
+            return exited if prop.startswith("InactiveExit") else entered
+        return super().unit_property(path, interface, prop, signature)
+
+
+def test_a_ready_workers_start_is_read_from_systemds_timestamps_once_per_run(tmp_path):
+    systemd = TimedSystemd({"flexiq-worker@p-1.service": ("active", "", 101),
+                            "flexiq-worker@p-2.service": ("activating", "start", 102)},
+                           {"flexiq-worker@p-1.service": (5_000_000, 5_420_000),
+                            "flexiq-worker@p-2.service": (6_000_000, 0)})
+    fleet = SystemdFleet(systemd, dropin_root=str(tmp_path))
+    ready = {w.instance: w.ready_after for w in fleet.list()}
+    assert ready == {"p-1": pytest.approx(0.42), "p-2": None}  # p-2 is not ready yet
+    reads = systemd.reads
+    fleet.list()
+    assert systemd.reads == reads  # the same run: not read again
+    systemd.units["flexiq-worker@p-1.service"] = ("active", "", 201)  # restarted by systemd
+    systemd.stamps["flexiq-worker@p-1.service"] = (9_000_000, 9_300_000)
+    assert {w.instance: w.ready_after for w in fleet.list()}["p-1"] == pytest.approx(0.3)

@@ -39,6 +39,7 @@ def test_status_table_shows_every_number_of_a_pool():
     assert rows == {
         "workers": "3 active, 1 starting",
         "desired": "4 (min 1, max 10)",
+        "startup": "not measured yet",
         "queue": "12 runnable, 2 delayed, 9 running",
         "waiting": "oldest 2.1s, drains in 4.0s",
         "rates": "3.20/s in, 3.00/s done",
@@ -152,18 +153,24 @@ def test_status_document_from_the_controllers_view(tmp_path):
     from flexiqd.daemon.controller import PoolView
     from flexiqd.daemon.dbus_api import status_document
     from flexiqd.daemon.overrides import Override
-    from flexiqd.daemon.scaling import PoolDecision
+    from flexiqd.daemon.scaling import combine_metrics
+    from flexiqd.daemon.startcost import StartCost
+    from flexiqd.policy import Decision, History
+    from flexiqd.policy.types import CapValue
     from flexiqd.queue.types import Stats
 
     config = parse_config("store: sqlite:///x.db\npools:\n  default:\n    concurrency: 4\n    max_workers: 6\n"
                           "  idle: {queues: [idle]}\n", "/etc/flexiqd/flexiqd.yaml")
     stats = Stats(queue="default", runnable=12, delayed=2, running=6, dead=0, oldest_runnable_age=2.0,
                   arrival_rate=3.0, completion_rate=4.0, failure_rate=0.0, duration_p50=0.1,
-                  duration_p95=0.3, duration_p99=0.9, window=60.0)
-    decision = PoolDecision(pool="default", current=3, desired=4, reason="ScaleUpAge", rationale="default 3 -> 4",
-                            binding_cap=None, pending=12, running=6, history=None)
+                  duration_p95=0.3, duration_p99=0.9, window=60.0, coming_due=5, coming_due_within=10.0)
+    decision = Decision(pool="default", current=3, desired=4, raw_desired=9, capped=4, stabilized=4,
+                        reason="CappedByDependency", message="capped by db", recommendations=(), winner="age",
+                        caps=(CapValue("dependency:db", 4),), binding_cap=CapValue("dependency:db", 4),
+                        smoothing=(), history=History())
     view = PoolView(pool="default", active=2, starting=1, draining=1, failed=0, max_workers=6,
-                    decision=decision, stats=[stats])
+                    decision=decision, stats=[stats], metrics=combine_metrics([stats]),
+                    start_cost=StartCost(seconds=0.62, ready=0.41, samples=9))
     doc = status_document(config, "/etc/flexiqd/flexiqd.yaml", None, {"default": view},
                           {"default": Override(pinned=4, until=NOW + 60)}, NOW)
     json.dumps(doc)  # it travels as JSON
@@ -173,6 +180,12 @@ def test_status_document_from_the_controllers_view(tmp_path):
     assert (pool["desired"], pool["max_workers"], pool["concurrency"]) == (4, 6, 4)
     assert pool["metrics"]["runnable"] == 12 and pool["metrics"]["delayed"] == 2
     assert pool["metrics"]["time_to_drain"] == 3.0
+    assert (pool["metrics"]["coming_due"], pool["metrics"]["coming_due_within"]) == (5, 10.0)
+    assert pool["binding_cap"] == "dependency:db"
+    assert pool["decision"]["rationale"].startswith("default 3 -> 4: CappedByDependency: capped by db")
+    assert pool["start_cost"] == {"seconds": 0.62, "ready": 0.41, "samples": 9}
+    assert "startup      620ms to first claim (ready in 410ms), median of 9 starts" in render_status(doc)
+    assert "5 coming due within 10.0s" in render_status(doc)
     assert pool["utilisation"] == 6 / (2 * 4)
     assert pool["pinned"] == {"workers": 4, "until": NOW + 60} and pool["paused"] is False
     assert doc["pools"]["idle"]["workers"] is None  # configured, not sized yet

@@ -88,6 +88,7 @@ def test_stats_and_claims_use_the_queues_clock(app):
     app.clock.now = T0 + 10
     job_id = app.enqueue("t", delay=5)
     assert (app.stats().runnable, app.stats().delayed) == (0, 1)
+    assert (app.stats(horizon=4).coming_due, app.stats(horizon=5).coming_due) == (0, 1)
     app.clock.now = T0 + 15
     assert app.stats().runnable == 1
     [job] = app.backend.claim(ClaimRequest("w1", ("default",), 5), now=app.clock())

@@ -888,3 +888,45 @@ def test_stats_as_dict_is_plain_data(backend):
     assert data["runnable"] == 2 and data["tenants"]["a"]["runnable"] == 2
     assert data["time_to_drain"] is None
     assert all(not isinstance(v, float) or math.isfinite(v) for v in data.values())
+
+
+# -- work coming due, running jobs' age, a worker's first claim -----------------------------
+
+@pytest.mark.parametrize("horizon, expected", [
+    (0, 0),        # not asked: not counted
+    (5, 0),        # the earliest comes due in 10 s
+    (10, 1),       # run-at exactly at the horizon counts
+    (45, 4),
+    (3600, 5),
+])
+def test_delayed_jobs_coming_due_within_the_horizon_are_counted(backend, horizon, expected):
+    store = backend
+    store.enqueue([NewJob(task="t", run_at=T0 + s) for s in (10, 20, 30, 40, 1000)], now=T0)
+    store.enqueue([NewJob(task="t", run_at=T0 + 20, queue="other")], now=T0)  # another queue's
+    stats = store.stats("default", now=T0, horizon=horizon)
+    assert (stats.coming_due, stats.coming_due_within, stats.delayed) == (expected, horizon, 5)
+
+
+@pytest.mark.parametrize("horizon", [-1, float("inf"), float("nan")])
+def test_a_bad_coming_due_horizon_is_refused_clearly(backend, horizon):
+    with pytest.raises(QueueError, match="coming-due horizon must be 0s or more"):
+        backend.stats("default", now=T0, horizon=horizon)
+
+
+def test_running_age_mean_is_how_long_running_jobs_have_run(backend):
+    store = backend
+    assert store.stats("default", now=T0).running_age_mean is None
+    store.enqueue([NewJob(task="t") for _ in range(3)], now=T0)
+    store.claim(ClaimRequest("w1", ("default",), 1), now=T0)
+    store.claim(ClaimRequest("w2", ("default",), 1), now=T0 + 4)
+    assert store.stats("default", now=T0 + 10).running_age_mean == pytest.approx(8.0)  # (10 + 6) / 2
+
+
+def test_first_claims_are_found_among_running_and_finished_attempts(backend):
+    store = backend
+    store.enqueue([NewJob(task="t") for _ in range(3)], now=T0)
+    [first] = store.claim(ClaimRequest("w1", ("default",), 1), now=T0 + 1)
+    store.settle("w1", [Outcome.ack(first.id)], now=T0 + 2)
+    store.claim(ClaimRequest("w1", ("default",), 1), now=T0 + 3)
+    store.claim(ClaimRequest("w2", ("default",), 1), now=T0 + 5)
+    assert store.first_claims(["w1", "w2", "w3"]) == {"w1": T0 + 1, "w2": T0 + 5}

@@ -163,7 +163,8 @@ def test_corrupt_pages_found_after_opening_never_leak_sqlite_errors(tmp_path):
     data = bytearray(path.read_bytes())
     rng = random.Random(1)
     page = 4096
-    for number in range(2, len(data) // page, 3):  # spare page 1: the schema still reads
+    schema_pages = 2  # the schema outgrew page 1: spare what holds it, so it still reads
+    for number in range(schema_pages + 1, len(data) // page, 3):
         data[number * page:(number + 1) * page] = rng.randbytes(page)
     path.write_bytes(bytes(data))
 
@@ -743,3 +744,17 @@ def test_delayed_jobs_come_due_in_batches_earliest_first(sqlite_backend, monkeyp
                               ("default", "running", "", 1)]
     stats = store.stats("default", now=T0 + 100, window=200)  # promotes every batch left
     assert (stats.runnable, stats.delayed, stats.running, stats.arrival_rate * 200) == (7, 0, 1, 8)
+
+
+# -- work coming due, running jobs' age, a worker's first claim -----------------------------
+
+def test_coming_due_is_counted_up_to_its_bound_by_an_index_range(sqlite_backend, monkeypatch):
+    monkeypatch.setattr(sqlite_module, "COMING_DUE_LIMIT", 3)
+    store = sqlite_backend
+    store.enqueue([NewJob(task="t", run_at=T0 + 5) for _ in range(10)], now=T0)
+    issued = []
+    store._conn.set_trace_callback(issued.append)
+    assert store.stats("default", now=T0, horizon=60).coming_due == 3
+    [count] = [sql for sql in issued if "LIMIT 3)" in sql]
+    plan = store._conn.execute("EXPLAIN QUERY PLAN " + count).fetchall()
+    assert any("USING INDEX jobs_coming" in row[-1] for row in plan), plan
