@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .config import PoolPolicy
+from .economics import LONGEST_HOLD
 from .smoothing import record, record_change
 from .types import History, KneeState, LoadSample, ScaleChange, ThroughputSample, TimedCount
 
@@ -53,7 +54,7 @@ def with_external_change(history: History | None, policy: PoolPolicy, now: float
     history = history or History()
     if workers == current:
         return history
-    keep = max(policy.behavior.down_window, policy.behavior.up_window)
+    keep = max(policy.behavior.down_window or LONGEST_HOLD, policy.behavior.up_window)
     return History(
         seeded=True,
         recommendations=record(history.recommendations, now, workers, keep),

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .config import PoolPolicy
+from .economics import lead_time, start_cost
 from .types import LoadSample, Observation, PoolMetrics, SignalRecommendation
 
 # When the oldest job is already close to (or past) its target, the backlog
@@ -30,9 +31,11 @@ MIN_SLACK_FRACTION = 0.25
 ESTIMATION_HORIZON = 300.0
 
 # Running jobs are averaged over this long for the utilisation signal: at one
-# instant the count swings with every start and end, and a down window that
-# keeps the highest recommendation would keep the highest swing.
-UTILISATION_WINDOW = 120.0
+# instant the count swings with every start and end.  Short, so that it
+# describes now: a 120 s mean read a pool idle for a minute as busy.  The mean
+# is compared with the slots of the same samples, and an idle pool (nothing
+# running, nothing runnable) is idle whatever the window says.
+UTILISATION_WINDOW = 30.0
 
 # Recommendations are ceilings of float arithmetic; this absorbs rounding noise
 # so that exactly 3 workers' worth of load does not become 4.
@@ -68,25 +71,49 @@ def mean_running(load: tuple[LoadSample, ...], window: float | None) -> float:
     return sum(sample.running for sample in samples) / len(samples) if samples else 0.0
 
 
-def per_worker_throughput(metrics: PoolMetrics, concurrency: int, load: tuple[LoadSample, ...]) -> float | None:
-    """Jobs/s one fully busy worker completes, or None when nothing is known yet.
+def job_duration(metrics: PoolMetrics, load: tuple[LoadSample, ...]) -> float | None:
+    """The mean job duration, seconds, from what the workers are doing now; None when nothing tells.
 
-    Little's law: mean running jobs / completion rate is the mean job
-    duration, both averaged over the samples of the last
-    ``ESTIMATION_HORIZON``; one worker completes concurrency / mean duration
-    jobs/s.  Averaging running over the same samples keeps a fleet that just
-    grew from passing for slower jobs.  Before anything has completed,
-    concurrency / p50 stands in.
+    Little's law over the last ``ESTIMATION_HORIZON`` (mean running jobs /
+    mean completion rate: the mean duration, steady over minute-long jobs),
+    kept within what the jobs themselves show: never longer than the
+    slowest plausible duration of this moment (the p95 of the jobs just
+    finished, or twice the mean age of the jobs in flight, whichever is
+    longer) -- so a completion window that mostly predates a burst cannot
+    pass for slow jobs -- and never shorter than the jobs in flight have
+    already run on average.  Before anything has completed: twice the mean
+    age of the jobs in flight (jobs started evenly over a duration D are
+    D/2 old on average), the slowest reading of what is seen.
     """
     samples = [s for s in recent(load, ESTIMATION_HORIZON) if s.completion_rate is not None]
     completions = sum(s.completion_rate for s in samples)  # type: ignore[misc]
     busy = sum(s.running for s in samples)
-    throughput = concurrency * completions / busy if busy > 0 else 0.0
-    if throughput > 0:  # also false when a vanishing rate underflowed to zero
-        return throughput
-    if metrics.duration_p50 and metrics.duration_p50 > 0:
-        return concurrency / metrics.duration_p50
-    return None
+    in_flight = metrics.running_age_mean if metrics.running else None
+    little = busy / completions if completions > 0 and busy > 0 else None
+    if little is not None and not math.isfinite(little):
+        little = None
+    finished = metrics.duration_p95 or metrics.duration_p50
+    ceiling = max(finished or 0.0, 2 * in_flight if in_flight else 0.0) or None
+    if little is None:
+        if metrics.duration_p50 and metrics.duration_p50 > 0:
+            little = metrics.duration_p50
+        elif in_flight:
+            return 2 * in_flight
+        else:
+            return None
+    if ceiling is not None:
+        little = min(little, ceiling)
+    if in_flight:
+        little = max(little, in_flight)
+    return little if little > 0 else None
+
+
+def per_worker_throughput(metrics: PoolMetrics, concurrency: int, load: tuple[LoadSample, ...]) -> float | None:
+    """Jobs/s one fully busy worker completes (concurrency / ``job_duration``), or None when nothing is known."""
+    duration = job_duration(metrics, load)
+    if duration is None:
+        return None
+    return concurrency / duration
 
 
 def base_arrival_rate(metrics: PoolMetrics, load: tuple[LoadSample, ...]) -> float:
@@ -113,6 +140,8 @@ class SignalInputs:
     ``active``: mean active workers over the rate window (the span a CPU
     utilisation measured over that window is a mean over).
     ``arrivals``: the base arrival rate (jobs/s).
+    ``slots``: mean slots of the active workers over the same samples as ``running``.
+    ``lead_time``: how long before a job reaches its target the age signal acts.
     """
 
     obs: Observation
@@ -122,6 +151,8 @@ class SignalInputs:
     running: float
     active: float
     arrivals: float
+    slots: float = 0.0
+    lead_time: float = 10.0
 
 
 def signal_inputs(obs: Observation, policy: PoolPolicy, load: tuple[LoadSample, ...]) -> SignalInputs:
@@ -129,14 +160,28 @@ def signal_inputs(obs: Observation, policy: PoolPolicy, load: tuple[LoadSample, 
     metrics = obs.metrics
     assert metrics is not None
     over_rate_window = recent(load, metrics.rate_window)
+    over_util_window = recent(load, UTILISATION_WINDOW)
+    idle = metrics.running == 0 and metrics.runnable_depth == 0
+    if idle:
+        running = 0.0
+    elif over_util_window:
+        running = sum(s.running for s in over_util_window) / len(over_util_window)
+    else:
+        running = float(metrics.running)
+    if over_util_window:
+        slots = obs.concurrency * sum(s.active for s in over_util_window) / len(over_util_window)
+    else:
+        slots = float(obs.active * obs.concurrency)
     return SignalInputs(
         obs=obs,
         metrics=metrics,
         policy=policy,
         throughput=per_worker_throughput(metrics, obs.concurrency, load),
-        running=mean_running(load, UTILISATION_WINDOW) if load else float(metrics.running),
+        running=running,
         active=sum(s.active for s in over_rate_window) / len(over_rate_window) if over_rate_window else obs.active,
         arrivals=base_arrival_rate(metrics, load),
+        slots=slots,
+        lead_time=lead_time(policy.targets, start_cost(obs, policy.behavior)),
     )
 
 
@@ -156,12 +201,13 @@ def age_signal(inputs: SignalInputs) -> SignalRecommendation | None:
     age = metrics.oldest_runnable_age
     relation = ">" if age > targets.age else "<="
     seen = f"oldest job {age:.1f}s {relation} target {targets.age:.1f}s"
+    lead = inputs.lead_time
     if inputs.throughput is None:
-        if age <= targets.age - targets.lead_time:
+        if age <= targets.age - lead:
             return None
-        wanted = max(current + 1, _workers(current * age / (targets.age - targets.lead_time)))
+        wanted = max(current + 1, _workers(current * age / (targets.age - lead)))
         return SignalRecommendation("age", wanted, seen)
-    slack = max(targets.age - age - targets.lead_time, targets.age * MIN_SLACK_FRACTION)
+    slack = max(targets.age - age - lead, targets.age * MIN_SLACK_FRACTION)
     arrivals = inputs.arrivals
     wanted = _workers((arrivals + metrics.runnable_depth / slack) / inputs.throughput)
     detail = f"{seen}, {metrics.runnable_depth} runnable to start within {slack:.1f}s"
@@ -201,10 +247,10 @@ def utilisation_signal(inputs: SignalInputs) -> SignalRecommendation | None:
     """Workers for the running jobs (averaged over ``UTILISATION_WINDOW``) to fill the target share of the slots."""
     obs, target = inputs.obs, inputs.policy.targets.utilisation
     wanted = _workers(inputs.running / (obs.concurrency * target))
-    slots = obs.active * obs.concurrency
+    slots = inputs.slots
     utilisation = inputs.running / slots if slots else 0.0
     return SignalRecommendation(
-        "util", wanted, f"utilisation {utilisation:.2f} ({inputs.running:.1f}/{slots} slots), target {target:.2f}"
+        "util", wanted, f"utilisation {utilisation:.2f} ({inputs.running:.1f}/{slots:g} slots), target {target:.2f}"
     )
 
 
@@ -243,6 +289,29 @@ def saturation_signal(inputs: SignalInputs) -> SignalRecommendation | None:
         f"all {obs.active * obs.concurrency} slots busy, {metrics.runnable_depth} runnable, no throughput known yet")
 
 
+def coming_due_signal(inputs: SignalInputs) -> SignalRecommendation | None:
+    """Workers for delayed jobs coming due soon, started before they become runnable.
+
+    ``coming_due`` jobs become runnable within ``coming_due_within``
+    seconds; workers started now are up by then, so the batch gets the whole
+    age target to start in: workers = (base arrival rate + coming due / age
+    target) / per-worker throughput.  Without a throughput estimate each
+    slot is assumed to start one job per age target (the slowest plausible
+    reading that still keeps the target).
+    """
+    metrics, policy = inputs.metrics, inputs.policy
+    if metrics.coming_due <= 0:
+        return None
+    age = policy.targets.age
+    throughput = inputs.throughput if inputs.throughput is not None else inputs.obs.concurrency / age
+    backlog = metrics.runnable_depth
+    wanted = _workers((inputs.arrivals + (metrics.coming_due + backlog) / age) / throughput)
+    return SignalRecommendation(
+        "due", wanted,
+        f"{metrics.coming_due} jobs come due within {metrics.coming_due_within:g}s, to start within {age:g}s",
+    )
+
+
 def from_zero_signal(inputs: SignalInputs) -> SignalRecommendation | None:
     """A pool with no workers and runnable jobs wants at least one."""
     depth = inputs.metrics.runnable_depth
@@ -263,6 +332,9 @@ def sustained_need(inputs: SignalInputs, raw: int) -> int:
     once the backlog is gone).  Never more than ``raw``; ``raw`` while no
     throughput is known.
     """
+    if inputs.metrics.coming_due > 0 and inputs.throughput is not None:
+        keep_up = _workers(inputs.arrivals / (inputs.throughput * inputs.policy.targets.utilisation))
+        return min(raw, keep_up)
     if inputs.metrics.runnable_depth == 0 or inputs.throughput is None:
         return raw
     keep_up = _workers(inputs.arrivals / (inputs.throughput * inputs.policy.targets.utilisation))
@@ -273,7 +345,7 @@ Signal = Callable[[SignalInputs], "SignalRecommendation | None"]
 
 # In this order: on a tie, the earlier signal is named the winner.
 SIGNALS: tuple[Signal, ...] = (age_signal, drain_signal, depth_signal, utilisation_signal, cpu_signal,
-                               saturation_signal, from_zero_signal)
+                               saturation_signal, coming_due_signal, from_zero_signal)
 
 
 def recommend_all(inputs: SignalInputs) -> tuple[SignalRecommendation, ...]:

@@ -262,10 +262,16 @@ def observation_from(snapshot: Snapshot, trace: Trace) -> Observation:
         duration_p99=snapshot.duration_p99,
         cpu_utilisation=snapshot.cpu,
         dependencies=observed,
+        coming_due=getattr(snapshot, "coming_due", 0),
+        coming_due_within=getattr(snapshot, "coming_due_within", 0.0),
+        running_age_mean=getattr(snapshot, "running_age_mean", None),
     )
+    # The engine's start cost is the trace's cold start (a worker claims nothing before it).
+    cost = getattr(snapshot, "start_cost", None)
     return Observation(
         pool=trace.name, active=snapshot.active, starting=snapshot.starting, draining=snapshot.draining,
         concurrency=snapshot.concurrency, metrics=metrics,
+        start_cost=trace.workers.cold_start if cost is None else cost,
     )
 
 

@@ -56,7 +56,8 @@ def test_invalid_options_name_the_field_and_why(build, message):
 def test_defaults_are_valid_and_documented_values():
     policy = PoolPolicy()
     assert (policy.min_workers, policy.max_workers, policy.floor) == (1, 10, 1)
-    assert (policy.behavior.up_window, policy.behavior.down_window, policy.behavior.tolerance) == (0.0, 300.0, 0.1)
+    assert (policy.behavior.up_window, policy.behavior.down_window, policy.behavior.tolerance) == (0.0, None, 0.1)
+    assert (policy.behavior.start_cost, policy.targets.lead_time) == (1.0, None)
     assert policy.behavior.up_limit == RateLimit(workers=4, percent=100.0, period=15.0)
     assert PoolPolicy(min_workers=0).floor == 1
     assert PoolPolicy(min_workers=0, scale_to_zero=True).floor == 0

@@ -80,9 +80,9 @@ def test_utilisation_signal_against_its_target():
 
 
 def test_utilisation_signal_averages_running_jobs_over_time():
-    ticks = [(float(t), observe(4, running=16 if t == 100 else 4, completion_rate=4.0)) for t in range(0, 101, 10)]
+    ticks = [(float(t), observe(4, running=16 if t == 100 else 4, completion_rate=4.0)) for t in range(0, 101, 5)]
     last = run(policy(), ticks)[-1]
-    # One tick at 16 among ten at 4: the mean over the last 120 s is 5.1, not 16.
+    # One tick at 16 among five at 4: the mean over the last 30 s is 6, not 16.
     assert recommendation(last, "util") == 2
 
 
