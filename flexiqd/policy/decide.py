@@ -259,8 +259,8 @@ def _finish(
     reason, message = _explain(stage, outcome)
     if reversed_workers:
         cost = reversed_workers * start_cost(obs, policy.behavior)
-        message += (f"; reverses a change of the last {REVERSAL_WINDOW:g}s for {reversed_workers} workers"
-                    f" (about {cost:.1f} worker-seconds of starts)")
+        message += (f"; restarts {reversed_workers} of the workers given back in the last {REVERSAL_WINDOW:g}s"
+                    f" (a reversal: about {cost:.1f} worker-seconds of starts)")
     tolerance_tag = "tolerance" if stabilized != windowed else None
     tags = ("overload",) if overloaded else ()
     tags += tuple(tag for tag in (window_tag, tolerance_tag, rate_tag) if tag)

@@ -66,14 +66,14 @@ def lead_time(targets: Targets, cost: float) -> float:
 
 
 def reversal(changes: tuple[ScaleChange, ...], now: float, change: int, window: float) -> int:
-    """Workers this change takes back from an opposite change less than ``window`` seconds ago.
+    """Workers a scale-up restarts that a scale-down gave back less than ``window`` seconds ago.
 
-    A scale-up that restarts workers given back moments ago (or a scale-down
-    that stops workers just started) is a reversal; it is allowed when the
-    rules say it saves more than it costs, and reported with its cost
-    (workers x start cost).
+    Such a reversal is what the break-even hold trades against holding: it
+    is allowed (the hold already waited as long as a start costs) and
+    reported with its cost, workers x start cost.  A scale-down after a
+    scale-up costs nothing more (the starts were paid) and is not counted.
     """
-    if change == 0:
+    if change <= 0:
         return 0
-    opposite = -sum(c.change for c in changes if c.at > now - window and (c.change > 0) != (change > 0))
-    return min(abs(change), abs(opposite))
+    given_back = -sum(c.change for c in changes if c.at > now - window and c.change < 0)
+    return min(change, given_back)

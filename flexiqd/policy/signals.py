@@ -90,6 +90,9 @@ def job_duration(metrics: PoolMetrics, load: tuple[LoadSample, ...]) -> float | 
     busy = sum(s.running for s in samples)
     in_flight = metrics.running_age_mean if metrics.running else None
     little = busy / completions if completions > 0 and busy > 0 else None
+    finished = finished_mean(metrics)
+    if finished is not None:
+        little = finished if little is None else min(little, max(finished, 0.0))
     if little is not None and not math.isfinite(little):
         little = None
     finished = metrics.duration_p95 or metrics.duration_p50
@@ -108,6 +111,22 @@ def job_duration(metrics: PoolMetrics, load: tuple[LoadSample, ...]) -> float | 
     return little if little > 0 else None
 
 
+def finished_mean(metrics: PoolMetrics) -> float | None:
+    """The mean duration of the jobs just finished, from their p50 and p95 (None without both).
+
+    Job durations are skewed (a lognormal is the usual model): the mean is
+    p50 x exp(s^2 / 2) with s = ln(p95 / p50) / 1.645.  It describes the jobs
+    of the last rate window only, so it follows a change of job mix at once.
+    """
+    p50, p95 = metrics.duration_p50, metrics.duration_p95
+    if not p50 or p50 <= 0:
+        return None
+    if not p95 or p95 <= p50:
+        return p50
+    spread = math.log(p95 / p50) / 1.645
+    return p50 * math.exp(spread * spread / 2)
+
+
 def per_worker_throughput(metrics: PoolMetrics, concurrency: int, load: tuple[LoadSample, ...]) -> float | None:
     """Jobs/s one fully busy worker completes (concurrency / ``job_duration``), or None when nothing is known."""
     duration = job_duration(metrics, load)
@@ -117,11 +136,22 @@ def per_worker_throughput(metrics: PoolMetrics, concurrency: int, load: tuple[Lo
 
 
 def base_arrival_rate(metrics: PoolMetrics, load: tuple[LoadSample, ...]) -> float:
-    """Mean arrival rate over ``ESTIMATION_HORIZON`` (this tick's rate before there is history)."""
-    rates = [s.arrival_rate for s in recent(load, ESTIMATION_HORIZON) if s.arrival_rate is not None]
+    """Median arrival rate over ``ESTIMATION_HORIZON``, never above this tick's rate.
+
+    The median, not the mean: a burst is counted once, as the backlog it
+    left; its rate fills a minority of the samples (a 10 s burst lifts a 60 s
+    rate for about a minute of the five) and would otherwise be counted again
+    as arrivals for five minutes.
+    """
+    rates = sorted(s.arrival_rate for s in recent(load, ESTIMATION_HORIZON) if s.arrival_rate is not None)
     if not rates:
         return metrics.arrival_rate or 0.0
-    return sum(rates) / len(rates)
+    middle = len(rates) // 2
+    median = rates[middle] if len(rates) % 2 else (rates[middle - 1] + rates[middle]) / 2
+    if metrics.arrival_rate is not None:
+        # A load that has fallen (a flood's end) is read as fallen at once.
+        return min(median, metrics.arrival_rate)
+    return median
 
 
 def _workers(value: float) -> int:
@@ -155,17 +185,31 @@ class SignalInputs:
     lead_time: float = 10.0
 
 
+# An idle pool: this many samples in a row (this tick's the last) saw no job running
+# or runnable.  One instant of nothing running is common under a light load.
+IDLE_SAMPLES = 2
+
+
+def is_idle(load: tuple[LoadSample, ...]) -> bool:
+    """Whether the last ``IDLE_SAMPLES`` samples saw nothing running and nothing runnable."""
+    last = load[-IDLE_SAMPLES:]
+    return len(last) == IDLE_SAMPLES and all(s.running == 0 and s.runnable == 0 for s in last)
+
+
 def signal_inputs(obs: Observation, policy: PoolPolicy, load: tuple[LoadSample, ...]) -> SignalInputs:
     """The inputs for ``obs`` (whose metrics must be present); ``load`` ends with this tick's sample."""
     metrics = obs.metrics
     assert metrics is not None
     over_rate_window = recent(load, metrics.rate_window)
     over_util_window = recent(load, UTILISATION_WINDOW)
-    idle = metrics.running == 0 and metrics.runnable_depth == 0
+    idle = is_idle(load)
     if idle:
         running = 0.0
     elif over_util_window:
-        running = sum(s.running for s in over_util_window) / len(over_util_window)
+        # The window's mean, but no more than the latest samples show: a load that has
+        # fallen (a drained burst) is read as fallen at once; a rise waits for the mean.
+        mean = sum(s.running for s in over_util_window) / len(over_util_window)
+        running = min(mean, float(max(s.running for s in load[-IDLE_SAMPLES:])))
     else:
         running = float(metrics.running)
     if over_util_window:
@@ -247,6 +291,10 @@ def utilisation_signal(inputs: SignalInputs) -> SignalRecommendation | None:
     """Workers for the running jobs (averaged over ``UTILISATION_WINDOW``) to fill the target share of the slots."""
     obs, target = inputs.obs, inputs.policy.targets.utilisation
     wanted = _workers(inputs.running / (obs.concurrency * target))
+    if inputs.metrics.runnable_depth > 0 and inputs.throughput is not None:
+        # Jobs waiting keep every slot busy: utilisation then reads 1.0 at any size and
+        # would add a worker per tick.  The age and drain signals size a backlog.
+        wanted = min(wanted, obs.current)
     slots = inputs.slots
     utilisation = inputs.running / slots if slots else 0.0
     return SignalRecommendation(
