@@ -71,7 +71,7 @@ def mean_running(load: tuple[LoadSample, ...], window: float | None) -> float:
     return sum(sample.running for sample in samples) / len(samples) if samples else 0.0
 
 
-def job_duration(metrics: PoolMetrics, load: tuple[LoadSample, ...]) -> float | None:
+def job_duration(metrics: PoolMetrics, load: tuple[LoadSample, ...], floor: float = 0.0) -> float | None:
     """The mean job duration, seconds, from what the workers are doing now; None when nothing tells.
 
     Little's law over the last ``ESTIMATION_HORIZON`` (mean running jobs /
@@ -83,7 +83,10 @@ def job_duration(metrics: PoolMetrics, load: tuple[LoadSample, ...]) -> float | 
     pass for slow jobs -- and never shorter than the jobs in flight have
     already run on average.  Before anything has completed: twice the mean
     age of the jobs in flight (jobs started evenly over a duration D are
-    D/2 old on average), the slowest reading of what is seen.
+    D/2 old on average), but never less than ``floor`` (the lead time: a job
+    not known to finish sooner is counted as lasting at least as long as a new
+    worker takes to arrive), so the first tick of a burst does not size the
+    pool on how many milliseconds its jobs have run.
     """
     samples = [s for s in recent(load, ESTIMATION_HORIZON) if s.completion_rate is not None]
     completions = sum(s.completion_rate for s in samples)  # type: ignore[misc]
@@ -100,8 +103,8 @@ def job_duration(metrics: PoolMetrics, load: tuple[LoadSample, ...]) -> float | 
     if little is None:
         if metrics.duration_p50 and metrics.duration_p50 > 0:
             little = metrics.duration_p50
-        elif in_flight:
-            return 2 * in_flight
+        elif in_flight is not None:
+            return max(2 * in_flight, floor) or None
         else:
             return None
     if ceiling is not None:
@@ -127,9 +130,11 @@ def finished_mean(metrics: PoolMetrics) -> float | None:
     return p50 * math.exp(spread * spread / 2)
 
 
-def per_worker_throughput(metrics: PoolMetrics, concurrency: int, load: tuple[LoadSample, ...]) -> float | None:
+def per_worker_throughput(
+    metrics: PoolMetrics, concurrency: int, load: tuple[LoadSample, ...], floor: float = 0.0
+) -> float | None:
     """Jobs/s one fully busy worker completes (concurrency / ``job_duration``), or None when nothing is known."""
-    duration = job_duration(metrics, load)
+    duration = job_duration(metrics, load, floor)
     if duration is None:
         return None
     return concurrency / duration
@@ -216,16 +221,17 @@ def signal_inputs(obs: Observation, policy: PoolPolicy, load: tuple[LoadSample, 
         slots = obs.concurrency * sum(s.active for s in over_util_window) / len(over_util_window)
     else:
         slots = float(obs.active * obs.concurrency)
+    lead = lead_time(policy.targets, start_cost(obs, policy.behavior))
     return SignalInputs(
         obs=obs,
         metrics=metrics,
         policy=policy,
-        throughput=per_worker_throughput(metrics, obs.concurrency, load),
+        throughput=per_worker_throughput(metrics, obs.concurrency, load, lead),
         running=running,
         active=sum(s.active for s in over_rate_window) / len(over_rate_window) if over_rate_window else obs.active,
         arrivals=base_arrival_rate(metrics, load),
         slots=slots,
-        lead_time=lead_time(policy.targets, start_cost(obs, policy.behavior)),
+        lead_time=lead,
     )
 
 
