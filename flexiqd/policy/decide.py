@@ -302,6 +302,9 @@ def _explain(stage: _Combined, out: _Outcome) -> tuple[str, str]:
     why = winner.detail if winner is not None else "no runnable or running jobs"
     if current == 0 and out.desired > 0 and metrics.runnable_depth > 0:
         return "ScaleFromZero", f"{metrics.runnable_depth} runnable jobs and no workers"
+    idle = metrics.runnable_depth == 0 and metrics.running == 0
+    if out.raised and idle and out.desired < current:
+        return "ScaleDownIdle", f"no runnable or running jobs; the floor is {out.floor} workers"
     if out.raised:
         return "RaisedToMinimum", f"{why}; the floor is {out.floor} workers"
     if out.cap is not None and out.desired == out.cap.workers and (
@@ -321,7 +324,8 @@ def _explain(stage: _Combined, out: _Outcome) -> tuple[str, str]:
         return "ScaleUpStabilized", f"{why}; signals want {out.capped}, the up window's lowest is {out.windowed}"
     if out.desired == current:
         return "DesiredWithinRange", f"{why}; signals agree with the current {current} workers"
-    if winner is None or (out.desired < current and metrics.runnable_depth == 0 and metrics.running == 0):
+    if winner is None or (out.desired < current and idle and out.desired <= out.floor):
+        # Only when the pool goes down to its floor: an idle reading that keeps workers names its signal.
         return "ScaleDownIdle", "no runnable or running jobs"
     direction = "ScaleUp" if out.desired > current else "ScaleDown"
     return f"{direction}{_SIGNAL_TOKENS[winner.signal]}", why

@@ -106,7 +106,7 @@ def test_idle_pool_keeps_one_worker_unless_scale_to_zero_is_set():
     idle = observe(3)
     kept = decide(idle, policy(min_workers=0), None, 0.0)
     assert kept.desired == 1
-    assert kept.reason == "RaisedToMinimum"
+    assert (kept.reason, kept.message) == ("ScaleDownIdle", "no runnable or running jobs; the floor is 1 workers")
     emptied = decide(idle, policy(min_workers=0, scale_to_zero=True), None, 0.0)
     assert emptied.desired == 0
     assert emptied.reason == "ScaleDownIdle"
