@@ -211,10 +211,10 @@ def signal_inputs(obs: Observation, policy: PoolPolicy, load: tuple[LoadSample, 
     if idle:
         running = 0.0
     elif over_util_window:
-        # The window's mean, but no more than the latest samples show: a load that has
-        # fallen (a drained burst) is read as fallen at once; a rise waits for the mean.
+        # The window's mean, but no more than run now: a load that has fallen (a drained
+        # burst) is read as fallen at once; a rise waits for the mean.
         mean = sum(s.running for s in over_util_window) / len(over_util_window)
-        running = min(mean, float(max(s.running for s in load[-IDLE_SAMPLES:])))
+        running = min(mean, float(metrics.running))
     else:
         running = float(metrics.running)
     if over_util_window:
@@ -294,7 +294,8 @@ def depth_signal(inputs: SignalInputs) -> SignalRecommendation | None:
 
 
 def utilisation_signal(inputs: SignalInputs) -> SignalRecommendation | None:
-    """Workers for the running jobs (averaged over ``UTILISATION_WINDOW``) to fill the target share of the slots."""
+    """Workers for the running jobs (the mean over ``UTILISATION_WINDOW``, never more than run now) to fill
+    the target share of the slots (the mean slots over the same samples, in the detail)."""
     obs, target = inputs.obs, inputs.policy.targets.utilisation
     wanted = _workers(inputs.running / (obs.concurrency * target))
     if inputs.metrics.runnable_depth > 0 and inputs.throughput is not None:

@@ -68,11 +68,10 @@ def idle_after_busy(policy: PoolPolicy, cost: float):
 
 def test_idle_workers_are_given_back_once_the_hold_has_passed():
     decisions = idle_after_busy(PoolPolicy(max_workers=10), cost=4.0)
-    # hold = 4 x 30 / 26 = 4.6 s: the busy tick 5 s earlier no longer holds anything.  The
-    # first tick with nothing running reads the last busy one too; the second is idle.
-    assert [d.desired for d in decisions] == [4, 2, 1, 1]
-    assert [d.reason for d in decisions[1:3]] == ["ScaleDownUtilisation", "ScaleDownIdle"]
-    assert decisions[2].message.startswith("no runnable or running jobs")
+    # hold = 4 x 30 / 26 = 4.6 s: the busy tick 5 s earlier no longer holds anything.
+    assert [d.desired for d in decisions] == [4, 1, 1, 1]
+    assert decisions[1].reason == "ScaleDownIdle"
+    assert decisions[1].message.startswith("no runnable or running jobs")
 
 
 def test_a_costly_start_holds_idle_workers_longer():
@@ -206,8 +205,8 @@ def test_a_pool_shrunk_by_an_operator_is_not_read_as_overloaded():
     after = decide(costing(4, 0.5, running=2, completion_rate=15.0), policy, history, 65.0)
     assert after.desired <= 4
     util = next(rec for rec in after.recommendations if rec.signal == "util")
-    # Running jobs over the last 30 s against the slots of the same 30 s, not today's 16.
-    assert util.workers == 4 and "utilisation 0.43 (12.4/28.8 slots)" in util.detail
+    # Running jobs now (below the 30 s mean) against the slots of the same 30 s, not today's 16.
+    assert util.workers == 1 and "utilisation 0.07 (2.0/28.8 slots)" in util.detail
 
 
 def test_the_base_arrival_rate_counts_a_burst_once_and_follows_a_fall_at_once():
