@@ -44,6 +44,11 @@ EARLY_DURATION_RISE = 0.5
 # ...and only from a p50 over at least this many completions.
 EARLY_MIN_COMPLETIONS = 100
 
+# The throughput rule samples only a rate window with at least this many
+# completions: the p50 of a dozen minute-long jobs swings by more than
+# ``max_duration_rise`` from one window to the next.
+MIN_COMPLETIONS = 30
+
 
 def duration_knee(samples: tuple[ThroughputSample, ...], sample: ThroughputSample, config: KneeConfig) -> int | None:
     """The count to hold at when ``sample``'s durations show a hidden ceiling (None: they do not).
@@ -98,6 +103,8 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         return replace(state, backlog_since=now)
     if now - state.backlog_since < config.settle_time or not metrics.completion_rate or not metrics.duration_p50:
         return state
+    if finished < MIN_COMPLETIONS:
+        return state  # a p50 of a handful of long jobs is noise, not a knee
     workers = round(busy / obs.concurrency)
     if workers < 1:
         return state
