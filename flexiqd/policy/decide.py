@@ -5,13 +5,18 @@ The stages, in order, each its own function:
 1. signals  -- every signal's recommendation (``signals``);
 2. combine  -- the largest recommendation wins, as in the HPA: the raw
                (prenormalized) count;
-3. cap      -- max_workers, dependency shares, dependency latency, the knee
+3. cap      -- max_workers, dependency shares, dependency latency,
+               staggered starts of a dependency's users, the knee
                (``caps``) -> capped; this is what the windows record (with
                its sustained part: what keeping up with arrivals takes,
                without draining the backlog);
-4. smooth   -- stabilisation windows, the tolerance band (no change of 10 %
-               or less, unless the pool is overloaded), rate limits
-               (``smoothing``) -> stabilized;
+4. smooth   -- the down window (by default the start cost's break-even
+               hold, ``economics.break_even_hold``: an idle worker is kept
+               only while that is cheaper than starting one again; an
+               operator's ``behavior.down_window`` replaces it), the up
+               window, the tolerance band (no change of 10 % or less,
+               unless the pool is overloaded), rate limits for the noisy
+               signals only (``smoothing``) -> stabilized;
 5. clamp    -- the caps again as hard ceilings, then the floor (min_workers;
                one worker while jobs wait or run) -> desired.
 
@@ -24,7 +29,9 @@ part of each recommendation: the workers added to drain a backlog have done
 that work, and keeping them for the rest of the window would keep a
 burst-sized pool for a load that is no longer there.  A failed metrics read
 (``metrics is None``) skips every stage: the pool is held and nothing is
-recorded that could later pass for a low recommendation.
+recorded that could later pass for a low recommendation.  A scale-up that
+restarts workers given back within ``REVERSAL_WINDOW`` is reported (tag
+``reversal``, and its cost in starts in the sentence).
 
 Pure: no clock, no I/O, no logging; the same arguments give the same Decision.
 """
