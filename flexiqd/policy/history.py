@@ -56,7 +56,8 @@ def with_external_change(history: History | None, policy: PoolPolicy, now: float
     history = history or History()
     if workers == current:
         return history
-    keep = max(policy.behavior.down_window or LONGEST_HOLD, policy.behavior.up_window)
+    down = LONGEST_HOLD if policy.behavior.down_window is None else policy.behavior.down_window
+    keep = max(down, policy.behavior.up_window)
     return History(
         seeded=True,
         recommendations=record(history.recommendations, now, workers, keep),
