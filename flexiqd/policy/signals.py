@@ -305,7 +305,7 @@ def utilisation_signal(inputs: SignalInputs) -> SignalRecommendation | None:
     slots = inputs.slots
     utilisation = inputs.running / slots if slots else 0.0
     return SignalRecommendation(
-        "util", wanted, f"utilisation {utilisation:.2f} ({inputs.running:.1f}/{slots:g} slots), target {target:.2f}"
+        "util", wanted, f"utilisation {utilisation:.2f} ({inputs.running:.1f}/{round(slots, 1):g} slots), target {target:.2f}"
     )
 
 
