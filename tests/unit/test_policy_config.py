@@ -29,6 +29,8 @@ from flexiqd.policy import (
         (lambda: Targets(age=-1), "targets.age: must be in (0, inf), got -1"),
         (lambda: Targets(age=10, lead_time=10), "targets.lead_time: must be below targets.age (10), got 10"),
         (lambda: Behavior(down_window=-5), "behavior.down_window: must be in [0, inf), got -5"),
+        (lambda: Behavior(start_cost=-1), "behavior.start_cost: must be in [0, inf), got -1"),
+        (lambda: Dependency(name="db", capacity=10, start_burst=0), "dependencies.db.start_burst: must be >= 1, got 0"),
         (lambda: Behavior(tolerance=1.0), "behavior.tolerance: must be in [0, 1), got 1.0"),
         (lambda: Behavior(up_limit=RateLimit(workers=0, percent=0, period=15)),
          "behavior.up_limit: allows no change at all"),
