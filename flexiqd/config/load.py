@@ -28,13 +28,13 @@ POOL_KEYS = ("app", "queues", "concurrency", "batch_size", "drain_timeout", "lea
              "behavior", "knee", "uses", "flexiq")
 POLICY_KEYS = ("min_workers", "max_workers", "scale_to_zero", "cpu_bound", "targets", "behavior", "knee")
 RESOURCE_KEYS = ("memory_max", "cpu_weight")
-DEPENDENCY_KEYS = ("capacity", "reserved")
+DEPENDENCY_KEYS = ("capacity", "reserved", "start_burst")
 FLEXIQ_KEYS = ("target_queue_depth_per_worker", "target_utilisation", "tolerance",
                "scale_up_window", "scale_down_window")
 # Policy options that are durations, so `5m` works where the policy wants seconds.
 DURATION_KEYS = {"age", "drain_time", "lead_time", "up_window", "down_window", "period",
                  "settle_time", "reprobe_interval", "sample_max_age",
-                 "scale_up_window", "scale_down_window"}
+                 "scale_up_window", "scale_down_window", "start_cost"}
 CREDENTIAL_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)?$", re.IGNORECASE)
@@ -156,8 +156,9 @@ def _dependency(name: str, value: Any) -> Dependency:
         raise _fail(f"{where}.capacity", "is required (connections, or requests per second)")
     capacity = _number(value["capacity"], f"{where}.capacity", 0)
     reserved = _number(value.get("reserved", 0), f"{where}.reserved", 0)
+    extra = {"start_burst": value["start_burst"]} if "start_burst" in value else {}
     try:
-        return Dependency(name=name, capacity=capacity, reserved=reserved)
+        return Dependency(name=name, capacity=capacity, reserved=reserved, **extra)
     except PolicyConfigError as exc:
         raise _fail(where, str(exc)) from None
 

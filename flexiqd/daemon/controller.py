@@ -30,6 +30,7 @@ from ..config.runtime import write_paused_pools
 from ..errors import ControlError, FleetError, QueueError
 from ..fleet.base import Fleet, WorkerInfo, WorkerState, instance_name, parse_instance
 from ..policy import Decision, FlexiqWindowHistory, History, Observation, PoolMetrics
+from ..policy.economics import lead_time
 from ..queue.backend import Backend
 from ..queue.owners import owner_parts, process_exists
 from ..queue.types import JobState
@@ -334,7 +335,9 @@ class Controller:
     def _read_stats(self, pool: PoolConfig, now: float) -> list | None:
         try:
             # Work coming due within the lead time: what a worker started now would be ready for.
-            horizon = pool.policy.targets.lead_time
+            measured = self.start_costs.estimate(pool.name)
+            cost = measured.seconds if measured is not None else pool.policy.behavior.start_cost
+            horizon = lead_time(pool.policy.targets, cost)
             return [self.backend.stats(queue, now=now, horizon=horizon) for queue in pool.queues]
         except QueueError as exc:
             # No information is not "no load": the policy holds the pool.

@@ -3,7 +3,9 @@
 ``max`` is the configured maximum; ``dependency:<name>`` the pool's share of
 a declared dependency (see ``sharing``); ``latency:<name>`` holds the pool at
 its current count while that dependency is slower than the pool's
-``max_latency`` for it; ``knee`` is the discovered ceiling (see ``knee``).
+``max_latency`` for it; ``starting:<name>`` keeps the workers of a
+dependency's users that start at once within its ``start_burst`` (see
+``starting_allowance``); ``knee`` is the discovered ceiling (see ``knee``).
 Caps are applied to the signals' recommendation and again after smoothing,
 so a stabilisation window can never keep a pool above a ceiling.
 """
@@ -21,14 +23,27 @@ CAP_REASONS = {
     "dependency": "CappedByDependency",
     "latency": "CappedByLatency",
     "knee": "CappedByKnee",
+    "starting": "StartStaggered",
 }
 
 
+def starting_allowance(burst: int, starting: int, granted: int = 0) -> int:
+    """New starts a pool may add now: ``burst`` less the users' workers already ``starting`` and
+    the starts ``granted`` to pools decided before it this tick (never negative)."""
+    return max(0, burst - starting - granted)
+
+
 def collect_caps(
-    obs: Observation, policy: PoolPolicy, knee: KneeState, dependency_cap: DependencyCap | None, now: float
+    obs: Observation, policy: PoolPolicy, knee: KneeState, dependency_cap: DependencyCap | None, now: float,
+    start_allowances: tuple[tuple[str, int], ...] = (),
 ) -> tuple[CapValue, ...]:
-    """Every ceiling that applies to this pool now, ``max`` first."""
+    """Every ceiling that applies to this pool now, ``max`` first.
+
+    ``start_allowances``: ``(dependency, new starts allowed now)`` per
+    declared dependency the pool uses (see ``starting_allowance``).
+    """
     caps = [CapValue("max", policy.max_workers)]
+    caps.extend(CapValue(f"starting:{name}", obs.current + allowed) for name, allowed in start_allowances)
     if dependency_cap is not None:
         caps.extend(CapValue(f"dependency:{name}", workers) for name, workers in dependency_cap.per_dependency)
     if obs.metrics is not None:

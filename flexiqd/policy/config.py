@@ -28,6 +28,9 @@ class Targets:
     active workers, used only for ``cpu_bound`` pools.  ``lead_time``: how long
     a newly requested worker takes to claim its first job (unit start plus a
     tick); the age signal acts that much before a job would reach ``age``.
+    None (the default) follows the other figures: the start cost (measured, or
+    ``behavior.start_cost``) plus one tick, never more than half the age
+    target (``economics.lead_time``), so ``targets: {age: 5s}`` alone works.
     """
 
     age: float = 30.0
@@ -35,7 +38,7 @@ class Targets:
     depth_per_worker: float | None = None
     utilisation: float = 0.9
     cpu: float = 0.9
-    lead_time: float = 10.0
+    lead_time: float | None = None
 
     def __post_init__(self) -> None:
         require_number("targets.age", self.age, low=0, low_open=True)
@@ -45,6 +48,8 @@ class Targets:
             require_number("targets.depth_per_worker", self.depth_per_worker, low=0, low_open=True)
         require_number("targets.utilisation", self.utilisation, low=0, high=1, low_open=True)
         require_number("targets.cpu", self.cpu, low=0, high=1, low_open=True)
+        if self.lead_time is None:
+            return
         require_number("targets.lead_time", self.lead_time, low=0)
         if self.lead_time >= self.age:
             raise PolicyConfigError(
@@ -92,18 +97,30 @@ class Behavior:
     ``up_window`` seconds wants it; a scale-down only to the highest
     recommendation of the last ``down_window`` seconds.  ``tolerance``: no
     change while ``|recommended / current - 1| <= tolerance`` (unless the
-    pool is overloaded).  Rate limits: None means unlimited.
+    pool is overloaded).  Rate limits: None means unlimited; the up limit
+    applies to the signals that can be noise (utilisation, CPU, saturation),
+    never to a backlog's age or drain, which start what they need at once.
+
+    ``down_window`` None (the default): an idle worker is held only while
+    holding it is cheaper than starting one again later -- for the break-even
+    time of the start cost (rent or buy, ``economics.break_even_hold``).  A
+    number is an operator's override: the HPA's fixed window of that many
+    seconds.  ``start_cost``: seconds a start costs while none is measured yet
+    (``Observation.start_cost`` takes precedence).
     """
 
     up_window: float = 0.0
-    down_window: float = 300.0
+    down_window: float | None = None
     tolerance: float = 0.1
     up_limit: RateLimit | None = DEFAULT_UP_LIMIT
     down_limit: RateLimit | None = DEFAULT_DOWN_LIMIT
+    start_cost: float = 1.0
 
     def __post_init__(self) -> None:
         require_number("behavior.up_window", self.up_window, low=0)
-        require_number("behavior.down_window", self.down_window, low=0)
+        if self.down_window is not None:
+            require_number("behavior.down_window", self.down_window, low=0)
+        require_number("behavior.start_cost", self.start_cost, low=0)
         require_number("behavior.tolerance", self.tolerance, low=0, high=1, high_open=True)
         for name in ("up_limit", "down_limit"):
             limit = getattr(self, name)
@@ -172,18 +189,22 @@ class Dependency:
     """A shared dependency: ``capacity`` units, ``reserved`` of them kept for other users.
 
     The reserve is what the request path (or anything outside the pools)
-    needs; pools share ``capacity - reserved``.
+    needs; pools share ``capacity - reserved``.  ``start_burst``: at most this
+    many workers of the dependency's users start at once (they all connect
+    as they start); more are started as the first ones come up.
     """
 
     name: str
     capacity: float
     reserved: float = 0.0
+    start_burst: int = 8
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise PolicyConfigError("dependency.name", f"must be a non-empty name, got {self.name!r}")
         require_number(f"dependencies.{self.name}.capacity", self.capacity, low=0, low_open=True)
         require_number(f"dependencies.{self.name}.reserved", self.reserved, low=0)
+        require_int(f"dependencies.{self.name}.start_burst", self.start_burst, minimum=1)
         if self.reserved >= self.capacity:
             raise PolicyConfigError(
                 f"dependencies.{self.name}.reserved",

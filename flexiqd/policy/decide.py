@@ -5,13 +5,18 @@ The stages, in order, each its own function:
 1. signals  -- every signal's recommendation (``signals``);
 2. combine  -- the largest recommendation wins, as in the HPA: the raw
                (prenormalized) count;
-3. cap      -- max_workers, dependency shares, dependency latency, the knee
+3. cap      -- max_workers, dependency shares, dependency latency,
+               staggered starts of a dependency's users, the knee
                (``caps``) -> capped; this is what the windows record (with
                its sustained part: what keeping up with arrivals takes,
                without draining the backlog);
-4. smooth   -- stabilisation windows, the tolerance band (no change of 10 %
-               or less, unless the pool is overloaded), rate limits
-               (``smoothing``) -> stabilized;
+4. smooth   -- the down window (by default the start cost's break-even
+               hold, ``economics.break_even_hold``: an idle worker is kept
+               only while that is cheaper than starting one again; an
+               operator's ``behavior.down_window`` replaces it), the up
+               window, the tolerance band (no change of 10 % or less,
+               unless the pool is overloaded), rate limits for the noisy
+               signals only (``smoothing``) -> stabilized;
 5. clamp    -- the caps again as hard ceilings, then the floor (min_workers;
                one worker while jobs wait or run) -> desired.
 
@@ -24,7 +29,9 @@ part of each recommendation: the workers added to drain a backlog have done
 that work, and keeping them for the rest of the window would keep a
 burst-sized pool for a load that is no longer there.  A failed metrics read
 (``metrics is None``) skips every stage: the pool is held and nothing is
-recorded that could later pass for a low recommendation.
+recorded that could later pass for a low recommendation.  A scale-up that
+restarts workers given back within ``REVERSAL_WINDOW`` is reported (tag
+``reversal``, and its cost in starts in the sentence).
 
 Pure: no clock, no I/O, no logging; the same arguments give the same Decision.
 """
@@ -34,8 +41,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from .caps import apply_caps, cap_reason, collect_caps, tightest
+from .caps import apply_caps, cap_reason, collect_caps, starting_allowance, tightest
 from .config import Dependency, PoolPolicy
+from .economics import down_hold, reversal, start_cost
 from .knee import update_knee
 from .sharing import DependencyCap, PoolDemand, share_dependencies
 from .signals import mean_running, record_load, recommend_all, signal_inputs, sustained_need
@@ -49,9 +57,18 @@ _EPSILON = 1e-9
 
 # How long the pool keeps what it grew to for a backlog once the backlog is
 # gone, before the down window counts only what keeping up with arrivals takes.
-# A burst that returns within this finds the pool still there, and a pool never
-# shrinks within two minutes of the scale-up that drained it (no flapping).
+# It matters only with an operator's long ``behavior.down_window``; the
+# default (break-even) hold is shorter than this.
 DRAINED_BACKLOG_HOLD = 120.0
+
+# Changes are remembered this long to report reversals (a scale-up that
+# restarts workers given back less than this ago, or the other way round).
+REVERSAL_WINDOW = 120.0
+
+# The signals that can be noise: the up rate limit applies when one of these
+# wins.  A backlog's age and drain (and work coming due) start what they need
+# at once, up to the caps.
+NOISY_SIGNALS = frozenset({"util", "cpu", "saturation", "depth"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,11 +138,25 @@ def decide_fleet(pools: Sequence[PoolInput], dependencies: Sequence[Dependency],
             combined[pool] = _combine(item.observation, item.policy, item.history or History(), now)
             demands.append(PoolDemand(pool=pool, workers=combined[pool].demand, uses=item.policy.dependencies))
     caps = share_dependencies(dependencies, demands, held)
+    bursts = {dep.name: dep.start_burst for dep in dependencies}
+    starting = {name: 0 for name in bursts}
+    for item in pools:
+        for use in item.policy.dependencies:
+            if use.dependency in starting:
+                starting[use.dependency] += item.observation.starting
+    granted = {name: 0 for name in bursts}
     decisions = {}
     for item in pools:
         pool = item.observation.pool
         if pool in combined:
-            decisions[pool] = _finish(combined[pool], caps.get(pool))
+            used = [use.dependency for use in item.policy.dependencies if use.dependency in bursts]
+            allowances = tuple(
+                (name, starting_allowance(bursts[name], starting[name], granted[name])) for name in used
+            )
+            decisions[pool] = _finish(combined[pool], caps.get(pool), allowances)
+            added = max(0, decisions[pool].desired - item.observation.current)
+            for name in used:
+                granted[name] += added
         else:
             decisions[pool] = _hold(item.observation, item.policy, item.history or History())
     return decisions
@@ -186,14 +217,17 @@ def floor_for(obs: Observation, policy: PoolPolicy) -> int:
     return max(policy.floor, 1 if busy else 0)
 
 
-def _finish(stage: _Combined, dependency_cap: DependencyCap | None) -> Decision:
+def _finish(
+    stage: _Combined, dependency_cap: DependencyCap | None, start_allowances: tuple[tuple[str, int], ...] = ()
+) -> Decision:
     """Stages 3 to 5: cap, smooth, clamp; then the reason and the next history."""
     obs, policy, history, now = stage.obs, stage.policy, stage.history, stage.now
-    behavior = policy.behavior
+    # The down window in force: the operator's, else the start cost's break-even hold.
+    behavior = replace(policy.behavior, down_window=down_hold(obs, policy.behavior, policy.targets))
     current = obs.current
     assert obs.metrics is not None
 
-    caps = collect_caps(obs, policy, history.knee, dependency_cap, now)
+    caps = collect_caps(obs, policy, history.knee, dependency_cap, now, start_allowances)
     capped, cap_bound = apply_caps(stage.raw, caps)
     sustained = min(apply_caps(stage.sustained, caps)[0], capped)
 
@@ -205,7 +239,9 @@ def _finish(stage: _Combined, dependency_cap: DependencyCap | None) -> Decision:
     windowed, window_tag = stabilize(current, capped, history.recommendations, now, behavior, down_view)
     overloaded = obs.metrics.running > obs.active * obs.concurrency
     stabilized = within_tolerance(windowed, current, behavior.tolerance, overloaded)
-    limited, rate_tag = rate_limit(current, stabilized, history.changes, now, behavior)
+    noisy = stage.winner is None or stage.winner.signal in NOISY_SIGNALS
+    limits = behavior if noisy or stabilized <= current else replace(behavior, up_limit=None)
+    limited, rate_tag = rate_limit(current, stabilized, history.changes, now, limits)
 
     ceiling = tightest(caps)
     desired = min(limited, ceiling.workers)
@@ -220,16 +256,23 @@ def _finish(stage: _Combined, dependency_cap: DependencyCap | None) -> Decision:
         recommendations=record(
             history.recommendations, now, capped, keep, sustained if sustained < capped else None
         ),
-        changes=record_change(history.changes, now, current, desired, behavior),
+        changes=record_change(history.changes, now, current, desired, behavior, REVERSAL_WINDOW),
     )
+    reversed_workers = reversal(stage.history.changes, now, desired - current, REVERSAL_WINDOW)
     outcome = _Outcome(
         capped=capped, windowed=windowed, stabilized=stabilized, limited=limited, desired=desired,
         cap=hard_cap or cap_bound, raised=raised, floor=floor,
     )
     reason, message = _explain(stage, outcome)
+    if reversed_workers:
+        cost = reversed_workers * start_cost(obs, policy.behavior)
+        message += (f"; restarts {reversed_workers} of the workers given back in the last {REVERSAL_WINDOW:g}s"
+                    f" (a reversal: about {cost:.1f} worker-seconds of starts)")
     tolerance_tag = "tolerance" if stabilized != windowed else None
     tags = ("overload",) if overloaded else ()
     tags += tuple(tag for tag in (window_tag, tolerance_tag, rate_tag) if tag)
+    if reversed_workers:
+        tags += ("reversal",)
     return Decision(
         pool=obs.pool, current=current, desired=desired, raw_desired=stage.raw, capped=capped,
         stabilized=stabilized, reason=reason, message=message, recommendations=stage.recommendations,
@@ -266,6 +309,9 @@ def _explain(stage: _Combined, out: _Outcome) -> tuple[str, str]:
     why = winner.detail if winner is not None else "no runnable or running jobs"
     if current == 0 and out.desired > 0 and metrics.runnable_depth > 0:
         return "ScaleFromZero", f"{metrics.runnable_depth} runnable jobs and no workers"
+    idle = metrics.runnable_depth == 0 and metrics.running == 0
+    if out.raised and idle and out.desired < current:
+        return "ScaleDownIdle", f"no runnable or running jobs; the floor is {out.floor} workers"
     if out.raised:
         return "RaisedToMinimum", f"{why}; the floor is {out.floor} workers"
     if out.cap is not None and out.desired == out.cap.workers and (
@@ -285,7 +331,8 @@ def _explain(stage: _Combined, out: _Outcome) -> tuple[str, str]:
         return "ScaleUpStabilized", f"{why}; signals want {out.capped}, the up window's lowest is {out.windowed}"
     if out.desired == current:
         return "DesiredWithinRange", f"{why}; signals agree with the current {current} workers"
-    if winner is None or (out.desired < current and metrics.runnable_depth == 0 and metrics.running == 0):
+    if winner is None or (out.desired < current and idle and out.desired <= out.floor):
+        # Only when the pool goes down to its floor: an idle reading that keeps workers names its signal.
         return "ScaleDownIdle", "no runnable or running jobs"
     direction = "ScaleUp" if out.desired > current else "ScaleDown"
     return f"{direction}{_SIGNAL_TOKENS[winner.signal]}", why
@@ -294,7 +341,7 @@ def _explain(stage: _Combined, out: _Outcome) -> tuple[str, str]:
 # Signal -> the word in its reason token (ScaleUpAge, ScaleDownUtilisation, ...).
 _SIGNAL_TOKENS = {
     "age": "Age", "drain": "Drain", "depth": "Depth", "util": "Utilisation", "cpu": "CPU", "zero": "FromZero",
-    "saturation": "Saturation",
+    "saturation": "Saturation", "due": "ComingDue",
 }
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .config import PoolPolicy
+from .economics import LONGEST_HOLD
 from .smoothing import record, record_change
 from .types import History, KneeState, LoadSample, ScaleChange, ThroughputSample, TimedCount
 
@@ -25,7 +26,8 @@ def history_to_dict(history: History) -> dict[str, Any]:
         "load": [list(s) for s in history.load],
         "knee": {"samples": [list(s) for s in history.knee.samples],
                  "backlog_since": history.knee.backlog_since, "held_at": history.knee.held_at,
-                 "held_since": history.knee.held_since},
+                 "held_since": history.knee.held_since,
+                 "durations": [list(s) for s in history.knee.durations]},
     }
 
 
@@ -41,7 +43,8 @@ def history_from_dict(data: Mapping[str, Any] | None) -> History:
             load=tuple(LoadSample(*s) for s in data.get("load", ())),
             knee=KneeState(samples=tuple(ThroughputSample(*s) for s in knee.get("samples", ())),
                            backlog_since=knee.get("backlog_since"), held_at=knee.get("held_at"),
-                           held_since=knee.get("held_since")),
+                           held_since=knee.get("held_since"),
+                           durations=tuple(ThroughputSample(*s) for s in knee.get("durations", ()))),
         )
     except (TypeError, ValueError, AttributeError):
         return History()
@@ -53,7 +56,8 @@ def with_external_change(history: History | None, policy: PoolPolicy, now: float
     history = history or History()
     if workers == current:
         return history
-    keep = max(policy.behavior.down_window, policy.behavior.up_window)
+    down = LONGEST_HOLD if policy.behavior.down_window is None else policy.behavior.down_window
+    keep = max(down, policy.behavior.up_window)
     return History(
         seeded=True,
         recommendations=record(history.recommendations, now, workers, keep),

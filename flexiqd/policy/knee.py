@@ -15,6 +15,17 @@ sample there that does better moves the knee up one and the next step may be
 tried at once; one that does not confirms the knee for another interval.  A
 knee with no sample for ``sample_max_age`` is forgotten: whatever was shared
 may have changed since.
+
+An undeclared dependency shows first as job durations rising with the number
+of busy workers, before the completion rate flattens.  So every decision
+also records, while jobs wait (every slot busy, so busy workers / p50 is
+what they can do), the p50 duration per busy worker count -- from the first
+tick of a backlog, not after ``settle_time``; a count whose jobs take more than ``EARLY_DURATION_RISE`` longer than
+at a smaller count, and whose workers together complete less than
+``EARLY_EFFICIENCY`` of what the extra workers would add at the smaller
+count's pace (workers / p50, Little's law), holds the pool at the smaller
+count at once -- without waiting for ``settle_time`` -- and the re-probe works
+as above.
 """
 
 from __future__ import annotations
@@ -23,6 +34,44 @@ from dataclasses import replace
 
 from .config import KneeConfig
 from .types import KneeState, Observation, ThroughputSample
+
+# The duration rule's thresholds: the workers added past a smaller count must
+# add at least this share of what they would at that count's pace...
+EARLY_EFFICIENCY = 0.5
+# ...judged only when the p50 rose by more than this (a p50 over one rate
+# window moves by a few tens of percent with the job mix alone).
+EARLY_DURATION_RISE = 0.5
+# ...and only from a p50 over at least this many completions.
+EARLY_MIN_COMPLETIONS = 100
+
+# The throughput rule samples only a rate window with at least this many
+# completions: the p50 of a dozen minute-long jobs swings by more than
+# ``max_duration_rise`` from one window to the next.
+MIN_COMPLETIONS = 30
+
+
+def duration_knee(samples: tuple[ThroughputSample, ...], sample: ThroughputSample, config: KneeConfig) -> int | None:
+    """The count to hold at when ``sample``'s durations show a hidden ceiling (None: they do not).
+
+    Compares ``sample`` (n workers, p50 D(n)) with every smaller count m:
+    the pace of n workers is n / D(n); at m's pace the n - m extra workers
+    would add (n - m) / D(m).  When D(n) > D(m) x (1 + EARLY_DURATION_RISE)
+    and the gain n / D(n) - m / D(m) is below ``EARLY_EFFICIENCY`` of that,
+    the ceiling lies between: hold at the best such m (the most jobs/s).
+    """
+    worse = []
+    for smaller in samples:
+        if smaller.workers >= sample.workers or smaller.duration_p50 <= 0:
+            continue
+        if sample.duration_p50 <= smaller.duration_p50 * (1 + EARLY_DURATION_RISE):
+            continue
+        gain = sample.workers / sample.duration_p50 - smaller.workers / smaller.duration_p50
+        extra = (sample.workers - smaller.workers) / smaller.duration_p50
+        if gain < EARLY_EFFICIENCY * extra:
+            worse.append(smaller)
+    if not worse:
+        return None
+    return max(worse, key=lambda kept: (kept.workers / kept.duration_p50, -kept.workers)).workers
 
 
 def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: float, busy: float) -> KneeState:
@@ -37,12 +86,25 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         newest = max((kept.at for kept in state.samples), default=None)
         if newest is None or now - newest > config.sample_max_age:
             state = replace(state, held_at=None, held_since=None)
+    workers = round(busy / obs.concurrency)
+    finished = (metrics.completion_rate or 0.0) * (metrics.rate_window or 0.0)
+    if metrics.runnable_depth > 0 and metrics.duration_p50 and workers >= 1 and finished >= EARLY_MIN_COMPLETIONS:
+        observed = ThroughputSample(workers, metrics.completion_rate or 0.0, metrics.duration_p50, now)
+        kept = tuple(d for d in state.durations if d.workers != workers and now - d.at <= config.sample_max_age)
+        state = replace(state, durations=tuple(sorted(kept + (observed,))))
+        if state.held_at is None or workers > state.held_at:
+            # Found early, or lowered when a count above the held one shows its durations rising.
+            early = duration_knee(kept, observed, config)
+            if early is not None and (state.held_at is None or early < state.held_at or workers > state.held_at):
+                state = replace(state, held_at=early, held_since=now)
     if metrics.runnable_depth == 0:
         return replace(state, backlog_since=None)
     if state.backlog_since is None:
         return replace(state, backlog_since=now)
     if now - state.backlog_since < config.settle_time or not metrics.completion_rate or not metrics.duration_p50:
         return state
+    if finished < MIN_COMPLETIONS:
+        return state  # a p50 of a handful of long jobs is noise, not a knee
     workers = round(busy / obs.concurrency)
     if workers < 1:
         return state

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .config import PoolPolicy
+from .economics import lead_time, start_cost
 from .types import LoadSample, Observation, PoolMetrics, SignalRecommendation
 
 # When the oldest job is already close to (or past) its target, the backlog
@@ -30,9 +31,11 @@ MIN_SLACK_FRACTION = 0.25
 ESTIMATION_HORIZON = 300.0
 
 # Running jobs are averaged over this long for the utilisation signal: at one
-# instant the count swings with every start and end, and a down window that
-# keeps the highest recommendation would keep the highest swing.
-UTILISATION_WINDOW = 120.0
+# instant the count swings with every start and end.  Short, so that it
+# describes now: a 120 s mean read a pool idle for a minute as busy.  The mean
+# is compared with the slots of the same samples, and an idle pool (nothing
+# running, nothing runnable) is idle whatever the window says.
+UTILISATION_WINDOW = 30.0
 
 # Recommendations are ceilings of float arithmetic; this absorbs rounding noise
 # so that exactly 3 workers' worth of load does not become 4.
@@ -68,33 +71,92 @@ def mean_running(load: tuple[LoadSample, ...], window: float | None) -> float:
     return sum(sample.running for sample in samples) / len(samples) if samples else 0.0
 
 
-def per_worker_throughput(metrics: PoolMetrics, concurrency: int, load: tuple[LoadSample, ...]) -> float | None:
-    """Jobs/s one fully busy worker completes, or None when nothing is known yet.
+def job_duration(metrics: PoolMetrics, load: tuple[LoadSample, ...], floor: float = 0.0) -> float | None:
+    """The mean job duration, seconds, from what the workers are doing now; None when nothing tells.
 
-    Little's law: mean running jobs / completion rate is the mean job
-    duration, both averaged over the samples of the last
-    ``ESTIMATION_HORIZON``; one worker completes concurrency / mean duration
-    jobs/s.  Averaging running over the same samples keeps a fleet that just
-    grew from passing for slower jobs.  Before anything has completed,
-    concurrency / p50 stands in.
+    Little's law over the last ``ESTIMATION_HORIZON`` (mean running jobs /
+    mean completion rate: the mean duration, steady over minute-long jobs),
+    kept within what the jobs themselves show: never longer than the
+    slowest plausible duration of this moment (the p95 of the jobs just
+    finished, or twice the mean age of the jobs in flight, whichever is
+    longer) -- so a completion window that mostly predates a burst cannot
+    pass for slow jobs -- and never shorter than the jobs in flight have
+    already run on average.  Before anything has completed: twice the mean
+    age of the jobs in flight (jobs started evenly over a duration D are
+    D/2 old on average), but never less than ``floor`` (the lead time: a job
+    not known to finish sooner is counted as lasting at least as long as a new
+    worker takes to arrive), so the first tick of a burst does not size the
+    pool on how many milliseconds its jobs have run.
     """
     samples = [s for s in recent(load, ESTIMATION_HORIZON) if s.completion_rate is not None]
     completions = sum(s.completion_rate for s in samples)  # type: ignore[misc]
     busy = sum(s.running for s in samples)
-    throughput = concurrency * completions / busy if busy > 0 else 0.0
-    if throughput > 0:  # also false when a vanishing rate underflowed to zero
-        return throughput
-    if metrics.duration_p50 and metrics.duration_p50 > 0:
-        return concurrency / metrics.duration_p50
-    return None
+    in_flight = metrics.running_age_mean if metrics.running else None
+    little = busy / completions if completions > 0 and busy > 0 else None
+    finished = finished_mean(metrics)
+    if finished is not None:
+        little = finished if little is None else min(little, max(finished, 0.0))
+    if little is not None and not math.isfinite(little):
+        little = None
+    finished = metrics.duration_p95 or metrics.duration_p50
+    ceiling = max(finished or 0.0, 2 * in_flight if in_flight else 0.0) or None
+    if little is None:
+        if metrics.duration_p50 and metrics.duration_p50 > 0:
+            little = metrics.duration_p50
+        elif in_flight is not None:
+            return max(2 * in_flight, floor) or None
+        else:
+            return None
+    if ceiling is not None:
+        little = min(little, ceiling)
+    if in_flight:
+        little = max(little, in_flight)
+    return little if little > 0 else None
+
+
+def finished_mean(metrics: PoolMetrics) -> float | None:
+    """The mean duration of the jobs just finished, from their p50 and p95 (None without both).
+
+    Job durations are skewed (a lognormal is the usual model): the mean is
+    p50 x exp(s^2 / 2) with s = ln(p95 / p50) / 1.645.  It describes the jobs
+    of the last rate window only, so it follows a change of job mix at once.
+    """
+    p50, p95 = metrics.duration_p50, metrics.duration_p95
+    if not p50 or p50 <= 0:
+        return None
+    if not p95 or p95 <= p50:
+        return p50
+    spread = math.log(p95 / p50) / 1.645
+    return p50 * math.exp(spread * spread / 2)
+
+
+def per_worker_throughput(
+    metrics: PoolMetrics, concurrency: int, load: tuple[LoadSample, ...], floor: float = 0.0
+) -> float | None:
+    """Jobs/s one fully busy worker completes (concurrency / ``job_duration``), or None when nothing is known."""
+    duration = job_duration(metrics, load, floor)
+    if duration is None:
+        return None
+    return concurrency / duration
 
 
 def base_arrival_rate(metrics: PoolMetrics, load: tuple[LoadSample, ...]) -> float:
-    """Mean arrival rate over ``ESTIMATION_HORIZON`` (this tick's rate before there is history)."""
-    rates = [s.arrival_rate for s in recent(load, ESTIMATION_HORIZON) if s.arrival_rate is not None]
+    """Median arrival rate over ``ESTIMATION_HORIZON``, never above this tick's rate.
+
+    The median, not the mean: a burst is counted once, as the backlog it
+    left; its rate fills a minority of the samples (a 10 s burst lifts a 60 s
+    rate for about a minute of the five) and would otherwise be counted again
+    as arrivals for five minutes.
+    """
+    rates = sorted(s.arrival_rate for s in recent(load, ESTIMATION_HORIZON) if s.arrival_rate is not None)
     if not rates:
         return metrics.arrival_rate or 0.0
-    return sum(rates) / len(rates)
+    middle = len(rates) // 2
+    median = rates[middle] if len(rates) % 2 else (rates[middle - 1] + rates[middle]) / 2
+    if metrics.arrival_rate is not None:
+        # A load that has fallen (a flood's end) is read as fallen at once.
+        return min(median, metrics.arrival_rate)
+    return median
 
 
 def _workers(value: float) -> int:
@@ -113,6 +175,8 @@ class SignalInputs:
     ``active``: mean active workers over the rate window (the span a CPU
     utilisation measured over that window is a mean over).
     ``arrivals``: the base arrival rate (jobs/s).
+    ``slots``: mean slots of the active workers over the same samples as ``running``.
+    ``lead_time``: how long before a job reaches its target the age signal acts.
     """
 
     obs: Observation
@@ -122,6 +186,19 @@ class SignalInputs:
     running: float
     active: float
     arrivals: float
+    slots: float = 0.0
+    lead_time: float = 10.0
+
+
+# An idle pool: this many samples in a row (this tick's the last) saw no job running
+# or runnable.  One instant of nothing running is common under a light load.
+IDLE_SAMPLES = 2
+
+
+def is_idle(load: tuple[LoadSample, ...]) -> bool:
+    """Whether the last ``IDLE_SAMPLES`` samples saw nothing running and nothing runnable."""
+    last = load[-IDLE_SAMPLES:]
+    return len(last) == IDLE_SAMPLES and all(s.running == 0 and s.runnable == 0 for s in last)
 
 
 def signal_inputs(obs: Observation, policy: PoolPolicy, load: tuple[LoadSample, ...]) -> SignalInputs:
@@ -129,14 +206,32 @@ def signal_inputs(obs: Observation, policy: PoolPolicy, load: tuple[LoadSample, 
     metrics = obs.metrics
     assert metrics is not None
     over_rate_window = recent(load, metrics.rate_window)
+    over_util_window = recent(load, UTILISATION_WINDOW)
+    idle = is_idle(load)
+    if idle:
+        running = 0.0
+    elif over_util_window:
+        # The window's mean, but no more than run now: a load that has fallen (a drained
+        # burst) is read as fallen at once; a rise waits for the mean.
+        mean = sum(s.running for s in over_util_window) / len(over_util_window)
+        running = min(mean, float(metrics.running))
+    else:
+        running = float(metrics.running)
+    if over_util_window:
+        slots = obs.concurrency * sum(s.active for s in over_util_window) / len(over_util_window)
+    else:
+        slots = float(obs.active * obs.concurrency)
+    lead = lead_time(policy.targets, start_cost(obs, policy.behavior))
     return SignalInputs(
         obs=obs,
         metrics=metrics,
         policy=policy,
-        throughput=per_worker_throughput(metrics, obs.concurrency, load),
-        running=mean_running(load, UTILISATION_WINDOW) if load else float(metrics.running),
+        throughput=per_worker_throughput(metrics, obs.concurrency, load, lead),
+        running=running,
         active=sum(s.active for s in over_rate_window) / len(over_rate_window) if over_rate_window else obs.active,
         arrivals=base_arrival_rate(metrics, load),
+        slots=slots,
+        lead_time=lead,
     )
 
 
@@ -156,12 +251,13 @@ def age_signal(inputs: SignalInputs) -> SignalRecommendation | None:
     age = metrics.oldest_runnable_age
     relation = ">" if age > targets.age else "<="
     seen = f"oldest job {age:.1f}s {relation} target {targets.age:.1f}s"
+    lead = inputs.lead_time
     if inputs.throughput is None:
-        if age <= targets.age - targets.lead_time:
+        if age <= targets.age - lead:
             return None
-        wanted = max(current + 1, _workers(current * age / (targets.age - targets.lead_time)))
+        wanted = max(current + 1, _workers(current * age / (targets.age - lead)))
         return SignalRecommendation("age", wanted, seen)
-    slack = max(targets.age - age - targets.lead_time, targets.age * MIN_SLACK_FRACTION)
+    slack = max(targets.age - age - lead, targets.age * MIN_SLACK_FRACTION)
     arrivals = inputs.arrivals
     wanted = _workers((arrivals + metrics.runnable_depth / slack) / inputs.throughput)
     detail = f"{seen}, {metrics.runnable_depth} runnable to start within {slack:.1f}s"
@@ -198,13 +294,18 @@ def depth_signal(inputs: SignalInputs) -> SignalRecommendation | None:
 
 
 def utilisation_signal(inputs: SignalInputs) -> SignalRecommendation | None:
-    """Workers for the running jobs (averaged over ``UTILISATION_WINDOW``) to fill the target share of the slots."""
+    """Workers for the running jobs (the mean over ``UTILISATION_WINDOW``, never more than run now) to fill
+    the target share of the slots (the mean slots over the same samples, in the detail)."""
     obs, target = inputs.obs, inputs.policy.targets.utilisation
     wanted = _workers(inputs.running / (obs.concurrency * target))
-    slots = obs.active * obs.concurrency
+    if inputs.metrics.runnable_depth > 0 and inputs.throughput is not None:
+        # Jobs waiting keep every slot busy: utilisation then reads 1.0 at any size and
+        # would add a worker per tick.  The age and drain signals size a backlog.
+        wanted = min(wanted, obs.current)
+    slots = inputs.slots
     utilisation = inputs.running / slots if slots else 0.0
     return SignalRecommendation(
-        "util", wanted, f"utilisation {utilisation:.2f} ({inputs.running:.1f}/{slots} slots), target {target:.2f}"
+        "util", wanted, f"utilisation {utilisation:.2f} ({inputs.running:.1f}/{round(slots, 1):g} slots), target {target:.2f}"
     )
 
 
@@ -243,6 +344,29 @@ def saturation_signal(inputs: SignalInputs) -> SignalRecommendation | None:
         f"all {obs.active * obs.concurrency} slots busy, {metrics.runnable_depth} runnable, no throughput known yet")
 
 
+def coming_due_signal(inputs: SignalInputs) -> SignalRecommendation | None:
+    """Workers for delayed jobs coming due soon, started before they become runnable.
+
+    ``coming_due`` jobs become runnable within ``coming_due_within``
+    seconds; workers started now are up by then, so the batch gets the whole
+    age target to start in: workers = (base arrival rate + coming due / age
+    target) / per-worker throughput.  Without a throughput estimate each
+    slot is assumed to start one job per age target (the slowest plausible
+    reading that still keeps the target).
+    """
+    metrics, policy = inputs.metrics, inputs.policy
+    if metrics.coming_due <= 0:
+        return None
+    age = policy.targets.age
+    throughput = inputs.throughput if inputs.throughput is not None else inputs.obs.concurrency / age
+    backlog = metrics.runnable_depth
+    wanted = _workers((inputs.arrivals + (metrics.coming_due + backlog) / age) / throughput)
+    return SignalRecommendation(
+        "due", wanted,
+        f"{metrics.coming_due} jobs come due within {metrics.coming_due_within:g}s, to start within {age:g}s",
+    )
+
+
 def from_zero_signal(inputs: SignalInputs) -> SignalRecommendation | None:
     """A pool with no workers and runnable jobs wants at least one."""
     depth = inputs.metrics.runnable_depth
@@ -263,6 +387,9 @@ def sustained_need(inputs: SignalInputs, raw: int) -> int:
     once the backlog is gone).  Never more than ``raw``; ``raw`` while no
     throughput is known.
     """
+    if inputs.metrics.coming_due > 0 and inputs.throughput is not None:
+        keep_up = _workers(inputs.arrivals / (inputs.throughput * inputs.policy.targets.utilisation))
+        return min(raw, keep_up)
     if inputs.metrics.runnable_depth == 0 or inputs.throughput is None:
         return raw
     keep_up = _workers(inputs.arrivals / (inputs.throughput * inputs.policy.targets.utilisation))
@@ -273,7 +400,7 @@ Signal = Callable[[SignalInputs], "SignalRecommendation | None"]
 
 # In this order: on a tie, the earlier signal is named the winner.
 SIGNALS: tuple[Signal, ...] = (age_signal, drain_signal, depth_signal, utilisation_signal, cpu_signal,
-                               saturation_signal, from_zero_signal)
+                               saturation_signal, coming_due_signal, from_zero_signal)
 
 
 def recommend_all(inputs: SignalInputs) -> tuple[SignalRecommendation, ...]:

@@ -53,7 +53,8 @@ def stabilize(
     """
     earlier_down = recommendations if down_view is None else down_view
     up = min([recommendation] + [r.workers for r in recommendations if r.at > now - behavior.up_window])
-    down = max([recommendation] + [r.workers for r in earlier_down if r.at > now - behavior.down_window])
+    down_window = behavior.down_window or 0.0  # None (the break-even hold) is resolved by the caller
+    down = max([recommendation] + [r.workers for r in earlier_down if r.at > now - down_window])
     stabilized = current
     if up > stabilized:
         stabilized = up
@@ -102,11 +103,13 @@ def rate_limit(
 
 
 def record_change(
-    changes: tuple[ScaleChange, ...], now: float, current: int, desired: int, behavior: Behavior
+    changes: tuple[ScaleChange, ...], now: float, current: int, desired: int, behavior: Behavior,
+    at_least: float = 0.0,
 ) -> tuple[ScaleChange, ...]:
-    """``changes`` plus this decision's (if any), without those older than every period."""
+    """``changes`` plus this decision's (if any), without those older than every period
+    (and than ``at_least`` seconds)."""
     periods = [limit.period for limit in (behavior.up_limit, behavior.down_limit) if limit is not None]
-    keep = max(periods, default=0.0)
+    keep = max(periods + [at_least])
     kept = tuple(change for change in changes if change.at > now - keep)
     if desired != current:
         kept += (ScaleChange(now, desired - current),)

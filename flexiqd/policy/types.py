@@ -191,13 +191,16 @@ class KneeState:
     ``backlog_since``: since when the pool has had runnable jobs at every
     decision (None: not now).  ``held_at``: the last count that still added
     throughput (None: no knee known); ``held_since``: when it was found or
-    last confirmed.
+    last confirmed.  ``durations``: the latest p50 duration per busy worker
+    count while jobs wait, from the first tick of a backlog (the early,
+    duration-based rule; the completion rate in them is for the record).
     """
 
     samples: tuple[ThroughputSample, ...] = ()
     backlog_since: float | None = None
     held_at: int | None = None
     held_since: float | None = None
+    durations: tuple[ThroughputSample, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

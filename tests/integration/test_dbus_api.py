@@ -390,11 +390,14 @@ def test_a_burst_gets_the_process_fleets_start_cost_measured(daemon, address):
     jobs = Queue(f"sqlite:///{daemon.store}")
     try:
         ids = jobs.enqueue_many([NewJob(task="flexiqd.demo.sleep", payload={"args": [0.3]})] * 40)
+        # Workers started while jobs wait are measured; a pin starts them whatever the policy thinks.
+        assert flexiqctl(address, "scale", "default", "3", "--for", "20s").returncode == 0
         cost = wait_for(lambda: status(address)["pools"]["default"]["start_cost"], 30, "a measured start cost")
         assert 0 < cost["seconds"] < 60 and cost["samples"] >= 1
         assert cost["ready"] is None  # the process fleet has no readiness of its own to report
         wait_for(lambda: all(jobs.get(i).state.value == "done" for i in ids), 60, "the burst to finish")
     finally:
+        flexiqctl(address, "unpin", "default")
         jobs.close()
 
 

@@ -130,9 +130,9 @@ KNEE_POLICY = PoolPolicy(max_workers=40, behavior=UNSMOOTHED, knee=KNEE)
 
 
 def saturated(workers: int, completion_rate: float, p50: float):
-    """A pool with a backlog whose ``workers`` are all busy (rates over a 1 s window)."""
+    """A pool with a backlog whose ``workers`` are all busy (rates over a 2 s window: 30+ completions, enough for the knee to judge)."""
     return observe(workers, runnable_depth=500, oldest_runnable_age=20.0, running=workers * 4,
-                   completion_rate=completion_rate, arrival_rate=30.0, duration_p50=p50, rate_window=1.0)
+                   completion_rate=completion_rate, arrival_rate=30.0, duration_p50=p50, rate_window=2.0)
 
 
 def knee_found():
@@ -187,3 +187,12 @@ def test_no_knee_while_more_workers_add_throughput():
 def test_no_knee_is_judged_before_the_backlog_has_lasted_the_settle_time():
     ticks = [(0.0, saturated(4, 16.0, 1.0)), (10.0, saturated(6, 16.2, 1.5))]
     assert run(KNEE_POLICY, ticks)[-1].history.knee.samples == ()
+
+
+def test_no_knee_from_a_p50_of_a_handful_of_jobs():
+    # The same readings over a 1 s window: 16 completions, too few for a p50 to mean anything.
+    def few(workers, rate, p50):
+        return observe(workers, runnable_depth=500, oldest_runnable_age=20.0, running=workers * 4,
+                       completion_rate=rate, arrival_rate=30.0, duration_p50=p50, rate_window=1.0)
+    ticks = [(float(t), few(4, 16.0, 1.0)) for t in range(0, 61, 10)] + [(70.0, few(6, 16.2, 1.5))]
+    assert run(KNEE_POLICY, ticks)[-1].history.knee.held_at is None

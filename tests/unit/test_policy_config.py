@@ -29,6 +29,8 @@ from flexiqd.policy import (
         (lambda: Targets(age=-1), "targets.age: must be in (0, inf), got -1"),
         (lambda: Targets(age=10, lead_time=10), "targets.lead_time: must be below targets.age (10), got 10"),
         (lambda: Behavior(down_window=-5), "behavior.down_window: must be in [0, inf), got -5"),
+        (lambda: Behavior(start_cost=-1), "behavior.start_cost: must be in [0, inf), got -1"),
+        (lambda: Dependency(name="db", capacity=10, start_burst=0), "dependencies.db.start_burst: must be >= 1, got 0"),
         (lambda: Behavior(tolerance=1.0), "behavior.tolerance: must be in [0, 1), got 1.0"),
         (lambda: Behavior(up_limit=RateLimit(workers=0, percent=0, period=15)),
          "behavior.up_limit: allows no change at all"),
@@ -56,7 +58,8 @@ def test_invalid_options_name_the_field_and_why(build, message):
 def test_defaults_are_valid_and_documented_values():
     policy = PoolPolicy()
     assert (policy.min_workers, policy.max_workers, policy.floor) == (1, 10, 1)
-    assert (policy.behavior.up_window, policy.behavior.down_window, policy.behavior.tolerance) == (0.0, 300.0, 0.1)
+    assert (policy.behavior.up_window, policy.behavior.down_window, policy.behavior.tolerance) == (0.0, None, 0.1)
+    assert (policy.behavior.start_cost, policy.targets.lead_time) == (1.0, None)
     assert policy.behavior.up_limit == RateLimit(workers=4, percent=100.0, period=15.0)
     assert PoolPolicy(min_workers=0).floor == 1
     assert PoolPolicy(min_workers=0, scale_to_zero=True).floor == 0

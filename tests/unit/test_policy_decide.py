@@ -67,10 +67,9 @@ def test_one_log_line_says_everything():
     decision = decide(observe(3, runnable_depth=300, oldest_runnable_age=42.0, **busy(3)),
                       PoolPolicy(max_workers=10), None, 0.0)
     line = decision.line()
-    assert line.startswith("default 3 -> 7: RateLimited: oldest job 42.0s > target 30.0s")
+    assert line.startswith("default 3 -> 10: CappedByMax: oldest job 42.0s > target 30.0s")
     assert "(age=" in line and "util=" in line
-    assert "cap max=10" in line
-    assert line.endswith("rate up)")
+    assert line.endswith("cap max=10)")
     assert str(decision) == line
 
 
@@ -79,7 +78,7 @@ def test_every_stage_value_is_in_the_decision():
                       PoolPolicy(max_workers=10), None, 0.0)
     assert decision.raw_desired > decision.capped == 10
     assert decision.stabilized == 10
-    assert decision.desired == 7
+    assert decision.desired == 10  # a backlog's age is not rate limited: one step up to the cap
     assert decision.winner == "age"
     assert decision.caps == (("max", 10),)
-    assert decision.smoothing == ("rate up",)
+    assert decision.smoothing == ()

@@ -23,7 +23,8 @@ def wanting(workers: int, current: int):
 
 
 def policy(**behavior) -> PoolPolicy:
-    behavior = {**NO_LIMITS, **behavior}
+    # These tests are about the windows an operator can set; the default hold is in test_policy_economics.
+    behavior = {**NO_LIMITS, "down_window": 300.0, **behavior}
     return PoolPolicy(max_workers=50, targets=BY_DEPTH, behavior=Behavior(**behavior))
 
 
