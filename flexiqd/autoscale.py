@@ -31,7 +31,6 @@ import yaml
 
 from .config import DaemonConfig, parse_config
 from .daemon.controller import Controller
-from .daemon.scaling import decision_line
 from .errors import ConfigError
 from .fleet.base import Fleet, WorkerState
 from .fleet.process import ProcessFleet
@@ -247,9 +246,8 @@ class Autoscaler:
         if decision is None:  # the fleet could not be listed: nothing was decided
             current = self.current_workers()
             return ScaleDecision(0, 0, current, current, "stable: fleet unavailable, holding")
-        line = decision_line(decision)
-        rationale = line.split(": ", 1)[1] if ": " in line else line
         view = self.controller.views.get(self.config.pool)
+        rationale = decision.message
         metrics = view.metrics if view is not None else None
         return ScaleDecision(pending=metrics.runnable_depth if metrics else 0,
                              running=metrics.running if metrics else 0,

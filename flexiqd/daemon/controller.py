@@ -29,7 +29,7 @@ from ..config.model import DaemonConfig, PoolConfig
 from ..config.runtime import write_paused_pools
 from ..errors import ControlError, FleetError, QueueError
 from ..fleet.base import Fleet, WorkerInfo, WorkerState, instance_name, parse_instance
-from ..policy import Decision, FlexiqWindowHistory, History, Observation, PoolMetrics
+from ..policy import Decision, History, Observation, PoolMetrics
 from ..policy.economics import lead_time
 from ..queue.backend import Backend
 from ..queue.owners import owner_parts, process_exists
@@ -60,11 +60,7 @@ class PoolView:
     stats: list | None               # each queue's Stats; None when the read failed
     metrics: PoolMetrics | None = None   # all its queues together, as the policy saw them
     start_cost: StartCost | None = None  # measured; None until a worker started for work claimed
-
-    @property
-    def line(self) -> str | None:
-        """The decision's one line, as logged."""
-        return decision_line(self.decision) if self.decision is not None else None
+    line: str | None = None              # the decision's one line, as logged
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +107,6 @@ class Controller:
         self.clock = clock
         self.pid_alive = pid_alive
         self.histories: dict[str, History] = {}
-        self.flexiq_windows: dict[str, FlexiqWindowHistory] = {}
         self.start_costs = StartCosts()
         self.history_file = history or HistoryFile(None)
         self._saved_at: float | None = None
@@ -130,9 +125,8 @@ class Controller:
         for name, override in sorted(self.overrides.items()):
             log.info("Pool %s: keeping the operator's %s from before the restart.", name, _describe(override))
         self._intent_changed(save=self.overrides != loaded)
-        histories, costs, windows = self.history_file.load()
+        histories, costs = self.history_file.load()
         self.histories = {name: h for name, h in histories.items() if name in config.pools}
-        self.flexiq_windows = {name: w for name, w in windows.items() if name in config.pools}
         self.start_costs.load({name: c for name, c in costs.items() if name in config.pools})
         if self.histories:
             log.info("Keeping the decision history of pools %s from before the restart.",
@@ -148,7 +142,6 @@ class Controller:
         """
         self.config = config
         self.histories = {name: h for name, h in self.histories.items() if name in config.pools}
-        self.flexiq_windows = {name: h for name, h in self.flexiq_windows.items() if name in config.pools}
         self.start_costs.forget_pools(config.pools)
         kept = {name: o for name, o in self.overrides.items() if name in config.pools}
         if kept != self.overrides:
@@ -185,9 +178,8 @@ class Controller:
         seen = self._observe(now)
         if seen is None:
             return {}
-        decided = decide_pools(self.config, seen.observations, self.histories, self.flexiq_windows, now)
-        self.flexiq_windows = decided.windows
-        decisions = {name: self._steer(decision, now) for name, decision in decided.decisions.items()}
+        decided = decide_pools(self.config, seen.observations, self.histories, now)
+        decisions = {name: self._steer(decision, now) for name, decision in decided.items()}
         for name, decision in decisions.items():
             self._apply(self.config.pools[name], decision, seen, now)
         self.views = {name: self._view(name, decisions.get(name), seen) for name in self.config.pools
@@ -276,14 +268,18 @@ class Controller:
         return PoolView(pool=name, active=obs.active, starting=obs.starting, draining=obs.draining,
                         failed=seen.failed.get(name, 0), max_workers=self.config.pools[name].policy.max_workers,
                         decision=decision, stats=seen.stats[name], metrics=obs.metrics,
-                        start_cost=self.start_costs.estimate(name))
+                        start_cost=self.start_costs.estimate(name),
+                        line=self._line(name, decision, obs) if decision is not None else None)
+
+    def _line(self, name: str, decision: Decision, obs: Observation) -> str:
+        return decision_line(decision, obs, self.config.pools[name].policy_kind)
 
     def _save_histories(self, now: float, force: bool = False) -> None:
         if not force and self._saved_at is not None and now - self._saved_at < HISTORY_SAVE_INTERVAL:
             return
         self._saved_at = now
         self.activity = "keeping the pools' histories"
-        self.history_file.save(self.histories, self.start_costs.to_dict(), now, self.flexiq_windows)
+        self.history_file.save(self.histories, self.start_costs.to_dict(), now)
 
     def save_state(self) -> None:
         """Keep the histories now (the daemon is stopping)."""
@@ -358,7 +354,7 @@ class Controller:
         workers = seen.workers.get(pool.name, [])
         self.activity = f"resizing pool {pool.name}"
         if decision.changed:
-            line = decision_line(decision)
+            line = self._line(pool.name, decision, seen.observations[pool.name])
             log.info("%s", line)
             self.events.record(now, pool.name, decision.current, decision.desired, decision.reason, line)
             try:

@@ -14,10 +14,9 @@ policy's ``history_to_dict``) and its measured start costs, so a restart
 forgets neither a rate limit's budget nor a window::
 
     {"version": 1, "saved_at": 1764560000.0, "pools": {"default": {...}},
-     "start_costs": {"default": [[0.62, 0.41], ...]},
-     "flexiq_windows": {"legacy": {"seeded": true, "recommendations": [[1764559990.0, 3, null]]}}}
+     "start_costs": {"default": [[0.62, 0.41], ...]}}
 
-(``flexiq_windows``: the window memory of ``policy: flexiq`` pools.)
+(``policy: flexiq`` pools keep their windows in the same ``History``.)
 
 An unreadable one costs what a first start costs: the policy begins afresh.
 """
@@ -29,8 +28,7 @@ import logging
 import os
 from typing import Any, Mapping
 
-from ..policy import FlexiqWindowHistory, History
-from ..policy.types import TimedCount
+from ..policy import History
 from ..policy.history import history_from_dict, history_to_dict
 from .overrides import Override
 
@@ -116,26 +114,10 @@ def write_private_json(path: str, document: Any) -> bool:
         return False
 
 
-def histories_document(histories: Mapping[str, History], start_costs: Mapping[str, Any], now: float,
-                       windows: Mapping[str, FlexiqWindowHistory] | None = None) -> dict:
+def histories_document(histories: Mapping[str, History], start_costs: Mapping[str, Any], now: float) -> dict:
     return {"version": VERSION, "saved_at": now,
             "pools": {name: history_to_dict(h) for name, h in sorted(histories.items())},
-            "start_costs": dict(start_costs),
-            "flexiq_windows": {name: {"seeded": w.seeded, "recommendations": [list(r) for r in w.recommendations]}
-                               for name, w in sorted((windows or {}).items())}}
-
-
-def windows_from_document(data: object) -> dict[str, FlexiqWindowHistory]:
-    """The flexiq pools' window memory; a malformed entry is left out (that pool starts afresh)."""
-    windows = {}
-    for name, entry in (data.items() if isinstance(data, dict) else ()):
-        try:
-            windows[str(name)] = FlexiqWindowHistory(
-                seeded=bool(entry.get("seeded", False)),
-                recommendations=tuple(TimedCount(*r) for r in entry.get("recommendations", ())))
-        except (TypeError, ValueError, AttributeError):
-            continue
-    return windows
+            "start_costs": dict(start_costs)}
 
 
 class HistoryFile:
@@ -144,31 +126,30 @@ class HistoryFile:
     def __init__(self, path: str | None) -> None:
         self.path = path
 
-    def load(self) -> tuple[dict[str, History], dict, dict[str, FlexiqWindowHistory]]:
+    def load(self) -> tuple[dict[str, History], dict]:
         """(histories by pool, start-cost samples, flexiq pools' windows) a previous daemon kept;
         empty when none."""
         if not self.path:
-            return {}, {}, {}
+            return {}, {}
         try:
             with open(self.path, encoding="utf-8") as handle:
                 data = json.load(handle)
         except FileNotFoundError:
-            return {}, {}, {}
+            return {}, {}
         except OSError as exc:
             log.warning("Starting every pool's history afresh: cannot read %s: %s", self.path, exc.strerror)
-            return {}, {}, {}
+            return {}, {}
         except ValueError as exc:
             log.warning("Starting every pool's history afresh: %s is damaged (%s).", self.path, exc)
-            return {}, {}, {}
+            return {}, {}
         if not isinstance(data, dict) or data.get("version") != VERSION or not isinstance(data.get("pools"), dict):
             log.warning("Starting every pool's history afresh: %s is not a version %d history file.",
                         self.path, VERSION)
-            return {}, {}, {}
+            return {}, {}
         histories = {str(name): history_from_dict(entry) for name, entry in data["pools"].items()}
         costs = data.get("start_costs")
-        return histories, costs if isinstance(costs, dict) else {}, windows_from_document(data.get("flexiq_windows"))
+        return histories, costs if isinstance(costs, dict) else {}
 
-    def save(self, histories: Mapping[str, History], start_costs: Mapping[str, Any], now: float,
-             windows: Mapping[str, FlexiqWindowHistory] | None = None) -> None:
+    def save(self, histories: Mapping[str, History], start_costs: Mapping[str, Any], now: float) -> None:
         if self.path:
-            write_private_json(self.path, histories_document(histories, start_costs, now, windows))
+            write_private_json(self.path, histories_document(histories, start_costs, now))

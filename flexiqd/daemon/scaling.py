@@ -15,31 +15,22 @@ import dataclasses
 from typing import Mapping, Sequence
 
 from ..config.model import DaemonConfig, PoolConfig
-from ..policy import (Decision, FlexiqWindowHistory, History, Observation, PoolDemand, PoolMetrics,
-                      compute_desired_workers_windowed, decide, share_dependencies)
+from ..policy import Decision, History, Observation, PoolDemand, PoolMetrics, decide, share_dependencies
 from ..policy.caps import apply_caps, cap_reason, collect_caps
 from ..policy.config import PoolPolicy
+from ..policy.flexiq_compat import decide_flexiq, flexiq_log_line
 from ..policy.history import with_external_change
 from ..policy.sharing import DependencyCap
-from ..policy.types import CapValue, KneeState, SignalRecommendation
+from ..policy.types import KneeState
 
-#: The signal name of a decision made by flexiq's formula.
+#: The `policy:` of pools sized by flexiq's formula.
 FLEXIQ = "flexiq"
 #: Reasons of decisions an operator made (see ``overrides``).
 OPERATOR_REASONS = frozenset({"Pinned", "Paused"})
 
 
-@dataclasses.dataclass(frozen=True)
-class Decided:
-    """Every pool's decision of one tick, and the flexiq pools' window memory to keep."""
-
-    decisions: dict[str, Decision]
-    windows: dict[str, FlexiqWindowHistory]
-
-
 def decide_pools(config: DaemonConfig, observations: Mapping[str, Observation],
-                 histories: Mapping[str, History], windows: Mapping[str, FlexiqWindowHistory],
-                 now: float) -> Decided:
+                 histories: Mapping[str, History], now: float) -> dict[str, Decision]:
     """Decide every configured pool that was observed; dependencies are shared among all of them.
 
     Each pool's demand (what it would keep or reach, within its bounds) is shared
@@ -48,15 +39,17 @@ def decide_pools(config: DaemonConfig, observations: Mapping[str, Observation],
     """
     pools = [pool for pool in config.pools.values() if pool.name in observations]
     demands, held = [], []
-    flexiq: dict[str, tuple[int, str, FlexiqWindowHistory | None]] = {}
+    flexiq: dict[str, Decision] = {}
     for pool in pools:
         obs = observations[pool.name]
+        if pool.policy_kind == FLEXIQ:
+            # flexiq's formula and windows need no share to decide; the caps come after.
+            flexiq[pool.name] = decide_flexiq(obs, pool.policy, pool.flexiq, histories.get(pool.name), now)
         if obs.metrics is None:
             held.append(PoolDemand(pool=pool.name, workers=obs.current, uses=pool.policy.dependencies))
             continue
         if pool.policy_kind == FLEXIQ:
-            flexiq[pool.name] = _flexiq_formula(pool, obs.metrics, obs.current, windows.get(pool.name), now)
-            wanted = flexiq[pool.name][0]
+            wanted = flexiq[pool.name].desired
         else:
             # Stages 1-2 only matter here (the signals' raw count): decided again under its share below.
             wanted = decide(obs, pool.policy, histories.get(pool.name), now).raw_desired
@@ -65,77 +58,37 @@ def decide_pools(config: DaemonConfig, observations: Mapping[str, Observation],
     shares = share_dependencies(list(config.dependencies.values()), demands, held)
 
     decisions: dict[str, Decision] = {}
-    kept: dict[str, FlexiqWindowHistory] = {}
     for pool in pools:
         obs = observations[pool.name]
-        history = histories.get(pool.name) or History()
         if pool.policy_kind != FLEXIQ:
-            decisions[pool.name] = decide(obs, pool.policy, history, now, shares.get(pool.name))
-        elif pool.name not in flexiq:
-            decisions[pool.name] = _flexiq_hold(pool, obs, history)
-            if pool.name in windows:
-                kept[pool.name] = windows[pool.name]
+            decisions[pool.name] = decide(obs, pool.policy, histories.get(pool.name) or History(), now,
+                                          shares.get(pool.name))
+        elif obs.metrics is None:
+            decisions[pool.name] = flexiq[pool.name]  # holds: nothing to cap
         else:
-            wanted, rationale, window = flexiq.pop(pool.name)
-            decisions[pool.name] = _flexiq_decision(pool, obs, wanted, rationale, history,
-                                                    shares.get(pool.name), now)
-            if window is not None:
-                kept[pool.name] = window
-    return Decided(decisions=decisions, windows=kept)
+            decisions[pool.name] = _under_caps(pool, obs, flexiq[pool.name], shares.get(pool.name), now)
+    return decisions
 
 
-def _flexiq_formula(pool: PoolConfig, metrics: PoolMetrics, current: int,
-                    window: FlexiqWindowHistory | None, now: float) -> tuple[int, str, FlexiqWindowHistory]:
-    """flexiq's formula and windows, minus its defects: runnable jobs only."""
-    options, policy = pool.flexiq, pool.policy
-    result = compute_desired_workers_windowed(
-        metrics.runnable_depth, metrics.running, current, now=now, history=window,
-        scale_up_window=options.scale_up_window, scale_down_window=options.scale_down_window,
-        min_workers=policy.min_workers, max_workers=policy.max_workers,
-        target_queue_depth_per_worker=options.target_queue_depth_per_worker,
-        target_utilisation=options.target_utilisation, concurrency_per_worker=pool.concurrency,
-        tolerance=options.tolerance)
-    return result.desired_workers, result.rationale, result.history
-
-
-def _flexiq_decision(pool: PoolConfig, obs: Observation, wanted: int, rationale: str,
-                     history: History, share: DependencyCap | None, now: float) -> Decision:
+def _under_caps(pool: PoolConfig, obs: Observation, decision: Decision, share: DependencyCap | None,
+                now: float) -> Decision:
     """flexiq's count under the same ceilings as every pool: max_workers and the dependency shares
     (then its min_workers, as flexiqd's floor comes after the caps)."""
-    current = obs.current
     caps = collect_caps(obs, pool.policy, KneeState(), share, now)
-    capped, binding = apply_caps(wanted, caps)
+    capped, binding = apply_caps(decision.desired, caps)
     desired = max(capped, pool.policy.min_workers)
-    if binding is not None and desired < wanted:
-        reason = cap_reason(binding)
-        message = f"{rationale}; capped by {binding.cap}={binding.workers}"
-    else:
-        binding = None
-        reason = "ScaleUp" if desired > current else "ScaleDown" if desired < current else "Stable"
-        message = rationale
-    if binding is None and desired == pool.policy.max_workers and desired > current:
-        binding = CapValue("max", pool.policy.max_workers)
-    return Decision(
-        pool=pool.name, current=current, desired=desired, raw_desired=wanted, capped=capped,
-        stabilized=wanted, reason=reason, message=message,
-        recommendations=(SignalRecommendation(FLEXIQ, wanted, rationale),), winner=FLEXIQ, caps=caps,
-        binding_cap=binding, smoothing=(),
-        history=with_external_change(history, pool.policy, now, current, desired))
+    if binding is None or desired >= decision.desired:
+        return dataclasses.replace(decision, caps=caps)
+    return dataclasses.replace(
+        decision, desired=desired, capped=capped, caps=caps, binding_cap=binding, reason=cap_reason(binding),
+        message=f"{decision.message}; capped by {binding.cap}={binding.workers}")
 
 
-def _flexiq_hold(pool: PoolConfig, obs: Observation, history: History) -> Decision:
-    current = obs.current
-    return Decision(
-        pool=pool.name, current=current, desired=current, raw_desired=current, capped=current,
-        stabilized=current, reason="HoldMetricsUnavailable", message="stable: metrics unavailable, holding",
-        recommendations=(), winner=FLEXIQ, caps=(CapValue("max", pool.policy.max_workers),),
-        binding_cap=None, smoothing=(), history=history)
-
-
-def decision_line(decision: Decision) -> str:
-    """The decision's one log line: flexiq's own wording for its formula, else ``Decision.line``."""
-    if decision.winner == FLEXIQ and decision.reason not in OPERATOR_REASONS:
-        return f"{decision.pool} {decision.current} -> {decision.desired}: {decision.message}"
+def decision_line(decision: Decision, observation: Observation | None = None, policy_kind: str = "") -> str:
+    """The decision's one log line: flexiq's own line for its formula (byte for byte, as
+    flexiq 2.1 logs it), else ``Decision.line``."""
+    if policy_kind == FLEXIQ and observation is not None and decision.reason not in OPERATOR_REASONS:
+        return flexiq_log_line(observation, decision)
     return decision.line()
 
 

@@ -8,7 +8,6 @@ import pytest
 
 from flexiqd.config import parse_config
 from flexiqd.daemon.controller import Controller, choose_victims, free_indices
-from flexiqd.daemon.scaling import decision_line
 from flexiqd.errors import QueueError
 from flexiqd.fleet.base import WorkerInfo, WorkerState
 from flexiqd.queue.types import ClaimRequest, NewJob
@@ -173,7 +172,9 @@ def test_the_flexiq_policy_reproduces_its_rationale(backend):
     backend.enqueue([NewJob(task="t", delay=3600)] * 500, now=clock.now)  # delayed: not counted
     decision = controller.tick()["default"]
     assert decision.desired == 10
-    assert decision_line(decision) == "default 1 -> 10: scale-up: depth=10 util=0 overload=False"
+    # The line flexiq 2.1 logs for the same inputs, byte for byte.
+    assert controller.views["default"].line == \
+        "autoscale: pending=100 running=0 workers=1 -> 10 (scale-up: depth=10 util=0 overload=False)"
 
 
 def test_status_line_summarises_each_pool(backend):
@@ -510,7 +511,7 @@ def test_a_restart_keeps_a_flexiq_pools_windows(backend, tmp_path):
     controller.tick()
     controller.save_state()
     again, _, _ = _history_controller(backend, tmp_path, text, clock=clock)
-    assert again.flexiq_windows == controller.flexiq_windows and again.flexiq_windows["default"].seeded
+    assert again.histories == controller.histories and again.histories["default"].seeded
 
 
 def test_a_damaged_history_file_starts_afresh_in_one_line(backend, tmp_path, caplog):
@@ -559,7 +560,7 @@ def test_a_flexiq_pool_keeps_to_dependency_shares_and_counts_against_them(backen
     assert decisions["legacy"].desired + decisions["modern"].desired <= 6
     if legacy_reason == "CappedByDependency":
         assert decisions["legacy"].binding_cap.cap == "dependency:db"
-        assert decision_line(decisions["legacy"]).endswith(f"; capped by dependency:db={legacy}")
+        assert decisions["legacy"].message.endswith(f"; capped by dependency:db={legacy}")
 
 
 # -- work coming due -------------------------------------------------------------------------------
@@ -596,10 +597,10 @@ def test_decide_pools_shares_a_dependency_between_the_two_policies(legacy, moder
 
     config = parse_config(FLEXIQ_AND_FLEXIQD, "test.yaml")
     observations = {"legacy": _observation("legacy", *legacy), "modern": _observation("modern", *modern)}
-    decided = decide_pools(config, observations, {}, {}, 1000.0)
-    got = {name: (d.desired, d.reason) for name, d in decided.decisions.items()}
+    decided = decide_pools(config, observations, {}, 1000.0)
+    got = {name: (d.desired, d.reason) for name, d in decided.items()}
     assert got == expected
     assert sum(desired for desired, _ in got.values()) <= 6
-    for name, decision in decided.decisions.items():
+    for name, decision in decided.items():
         if decision.reason != "HoldMetricsUnavailable":
             assert decision.desired <= dict(decision.caps)["dependency:db"]  # each policy under its share

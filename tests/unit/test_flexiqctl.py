@@ -170,7 +170,7 @@ def test_status_document_from_the_controllers_view(tmp_path):
                         smoothing=(), history=History())
     view = PoolView(pool="default", active=2, starting=1, draining=1, failed=0, max_workers=6,
                     decision=decision, stats=[stats], metrics=combine_metrics([stats]),
-                    start_cost=StartCost(seconds=0.62, ready=0.41, samples=9))
+                    start_cost=StartCost(seconds=0.62, ready=0.41, samples=9), line=decision.line())
     doc = status_document(config, "/etc/flexiqd/flexiqd.yaml", None, {"default": view},
                           {"default": Override(pinned=4, until=NOW + 60)}, NOW)
     json.dumps(doc)  # it travels as JSON
