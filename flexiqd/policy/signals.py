@@ -124,7 +124,8 @@ def finished_mean(metrics: PoolMetrics) -> float | None:
 
     Job durations are skewed (a lognormal is the usual model): the mean is
     p50 x exp(s^2 / 2) with s = ln(p95 / p50) / 1.645.  It describes the jobs
-    of the last rate window only, so it follows a change of job mix at once.
+    the store's percentiles cover (the latest completions, at most a few
+    minutes old), so it follows a change of job mix within minutes.
     """
     p50, p95 = metrics.duration_p50, metrics.duration_p95
     if not p50 or p50 <= 0:
