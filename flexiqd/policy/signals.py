@@ -80,8 +80,13 @@ def job_duration(metrics: PoolMetrics, load: tuple[LoadSample, ...], floor: floa
     slowest plausible duration of this moment (the p95 of the jobs just
     finished, or twice the mean age of the jobs in flight, whichever is
     longer) -- so a completion window that mostly predates a burst cannot
-    pass for slow jobs -- and never shorter than the jobs in flight have
-    already run on average.  Before anything has completed: twice the mean
+    pass for slow jobs -- and, while no finished job's duration is known,
+    never shorter than the jobs in flight have already run on average.  Once
+    durations are known the jobs in flight are no floor: they are the long
+    ones (a job is caught running in proportion to its length), so their mean
+    age is the mean duration x (1 + CV^2) / 2 -- above the mean whenever
+    durations vary more than their mean (a 10 % tail of 20 s jobs among
+    0.5 s ones: mean 3.3 s, running for 20 s on average).  Before anything has completed: twice the mean
     age of the jobs in flight (jobs started evenly over a duration D are
     D/2 old on average), but never less than ``floor`` (the lead time: a job
     not known to finish sooner is counted as lasting at least as long as a new
@@ -109,7 +114,7 @@ def job_duration(metrics: PoolMetrics, load: tuple[LoadSample, ...], floor: floa
             return None
     if ceiling is not None:
         little = min(little, ceiling)
-    if in_flight:
+    if in_flight and not metrics.duration_p50:
         little = max(little, in_flight)
     return little if little > 0 else None
 
@@ -119,7 +124,8 @@ def finished_mean(metrics: PoolMetrics) -> float | None:
 
     Job durations are skewed (a lognormal is the usual model): the mean is
     p50 x exp(s^2 / 2) with s = ln(p95 / p50) / 1.645.  It describes the jobs
-    of the last rate window only, so it follows a change of job mix at once.
+    the store's percentiles cover (the latest completions, at most a few
+    minutes old), so it follows a change of job mix within minutes.
     """
     p50, p95 = metrics.duration_p50, metrics.duration_p95
     if not p50 or p50 <= 0:

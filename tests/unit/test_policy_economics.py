@@ -247,6 +247,20 @@ def test_before_anything_finishes_the_jobs_in_flight_bound_the_duration():
     assert {job_duration(m, (), floor=2.5) for m in early} == {2.5}
 
 
+@pytest.mark.parametrize("p50, p95, age, duration", [
+    # Durations known: the jobs in flight are the long ones (caught running in proportion to
+    # their length), so their mean age is no floor -- 0.5 s jobs with a tail of 20 s ones run
+    # 20 s on average while the mean duration is about 3 s.
+    (0.5, 20.0, 20.0, finished_mean(metrics(duration_p50=0.5, duration_p95=20.0))),
+    (2.0, 2.0, 30.0, 2.0),
+    # No duration known yet: what the jobs in flight have run is still a floor.
+    (None, None, 5.0, 10.0),
+])
+def test_the_jobs_in_flight_are_no_floor_once_durations_are_known(p50, p95, age, duration):
+    m = metrics(running=8, completion_rate=None, duration_p50=p50, duration_p95=p95, running_age_mean=age)
+    assert job_duration(m, ()) == pytest.approx(duration)
+
+
 def test_the_first_step_of_a_burst_does_not_depend_on_milliseconds():
     policy = PoolPolicy(max_workers=8, targets=Targets(age=5))
     steps = set()
