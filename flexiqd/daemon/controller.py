@@ -197,7 +197,7 @@ class Controller:
         except FleetError as exc:
             log.warning("Holding every pool: cannot list workers: %s", exc)
             return None
-        busy = self.release_dead_workers(now, {w.pid for w in workers
+        busy = self._release_dead_workers(now, {w.pid for w in workers
                                                if w.pid and w.state is not WorkerState.FAILED})
         self._maintain(now)
         failed = collections.Counter(w.pool for w in workers if w.state is WorkerState.FAILED)
@@ -386,8 +386,15 @@ class Controller:
 
     # -- workers that died --------------------------------------------------------------------
 
-    def release_dead_workers(self, now: float | None = None,
-                             live_pids: set[int] | frozenset[int] = frozenset()) -> dict[str, int]:
+    def release_dead_workers(self) -> dict[str, int]:
+        """``_release_dead_workers`` on its own, between ticks (what a unit change wakes)."""
+        try:
+            return self._release_dead_workers(self.clock())
+        finally:
+            self.activity = None
+
+    def _release_dead_workers(self, now: float,
+                              live_pids: set[int] | frozenset[int] = frozenset()) -> dict[str, int]:
         """Release at once the leases of this host's workers whose process is gone.
 
         Covers a worker unit that failed, one that systemd restarted on its own
@@ -396,7 +403,6 @@ class Controller:
         checks), so the daemon runs it the moment systemd reports a unit change.
         Returns running jobs per live instance (for choosing idle workers to stop).
         """
-        now = self.clock() if now is None else now
         self.activity = "reading the lease owners"
         try:
             owners = self.backend.lease_owners()

@@ -163,10 +163,9 @@ class Daemon:
         seconds = time.monotonic() - running[0]
         if seconds < BLOCKED_AFTER:
             return None
-        what = running[1]
-        if what == "tick" and self.controller is not None:
-            what = self.controller.activity or "tick"
-        return seconds, what
+        # The controller says which step of its job blocks (whose jobs it was releasing, say).
+        activity = self.controller.activity if self.controller is not None else None
+        return seconds, activity or running[1]
 
     async def _heartbeat(self) -> None:
         """Keep the watchdog while the loop runs, and say in STATUS= when a tick is blocked."""

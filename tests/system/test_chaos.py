@@ -161,8 +161,19 @@ def test_ten_thousand_jobs_through_kills_restarts_reloads_and_scale_in(sandbox: 
             sandbox.wait_for(lambda: _job_states(sandbox).get("queued", 0) == 0, 120, interval=0.5,
                              what="the wave to be claimed")
             time.sleep(3)  # an idle gap: the pool scales in while the long jobs still run
-        sandbox.wait_for(lambda: _job_states(sandbox).get("done", 0) == total, 180, interval=1,
-                         what=f"all {total} jobs to be done")
+        seen: list[dict[str, int]] = [{}]
+
+        def all_done() -> bool:
+            seen[0] = _job_states(sandbox)
+            return seen[0].get("done", 0) == total
+
+        try:
+            sandbox.wait_for(all_done, 180, interval=1, what=f"all {total} jobs to be done")
+        except Exception:
+            print("chaos: stuck at", seen[0], "after", chaos.done[-12:], chaos.errors[-5:])
+            print(sandbox.run("systemctl list-units --no-pager 'flexiq*'; journalctl -u flexiqd --no-pager "
+                              "-n 40", check=False).stdout)
+            raise
     elapsed = time.monotonic() - started
     states = _job_states(sandbox)
     verdict = judge(parse(sandbox.run(f"cat {MARKS}/*.log").stdout), chaos.killed)
