@@ -137,8 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="benchmarks")
     bench.add_argument("what", choices=["policies", "replay"],
-                       help="policies: every policy in the simulator; replay: a trace through the real "
-                            "daemon in a systemd container, beside the simulator")
+                       help="what to run: policies (every policy on every trace, in the simulator) or replay "
+                            "(a trace, time-compressed, through the real daemon and worker units in a "
+                            "throw-away systemd container, beside the simulator; needs root)")
     bench.add_argument("rest", nargs=argparse.REMAINDER)
     return parser
 
