@@ -213,9 +213,11 @@ class _ReplayFlexiqd(Flexiqd):
         self.policy = self._replay_policy
 
 
-def simulate(compressed: Trace, policy: PoolPolicy) -> RunResult:
-    """The simulator's run of the compressed trace under ``policy``."""
-    return run(compressed, realise(compressed), _ReplayFlexiqd(policy))
+def simulate(compressed: Trace, policy: PoolPolicy) -> tuple[RunResult, tuple[str, ...]]:
+    """The simulator's run of the compressed trace under ``policy``, and its decisions' lines."""
+    subject = _ReplayFlexiqd(policy)
+    result = run(compressed, realise(compressed), subject)
+    return result, tuple(subject.log)
 
 
 # --- the jobs a driver enqueues ----------------------------------------------------------------
@@ -259,7 +261,8 @@ class Recording:
     """What a replay left behind, in wall-clock seconds; the trace's time 0 is ``start``.
 
     ``worker_spans``: (starting, stopped) per worker unit activation, ``stopped``
-    None while it still ran.  ``events``: (at, previous, desired) per scale event.
+    None while it still ran.  ``events``: (at, previous, desired) per scale event;
+    ``decisions``: the same events as lines with their reasons, for reading.
     """
 
     start: float
@@ -267,6 +270,7 @@ class Recording:
     jobs: tuple[JobRecord, ...]
     worker_spans: tuple[tuple[float, float | None], ...]
     events: tuple[tuple[float, int, int], ...]
+    decisions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -412,6 +416,8 @@ class ReplayResult:
     jobs: int
     simulated: Row
     measured: Row
+    simulated_decisions: tuple[str, ...] = ()
+    measured_decisions: tuple[str, ...] = ()
 
     def divergence(self) -> dict[str, float | None]:
         """(measured - simulated) / simulated for each figure; None where the simulation has 0."""
@@ -438,7 +444,9 @@ class ReplayResult:
     def as_dict(self) -> dict[str, Any]:
         return {"trace": self.trace, "speed": self.speed, "jobs": self.jobs,
                 "simulated": asdict(self.simulated), "measured": asdict(self.measured),
-                "divergence": self.divergence(), "within_aim": self.within_aim()}
+                "divergence": self.divergence(), "within_aim": self.within_aim(),
+                "simulated_decisions": list(self.simulated_decisions),
+                "measured_decisions": list(self.measured_decisions)}
 
 
 _COLUMNS = (("", "{:<10}"), ("worker-s", "{:>9}"), ("wait p50", "{:>8}"), ("p95", "{:>7}"), ("max", "{:>7}"),
@@ -544,7 +552,7 @@ def replay_one(trace: Trace, speed: float, machine: Any) -> ReplayResult:
     """Simulate and replay one trace; both rows in the trace's own seconds."""
     compressed = compress_trace(trace, speed)
     policy = replay_policy(compressed, speed)
-    simulated = simulate(compressed, policy)
+    simulated, simulated_decisions = simulate(compressed, policy)
     jobs = schedule(compressed)
     print(f"{PROG}: {trace.name}: {len(jobs)} jobs over {compressed.duration:g} s ...", file=sys.stderr, flush=True)
     recording = machine.replay(compressed, daemon_config(compressed, policy), daemon_config(
@@ -553,4 +561,5 @@ def replay_one(trace: Trace, speed: float, machine: Any) -> ReplayResult:
         jobs)
     measured = measure(recording, compressed.target_age)
     return ReplayResult(trace=trace.name, speed=speed, jobs=len(jobs),
-                        simulated=Row.from_result(simulated).scaled(speed), measured=measured.scaled(speed))
+                        simulated=Row.from_result(simulated).scaled(speed), measured=measured.scaled(speed),
+                        simulated_decisions=simulated_decisions, measured_decisions=recording.decisions)

@@ -110,7 +110,7 @@ def _collect(machine: Any, start: float, end: float, enqueued: list[tuple[int, f
     started = json.loads(machine.run([str(BIN / "python"), "-m", "flexiqd.sim.replay_driver", "executions",
                                       DATABASE, POOL], timeout=120).stdout)
     jobs: tuple[JobRecord, ...] = job_records(enqueued, ((int(job), at) for job, at in started))
-    events = []
+    events, decisions = [], []
     for line in machine.run(f"cat {EVENTS} 2>/dev/null || true").stdout.splitlines():
         try:
             event = json.loads(line)
@@ -118,6 +118,8 @@ def _collect(machine: Any, start: float, end: float, enqueued: list[tuple[int, f
             continue
         if event.get("pool") == POOL:
             events.append((float(event["at"]), int(event["previous"]), int(event["desired"])))
+            decisions.append(f"t={event['at'] - start:.1f}s {POOL} {event['previous']} -> {event['desired']}: "
+                             f"{event.get('reason', '')}: {event.get('rationale', '')}")
     matches = [f"MESSAGE_ID={message}" for message in _UNIT_MESSAGES]
     journal = machine.run(["journalctl", "--no-pager", "-o", "json", "--output-fields=UNIT,MESSAGE_ID",
                            "_PID=1", *matches], timeout=120).stdout
@@ -128,7 +130,8 @@ def _collect(machine: Any, start: float, end: float, enqueued: list[tuple[int, f
         except ValueError:
             continue
     spans = worker_spans(entries, f"flexiq-worker@{POOL}-")
-    return Recording(start=start, end=end, jobs=jobs, worker_spans=tuple(spans), events=tuple(events))
+    return Recording(start=start, end=end, jobs=jobs, worker_spans=tuple(spans), events=tuple(events),
+                     decisions=tuple(decisions))
 
 
 def _active_workers(machine: Any) -> list[str]:

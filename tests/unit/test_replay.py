@@ -194,5 +194,6 @@ def test_bad_arguments_get_one_line(argv, message, capsys):
 
 def test_a_small_trace_simulates_under_the_replays_policy():
     compressed = compress_trace(small_trace(), 10)
-    result = replay.simulate(compressed, replay_policy(compressed, 10))
+    result, decisions = replay.simulate(compressed, replay_policy(compressed, 10))
     assert result.completed > 0
+    assert all(line.startswith("t=") for line in decisions)
