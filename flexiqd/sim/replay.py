@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
 import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -535,17 +536,26 @@ def main(argv: Sequence[str]) -> int:
         print(f"{PROG}: cannot boot a systemd container here: {reason}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     results = []
+    # SIGTERM tears the container down as Ctrl-C does (the sandbox stops on the way out);
+    # the previous handler is restored afterwards.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         for trace in traces:
             results.append(replay_one(trace, args.speed, replay_machine))
     except replay_machine.ReplayError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return EXIT_FAILED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if args.json:
         print(json.dumps(to_json(results), indent=2))
     else:
         sys.stdout.write(format_table(results))
     return EXIT_OK
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def replay_one(trace: Trace, speed: float, machine: Any) -> ReplayResult:
@@ -555,10 +565,7 @@ def replay_one(trace: Trace, speed: float, machine: Any) -> ReplayResult:
     simulated, simulated_decisions = simulate(compressed, policy)
     jobs = schedule(compressed)
     print(f"{PROG}: {trace.name}: {len(jobs)} jobs over {compressed.duration:g} s ...", file=sys.stderr, flush=True)
-    recording = machine.replay(compressed, daemon_config(compressed, policy), daemon_config(
-        compressed, replace(policy, min_workers=compressed.workers.initial,
-                            max_workers=max(policy.max_workers, compressed.workers.initial))),
-        jobs)
+    recording = machine.replay(compressed, daemon_config(compressed, policy), jobs)
     measured = measure(recording, compressed.target_age)
     return ReplayResult(trace=trace.name, speed=speed, jobs=len(jobs),
                         simulated=Row.from_result(simulated).scaled(speed), measured=measured.scaled(speed),

@@ -61,17 +61,17 @@ def _sandbox_module() -> Any:
     return module
 
 
-def replay(compressed: Trace, config: str, initial_config: str, jobs: Sequence[ScheduledJob]) -> Recording:
+def replay(compressed: Trace, config: str, jobs: Sequence[ScheduledJob]) -> Recording:
     """Run ``jobs`` through flexiqd configured by ``config`` in a fresh container.
 
-    The daemon first runs ``initial_config`` (min_workers = the trace's initial
-    workers) until that many workers are active, then is reloaded with
-    ``config``: the trace starts with its initial workers up, as in the simulator.
+    The trace's initial workers are started as units before flexiqd, which
+    adopts them as it adopts workers after its own restart: the trace starts
+    with them up and a policy without history, as in the simulator.
     """
     sandbox = _sandbox_module()
     try:
         with sandbox.Sandbox(stop_timeout=60.0) as machine:
-            return _run(machine, compressed, config, initial_config, jobs)
+            return _run(machine, compressed, config, jobs)
     except ReplayError:
         raise
     except sandbox.SandboxCommandError as error:
@@ -84,15 +84,15 @@ def replay(compressed: Trace, config: str, initial_config: str, jobs: Sequence[S
         raise ReplayError(f"{compressed.name}: timed out: {error}") from None
 
 
-def _run(machine: Any, compressed: Trace, config: str, initial_config: str,
-         jobs: Sequence[ScheduledJob]) -> Recording:
-    _install(machine, initial_config)
+def _run(machine: Any, compressed: Trace, config: str, jobs: Sequence[ScheduledJob]) -> Recording:
+    _install(machine, config)
     initial = compressed.workers.initial
+    if initial:
+        machine.systemctl("start", *(f"flexiq-worker@{POOL}-{n}.service" for n in range(1, initial + 1)),
+                          timeout=120)
+    _start_daemon(machine)
     machine.wait_for(lambda: len(_active_workers(machine)) >= initial, timeout=120, interval=0.5,
                      what=f"{initial} worker units of pool {POOL} to be active")
-    if initial_config != config:
-        machine.write_file("/etc/flexiqd/flexiqd.yaml", config)
-        machine.systemctl("reload", DAEMON)
     machine.write_file(SCHEDULE, json.dumps([[job.enqueue_at, job.delay, job.duration] for job in jobs]))
     start = time.time() + LEAD_IN
     end = start + compressed.duration
@@ -118,8 +118,7 @@ def _collect(machine: Any, start: float, end: float, enqueued: list[tuple[int, f
             continue
         if event.get("pool") == POOL:
             events.append((float(event["at"]), int(event["previous"]), int(event["desired"])))
-            decisions.append(f"t={event['at'] - start:.1f}s {POOL} {event['previous']} -> {event['desired']}: "
-                             f"{event.get('reason', '')}: {event.get('rationale', '')}")
+            decisions.append(f"t={event['at'] - start:.1f}s {event.get('rationale', '')}")
     matches = [f"MESSAGE_ID={message}" for message in _UNIT_MESSAGES]
     journal = machine.run(["journalctl", "--no-pager", "-o", "json", "--output-fields=UNIT,MESSAGE_ID",
                            "_PID=1", *matches], timeout=120).stdout
@@ -146,7 +145,7 @@ def _unit_text(name: str) -> str:
 
 
 def _install(machine: Any, config: str) -> None:
-    """flexiqd from this checkout, as ``make demo`` installs it, started with ``config``."""
+    """flexiqd from this checkout, as ``make demo`` installs it, configured by ``config`` (not started)."""
     units = REPO / "units"
     machine.write_file("/etc/sysusers.d/flexiqd.conf", (units / "flexiqd.sysusers").read_text())
     machine.write_file("/etc/tmpfiles.d/flexiqd.conf", (units / "flexiqd.tmpfiles").read_text())
@@ -162,6 +161,9 @@ def _install(machine: Any, config: str) -> None:
         machine.write_file(f"/etc/systemd/system/{unit}.d/10-checkout.conf",
                            f"[Service]\nBindReadOnlyPaths={REPO}\n")
     machine.systemctl("daemon-reload")
+
+
+def _start_daemon(machine: Any) -> None:
     started = machine.systemctl("start", DAEMON, check=False, timeout=120)
     if started.returncode != 0:
         tail = machine.run(f"journalctl --no-pager -n 5 -o cat -u {DAEMON}", check=False).stdout.strip()
