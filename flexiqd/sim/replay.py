@@ -1,6 +1,6 @@
 """``bench replay``: a trace's jobs, time-compressed, through the real daemon on a real systemd.
 
-    flexiq bench replay --trace FILE [--trace FILE ...] [--speed K] [--json]
+    flexiq bench replay --trace FILE [--trace FILE ...] [--speed K] [--json | --markdown]
 
 Every time in the trace is divided by ``K`` (arrivals, job durations, delays,
 the age target, the tick, the workers' cold start and stop timeout), so a
@@ -477,6 +477,32 @@ def format_table(results: Sequence[ReplayResult]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def format_markdown(results: Sequence[ReplayResult]) -> str:
+    """The same comparison as Markdown: one table, two rows and a divergence row per trace."""
+    lines = ["| trace | run | worker-s | wait p50 | p95 | max | over target | scale (flaps) | started |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for result in results:
+        for label, row in (("simulated", result.simulated), ("measured", result.measured)):
+            lines.append(f"| {result.trace} | {label} | {row.worker_seconds:.0f} | {row.wait_p50:.1f} | "
+                         f"{row.wait_p95:.1f} | {row.wait_max:.1f} | {row.slo_seconds:.0f} | "
+                         f"{row.scale_events} ({row.flaps}) | {row.started} |")
+        ratios = result.divergence()
+        verdict = "within aim" if result.within_aim() else "**not within aim**"
+        lines.append(f"| {result.trace} | divergence ({verdict}) | " + " | ".join(
+            _percent(ratios[name]) for name in ("worker_seconds", "wait_p50", "wait_p95", "wait_max",
+                                                "slo_seconds", "scale_events")) + " | |")
+    return "\n".join(lines) + "\n"
+
+
+def from_json(data: dict[str, Any]) -> list[ReplayResult]:
+    """``to_json``'s output read back (to re-print recorded results)."""
+    return [ReplayResult(trace=item["trace"], speed=item["speed"], jobs=item["jobs"],
+                         simulated=Row(**item["simulated"]), measured=Row(**item["measured"]),
+                         simulated_decisions=tuple(item.get("simulated_decisions", ())),
+                         measured_decisions=tuple(item.get("measured_decisions", ())))
+            for item in data["traces"]]
+
+
 def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value:+.0%}"
 
@@ -501,7 +527,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a trace file (repeatable; e.g. flexiqd/sim/traces/steady.json)")
     parser.add_argument("--speed", type=_speed, default=DEFAULT_SPEED, metavar="K",
                         help=f"divide every time in the trace by K (default {DEFAULT_SPEED:g})")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print JSON (with both sides' decisions) instead of a table")
+    output.add_argument("--markdown", action="store_true", help="print the comparison as a Markdown table")
     return parser
 
 
@@ -549,6 +577,8 @@ def main(argv: Sequence[str]) -> int:
         signal.signal(signal.SIGTERM, previous)
     if args.json:
         print(json.dumps(to_json(results), indent=2))
+    elif args.markdown:
+        sys.stdout.write(format_markdown(results))
     else:
         sys.stdout.write(format_table(results))
     return EXIT_OK

@@ -6,7 +6,9 @@ test depends on its timings.
 
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -197,3 +199,14 @@ def test_a_small_trace_simulates_under_the_replays_policy():
     result, decisions = replay.simulate(compressed, replay_policy(compressed, 10))
     assert result.completed > 0
     assert all(line.startswith("t=") for line in decisions)
+
+
+def test_results_read_back_from_json_print_the_same_tables():
+    row = replay.Row(worker_seconds=100, wait_p50=1, wait_p95=2, wait_max=3, slo_seconds=0, scale_events=2,
+                     flaps=0, started=10)
+    results = [replay.ReplayResult("steady", 10, 10, row, replace(row, worker_seconds=110), ("t=1s a",), ())]
+    again = replay.from_json(json.loads(json.dumps(replay.to_json(results))))
+    assert again == results
+    assert replay.format_table(again) == replay.format_table(results)
+    markdown = replay.format_markdown(results)
+    assert "| steady | divergence (within aim) | +10% |" in markdown
