@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ..policy import PolicyConfigError, PoolPolicy, Targets
-from .engine import FLAP_WINDOW, run
+from .engine import FLAP_WINDOW, Snapshot, run
 from .metrics import RunResult, percentile
 from .policies import Flexiqd
 from .trace import (
@@ -197,11 +197,24 @@ def _seconds(value: float) -> str:
 
 
 class _ReplayFlexiqd(Flexiqd):
-    """flexiqd's policy in the simulator, with the replay's pool policy."""
+    """flexiqd's policy in the simulator, with the replay's pool policy.
 
-    def __init__(self, policy: PoolPolicy) -> None:
+    ``store_rates``: show the policy the rates as the store computes them
+    (events in the window over the whole window, also while the queue is younger
+    than the window) instead of the simulator's (over the time elapsed).
+    """
+
+    def __init__(self, policy: PoolPolicy, *, store_rates: bool = False) -> None:
         super().__init__()
         self._replay_policy = policy
+        self._store_rates = store_rates
+
+    def desired(self, snapshot: Snapshot) -> int:
+        if self._store_rates and 0 < snapshot.now < snapshot.rate_window:
+            share = snapshot.now / snapshot.rate_window
+            snapshot = replace(snapshot, arrival_rate=_times(snapshot.arrival_rate, share),
+                               completion_rate=_times(snapshot.completion_rate, share))
+        return super().desired(snapshot)
 
     def start(self, trace: Trace, sim: Any) -> None:
         try:
@@ -214,9 +227,16 @@ class _ReplayFlexiqd(Flexiqd):
         self.policy = self._replay_policy
 
 
-def simulate(compressed: Trace, policy: PoolPolicy) -> tuple[RunResult, tuple[str, ...]]:
-    """The simulator's run of the compressed trace under ``policy``, and its decisions' lines."""
-    subject = _ReplayFlexiqd(policy)
+def _times(rate: float | None, factor: float) -> float | None:
+    return None if rate is None else rate * factor
+
+
+def simulate(compressed: Trace, policy: PoolPolicy, *, store_rates: bool = False) -> tuple[RunResult, tuple[str, ...]]:
+    """The simulator's run of the compressed trace under ``policy``, and its decisions' lines.
+
+    ``store_rates``: with the rates as the store reports them (a diagnostic: see docs/replay.md).
+    """
+    subject = _ReplayFlexiqd(policy, store_rates=store_rates)
     result = run(compressed, realise(compressed), subject)
     return result, tuple(subject.log)
 
@@ -419,12 +439,18 @@ class ReplayResult:
     measured: Row
     simulated_decisions: tuple[str, ...] = ()
     measured_decisions: tuple[str, ...] = ()
+    #: The simulator again, shown the rates as the store computes them (a diagnostic).
+    store_rates: Row | None = None
 
-    def divergence(self) -> dict[str, float | None]:
-        """(measured - simulated) / simulated for each figure; None where the simulation has 0."""
+    def divergence(self, simulated_row: Row | None = None) -> dict[str, float | None]:
+        """(measured - simulated) / simulated for each figure; None where the simulation has 0.
+
+        Against the simulated row, or against ``simulated_row`` when given.
+        """
+        base = simulated_row or self.simulated
         out: dict[str, float | None] = {}
         for name in ("worker_seconds", "wait_p50", "wait_p95", "wait_max", "slo_seconds", "scale_events"):
-            simulated, measured = getattr(self.simulated, name), getattr(self.measured, name)
+            simulated, measured = getattr(base, name), getattr(self.measured, name)
             out[name] = None if simulated == 0 else (measured - simulated) / simulated
         return out
 
@@ -446,11 +472,13 @@ class ReplayResult:
         return {"trace": self.trace, "speed": self.speed, "jobs": self.jobs,
                 "simulated": asdict(self.simulated), "measured": asdict(self.measured),
                 "divergence": self.divergence(), "within_aim": self.within_aim(),
+                "store_rates": None if self.store_rates is None else asdict(self.store_rates),
+                "divergence_from_store_rates": None if self.store_rates is None else self.divergence(self.store_rates),
                 "simulated_decisions": list(self.simulated_decisions),
                 "measured_decisions": list(self.measured_decisions)}
 
 
-_COLUMNS = (("", "{:<10}"), ("worker-s", "{:>9}"), ("wait p50", "{:>8}"), ("p95", "{:>7}"), ("max", "{:>7}"),
+_COLUMNS = (("", "{:<18}"), ("worker-s", "{:>9}"), ("wait p50", "{:>8}"), ("p95", "{:>7}"), ("max", "{:>7}"),
             ("over target", "{:>11}"), ("scale (flaps)", "{:>13}"), ("started", "{:>7}"))
 
 
@@ -461,16 +489,15 @@ def format_table(results: Sequence[ReplayResult]) -> str:
         lines.append(f"== {result.trace}: {result.jobs} jobs at speed {result.speed:g} "
                      f"(seconds below are the trace's: measured x {result.speed:g}) ==")
         lines.append(" ".join(fmt.format(title) for title, fmt in _COLUMNS))
-        for label, row in (("simulated", result.simulated), ("measured", result.measured)):
+        for label, row in _rows(result):
             cells = [label, f"{row.worker_seconds:.0f}", f"{row.wait_p50:.1f}", f"{row.wait_p95:.1f}",
                      f"{row.wait_max:.1f}", f"{row.slo_seconds:.0f}", f"{row.scale_events} ({row.flaps})",
                      str(row.started)]
             lines.append(" ".join(fmt.format(cell) for (_, fmt), cell in zip(_COLUMNS, cells)))
-        ratios = result.divergence()
-        cells = ["diverge"] + [_percent(ratios[name]) for name in
-                               ("worker_seconds", "wait_p50", "wait_p95", "wait_max", "slo_seconds",
-                                "scale_events")] + [""]
-        lines.append(" ".join(fmt.format(cell) for (_, fmt), cell in zip(_COLUMNS, cells)))
+        for label, base in _bases(result):
+            ratios = result.divergence(base)
+            cells = [label] + [_percent(ratios[name]) for name in _FIGURES] + [""]
+            lines.append(" ".join(fmt.format(cell) for (_, fmt), cell in zip(_COLUMNS, cells)))
         verdict = "within" if result.within_aim() else "NOT within"
         lines.append(f"aim (worker-seconds and wait p95 within {DIVERGENCE_AIM:.0%}): {verdict}")
         lines.append("")
@@ -482,15 +509,16 @@ def format_markdown(results: Sequence[ReplayResult]) -> str:
     lines = ["| trace | run | worker-s | wait p50 | p95 | max | over target | scale (flaps) | started |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for result in results:
-        for label, row in (("simulated", result.simulated), ("measured", result.measured)):
+        for label, row in _rows(result):
             lines.append(f"| {result.trace} | {label} | {row.worker_seconds:.0f} | {row.wait_p50:.1f} | "
                          f"{row.wait_p95:.1f} | {row.wait_max:.1f} | {row.slo_seconds:.0f} | "
                          f"{row.scale_events} ({row.flaps}) | {row.started} |")
-        ratios = result.divergence()
-        verdict = "within aim" if result.within_aim() else "**not within aim**"
-        lines.append(f"| {result.trace} | divergence ({verdict}) | " + " | ".join(
-            _percent(ratios[name]) for name in ("worker_seconds", "wait_p50", "wait_p95", "wait_max",
-                                                "slo_seconds", "scale_events")) + " | |")
+        for label, base in _bases(result):
+            ratios = result.divergence(base)
+            if base is None:
+                label += " (within aim)" if result.within_aim() else " (**not within aim**)"
+            lines.append(f"| {result.trace} | {label} | " + " | ".join(
+                _percent(ratios[name]) for name in _FIGURES) + " | |")
     return "\n".join(lines) + "\n"
 
 
@@ -499,8 +527,27 @@ def from_json(data: dict[str, Any]) -> list[ReplayResult]:
     return [ReplayResult(trace=item["trace"], speed=item["speed"], jobs=item["jobs"],
                          simulated=Row(**item["simulated"]), measured=Row(**item["measured"]),
                          simulated_decisions=tuple(item.get("simulated_decisions", ())),
-                         measured_decisions=tuple(item.get("measured_decisions", ())))
+                         measured_decisions=tuple(item.get("measured_decisions", ())),
+                         store_rates=Row(**item["store_rates"]) if item.get("store_rates") else None)
             for item in data["traces"]]
+
+
+_FIGURES = ("worker_seconds", "wait_p50", "wait_p95", "wait_max", "slo_seconds", "scale_events")
+
+
+def _bases(result: ReplayResult) -> list[tuple[str, Row | None]]:
+    """The rows the measured one is compared with: the simulated one, then the diagnostic."""
+    bases: list[tuple[str, Row | None]] = [("measured/simulated", None)]
+    if result.store_rates is not None:
+        bases.append(("measured/store's", result.store_rates))
+    return bases
+
+
+def _rows(result: ReplayResult) -> list[tuple[str, Row]]:
+    rows = [("simulated", result.simulated), ("measured", result.measured)]
+    if result.store_rates is not None:
+        rows.insert(1, ("sim, store's rates", result.store_rates))
+    return rows
 
 
 def _percent(value: float | None) -> str:
@@ -593,10 +640,12 @@ def replay_one(trace: Trace, speed: float, machine: Any) -> ReplayResult:
     compressed = compress_trace(trace, speed)
     policy = replay_policy(compressed, speed)
     simulated, simulated_decisions = simulate(compressed, policy)
+    store_rates, _ = simulate(compressed, policy, store_rates=True)
     jobs = schedule(compressed)
     print(f"{PROG}: {trace.name}: {len(jobs)} jobs over {compressed.duration:g} s ...", file=sys.stderr, flush=True)
     recording = machine.replay(compressed, daemon_config(compressed, policy), jobs)
     measured = measure(recording, compressed.target_age)
     return ReplayResult(trace=trace.name, speed=speed, jobs=len(jobs),
                         simulated=Row.from_result(simulated).scaled(speed), measured=measured.scaled(speed),
-                        simulated_decisions=simulated_decisions, measured_decisions=recording.decisions)
+                        simulated_decisions=simulated_decisions, measured_decisions=recording.decisions,
+                        store_rates=Row.from_result(store_rates).scaled(speed))

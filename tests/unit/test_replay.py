@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import replace
 
 import pytest
@@ -201,6 +202,16 @@ def test_a_small_trace_simulates_under_the_replays_policy():
     assert all(line.startswith("t=") for line in decisions)
 
 
+def test_the_store_rates_diagnostic_shows_the_policy_lower_rates_while_the_queue_is_young():
+    compressed = compress_trace(TRACES["steady"], 10)
+    policy = replay_policy(compressed, 10)
+    plain, _ = replay.simulate(compressed, policy)
+    store, decisions = replay.simulate(compressed, policy, store_rates=True)
+    # Completions over the whole 60 s window at t=2 s look 30 times slower: more workers.
+    assert store.worker_seconds > plain.worker_seconds
+    assert decisions[0].startswith("t=2s") and "5 -> 10" in decisions[0]
+
+
 def test_results_read_back_from_json_print_the_same_tables():
     row = replay.Row(worker_seconds=100, wait_p50=1, wait_p95=2, wait_max=3, slo_seconds=0, scale_events=2,
                      flaps=0, started=10)
@@ -209,4 +220,7 @@ def test_results_read_back_from_json_print_the_same_tables():
     assert again == results
     assert replay.format_table(again) == replay.format_table(results)
     markdown = replay.format_markdown(results)
-    assert "| steady | divergence (within aim) | +10% |" in markdown
+    assert "| steady | measured/simulated (within aim) | +10% |" in markdown
+    with_diagnostic = [replace(results[0], store_rates=replace(row, worker_seconds=50))]
+    assert replay.from_json(replay.to_json(with_diagnostic)) == with_diagnostic
+    assert re.search(r"measured/store's +\+120%", replay.format_table(with_diagnostic))
