@@ -167,4 +167,5 @@ def _start_daemon(machine: Any) -> None:
     started = machine.systemctl("start", DAEMON, check=False, timeout=120)
     if started.returncode != 0:
         tail = machine.run(f"journalctl --no-pager -n 5 -o cat -u {DAEMON}", check=False).stdout.strip()
-        raise ReplayError(f"flexiqd did not start in the container: {tail.splitlines()[-1] if tail else started.stderr}")
+        last = tail.splitlines()[-1] if tail else started.stderr.strip()
+        raise ReplayError(f"flexiqd did not start in the container: {last}")

@@ -130,7 +130,8 @@ def _entry(unit, message, at):
     return {"UNIT": unit, "MESSAGE_ID": message, "__REALTIME_TIMESTAMP": str(int(at * 1e6))}
 
 
-STARTING, SUCCESS, STOPPED = replay._UNIT_STARTING, "7ad2d189f7e94e70a38c781354912448", "9d1aaa27d60140bd96365438aad20286"
+STARTING = replay._UNIT_STARTING
+SUCCESS, STOPPED = "7ad2d189f7e94e70a38c781354912448", "9d1aaa27d60140bd96365438aad20286"
 
 
 def test_worker_spans_run_from_starting_to_the_first_end_and_stay_open_while_running():
