@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -43,6 +44,8 @@ class ReplayError(Exception):
 
 def unavailable_reason() -> str | None:
     """Why no replay can run on this machine, or None when one can (it may still fail)."""
+    if os.geteuid() != 0:
+        return "the replay needs root (for systemd-nspawn, mount and nsenter)"
     if not SANDBOX_FILE.is_file():
         return f"it needs a source checkout of flexiqd ({SANDBOX_FILE} is missing)"
     if not (BIN / "flexiqd").exists():
