@@ -75,7 +75,7 @@ def main(argv: list[str]) -> int:
         return enqueue(argv[1], argv[2], argv[3], float(argv[4]))
     if len(argv) == 3 and argv[0] == "executions":
         return executions(argv[1], argv[2])
-    print(__doc__.strip().splitlines()[2:4], file=sys.stderr)
+    print("usage:\n" + "\n".join(__doc__.strip().splitlines()[2:4]), file=sys.stderr)
     return 2
 
 
