@@ -506,18 +506,18 @@ def format_table(results: Sequence[ReplayResult]) -> str:
 
 def format_markdown(results: Sequence[ReplayResult]) -> str:
     """The same comparison as Markdown: one table, two rows and a divergence row per trace."""
-    lines = ["| trace | run | worker-s | wait p50 | p95 | max | over target | scale (flaps) | started |",
+    lines = ["| trace (speed) | run | worker-s | wait p50 | p95 | max | over target | scale (flaps) | started |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for result in results:
         for label, row in _rows(result):
-            lines.append(f"| {result.trace} | {label} | {row.worker_seconds:.0f} | {row.wait_p50:.1f} | "
+            lines.append(f"| {result.trace} ({result.speed:g}) | {label} | {row.worker_seconds:.0f} | {row.wait_p50:.1f} | "
                          f"{row.wait_p95:.1f} | {row.wait_max:.1f} | {row.slo_seconds:.0f} | "
                          f"{row.scale_events} ({row.flaps}) | {row.started} |")
         for label, base in _bases(result):
             ratios = result.divergence(base)
             if base is None:
                 label += " (within aim)" if result.within_aim() else " (**not within aim**)"
-            lines.append(f"| {result.trace} | {label} | " + " | ".join(
+            lines.append(f"| {result.trace} ({result.speed:g}) | {label} | " + " | ".join(
                 _percent(ratios[name]) for name in _FIGURES) + " | |")
     return "\n".join(lines) + "\n"
 

@@ -221,7 +221,7 @@ def test_results_read_back_from_json_print_the_same_tables():
     assert again == results
     assert replay.format_table(again) == replay.format_table(results)
     markdown = replay.format_markdown(results)
-    assert "| steady | measured/simulated (within aim) | +10% |" in markdown
+    assert "| steady (10) | measured/simulated (within aim) | +10% |" in markdown
     with_diagnostic = [replace(results[0], store_rates=replace(row, worker_seconds=50))]
     assert replay.from_json(replay.to_json(with_diagnostic)) == with_diagnostic
     assert re.search(r"measured/store's +\+120%", replay.format_table(with_diagnostic))
