@@ -114,14 +114,19 @@ def _collect(machine: Any, start: float, end: float, enqueued: list[tuple[int, f
                                       DATABASE, POOL], timeout=120).stdout)
     jobs: tuple[JobRecord, ...] = job_records(enqueued, ((int(job), at) for job, at in started))
     events, decisions = [], []
-    for line in machine.run(f"cat {EVENTS} 2>/dev/null || true").stdout.splitlines():
+    read = machine.run(["cat", EVENTS], check=False)
+    if read.returncode != 0:
+        print(f"  no scale events: cannot read {EVENTS} in the container", file=sys.stderr, flush=True)
+    for line in read.stdout.splitlines():
         try:
             event = json.loads(line)
-        except ValueError:
-            continue
-        if event.get("pool") == POOL:
-            events.append((float(event["at"]), int(event["previous"]), int(event["desired"])))
-            decisions.append(f"t={event['at'] - start:.1f}s {event.get('rationale', '')}")
+            if event.get("pool") != POOL:
+                continue
+            at, previous, desired = float(event["at"]), int(event["previous"]), int(event["desired"])
+        except (ValueError, TypeError, KeyError, AttributeError):
+            continue  # a line another version of the daemon wrote differently: not an event we can count
+        events.append((at, previous, desired))
+        decisions.append(f"t={at - start:.1f}s {event.get('rationale', '')}")
     matches = [f"MESSAGE_ID={message}" for message in _UNIT_MESSAGES]
     journal = machine.run(["journalctl", "--no-pager", "-o", "json", "--output-fields=UNIT,MESSAGE_ID",
                            "_PID=1", *matches], timeout=120).stdout
