@@ -137,7 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     autoscale.add_argument("--pool", default="autoscale", help="the pool's name (unit names use it)")
 
     bench = commands.add_parser("bench", help="benchmarks")
-    bench.add_argument("what", choices=["policies"])
+    bench.add_argument("what", choices=["policies", "replay"],
+                       help="what to run: policies (every policy on every trace, in the simulator) or replay "
+                            "(a trace, time-compressed, through the real daemon and worker units in a "
+                            "throw-away systemd container, beside the simulator; needs root)")
     bench.add_argument("rest", nargs=argparse.REMAINDER)
     return parser
 
@@ -161,6 +164,10 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "autoscale":
         return _autoscale(args)
     if args.command == "bench":
+        if args.what == "replay":
+            from ..sim.replay import main as replay_main
+
+            return replay_main(args.rest)
         from ..sim.bench import main as bench_main
 
         return bench_main([args.what, *args.rest])
