@@ -44,8 +44,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from ..policy import PolicyConfigError, PoolPolicy, Targets
-from .engine import FLAP_WINDOW, Snapshot, run
+from ..policy import PoolPolicy, Targets
+from .engine import FLAP_WINDOW, run
 from .metrics import RunResult, percentile
 from .policies import Flexiqd
 from .trace import (
@@ -142,27 +142,13 @@ def unreplayable(trace: Trace) -> str | None:
 def replay_policy(compressed: Trace, speed: float) -> PoolPolicy:
     """The pool policy both the simulator and the daemon run for ``compressed``.
 
-    flexiqd's defaults with the compressed age target.  When the default lead
-    time does not fit under that target, the lead time is compressed too
-    (capped at half the target): it stands for a worker's start plus a tick,
-    both compressed here.
+    flexiqd's defaults with the compressed age target: the lead time follows
+    the target and the start cost (measured by the daemon, the trace's
+    compressed cold start in the simulator).
     """
     spec = compressed.workers
-    try:
-        targets = Targets(age=compressed.target_age)
-    except PolicyConfigError:
-        lead = min(Targets.lead_time / speed, compressed.target_age / 2)
-        targets = Targets(age=compressed.target_age, lead_time=lead)
-    return PoolPolicy(min_workers=spec.min, max_workers=spec.max, cpu_bound=spec.cpu_bound, targets=targets)
-
-
-def _explicit_lead_time(policy: PoolPolicy) -> float | None:
-    """The lead time to write into the config, None when the default applies."""
-    try:
-        Targets(age=policy.targets.age)
-    except PolicyConfigError:
-        return policy.targets.lead_time
-    return None
+    return PoolPolicy(min_workers=spec.min, max_workers=spec.max, cpu_bound=spec.cpu_bound,
+                      targets=Targets(age=compressed.target_age))
 
 
 def daemon_config(compressed: Trace, policy: PoolPolicy) -> str:
@@ -172,9 +158,6 @@ def daemon_config(compressed: Trace, policy: PoolPolicy) -> str:
     the daemon runs its own defaults (whatever a newer policy makes them).
     """
     targets = f"age: {_seconds(policy.targets.age)}"
-    lead = _explicit_lead_time(policy)
-    if lead is not None:
-        targets += f", lead_time: {_seconds(lead)}"
     return "\n".join([
         f"store: {STORE}",
         f"tick: {_seconds(compressed.tick_interval)}",
@@ -196,47 +179,23 @@ def _seconds(value: float) -> str:
 
 
 class _ReplayFlexiqd(Flexiqd):
-    """flexiqd's policy in the simulator, with the replay's pool policy.
+    """flexiqd's policy in the simulator, with the replay's pool policy."""
 
-    ``store_rates``: show the policy the rates as the store computes them
-    (events in the window over the whole window, also while the queue is younger
-    than the window) instead of the simulator's (over the time elapsed).
-    """
-
-    def __init__(self, policy: PoolPolicy, *, store_rates: bool = False) -> None:
+    def __init__(self, policy: PoolPolicy) -> None:
         super().__init__()
         self._replay_policy = policy
-        self._store_rates = store_rates
-
-    def desired(self, snapshot: Snapshot) -> int:
-        if self._store_rates and 0 < snapshot.now < snapshot.rate_window:
-            share = snapshot.now / snapshot.rate_window
-            snapshot = replace(snapshot, arrival_rate=_times(snapshot.arrival_rate, share),
-                               completion_rate=_times(snapshot.completion_rate, share))
-        return super().desired(snapshot)
 
     def start(self, trace: Trace, sim: Any) -> None:
-        try:
-            super().start(trace, sim)
-        except PolicyConfigError:
-            # The default pool policy refuses the compressed target (the lead time):
-            # set up with the original one, then run the replay's.
-            super().start(replace(trace, target_age=max(trace.target_age, 2 * Targets.lead_time)), sim)
-            self.trace = trace
+        super().start(trace, sim)
         self.policy = self._replay_policy
 
 
-def _times(rate: float | None, factor: float) -> float | None:
-    return None if rate is None else rate * factor
-
-
-def simulate(compressed: Trace, policy: PoolPolicy, *,
-             store_rates: bool = False) -> tuple[RunResult, tuple[str, ...]]:
+def simulate(compressed: Trace, policy: PoolPolicy) -> tuple[RunResult, tuple[str, ...]]:
     """The simulator's run of the compressed trace under ``policy``, and its decisions' lines.
 
-    ``store_rates``: with the rates as the store reports them (a diagnostic: see docs/replay.md).
+    The simulator computes the policy's inputs as the store does (flexiqd/sim/metrics.py).
     """
-    subject = _ReplayFlexiqd(policy, store_rates=store_rates)
+    subject = _ReplayFlexiqd(policy)
     result = run(compressed, realise(compressed), subject)
     return result, tuple(subject.log)
 
@@ -439,8 +398,6 @@ class ReplayResult:
     measured: Row
     simulated_decisions: tuple[str, ...] = ()
     measured_decisions: tuple[str, ...] = ()
-    #: The simulator again, shown the rates as the store computes them (a diagnostic).
-    store_rates: Row | None = None
 
     def divergence(self, simulated_row: Row | None = None) -> dict[str, float | None]:
         """(measured - simulated) / simulated for each figure; None where the simulation has 0.
@@ -472,8 +429,6 @@ class ReplayResult:
         return {"trace": self.trace, "speed": self.speed, "jobs": self.jobs,
                 "simulated": asdict(self.simulated), "measured": asdict(self.measured),
                 "divergence": self.divergence(), "within_aim": self.within_aim(),
-                "store_rates": None if self.store_rates is None else asdict(self.store_rates),
-                "divergence_from_store_rates": None if self.store_rates is None else self.divergence(self.store_rates),
                 "simulated_decisions": list(self.simulated_decisions),
                 "measured_decisions": list(self.measured_decisions)}
 
@@ -527,8 +482,7 @@ def from_json(data: dict[str, Any]) -> list[ReplayResult]:
     return [ReplayResult(trace=item["trace"], speed=item["speed"], jobs=item["jobs"],
                          simulated=Row(**item["simulated"]), measured=Row(**item["measured"]),
                          simulated_decisions=tuple(item.get("simulated_decisions", ())),
-                         measured_decisions=tuple(item.get("measured_decisions", ())),
-                         store_rates=Row(**item["store_rates"]) if item.get("store_rates") else None)
+                         measured_decisions=tuple(item.get("measured_decisions", ())))
             for item in data["traces"]]
 
 
@@ -536,18 +490,12 @@ _FIGURES = ("worker_seconds", "wait_p50", "wait_p95", "wait_max", "slo_seconds",
 
 
 def _bases(result: ReplayResult) -> list[tuple[str, Row | None]]:
-    """The rows the measured one is compared with: the simulated one, then the diagnostic."""
-    bases: list[tuple[str, Row | None]] = [("measured/simulated", None)]
-    if result.store_rates is not None:
-        bases.append(("measured/store's", result.store_rates))
-    return bases
+    """The rows the measured one is compared with."""
+    return [("measured/simulated", None)]
 
 
 def _rows(result: ReplayResult) -> list[tuple[str, Row]]:
-    rows = [("simulated", result.simulated), ("measured", result.measured)]
-    if result.store_rates is not None:
-        rows.insert(1, ("sim, store's rates", result.store_rates))
-    return rows
+    return [("simulated", result.simulated), ("measured", result.measured)]
 
 
 def _percent(value: float | None) -> str:
@@ -641,15 +589,10 @@ def replay_one(trace: Trace, speed: float, machine: Any) -> ReplayResult:
     compressed = compress_trace(trace, speed)
     policy = replay_policy(compressed, speed)
     simulated, simulated_decisions = simulate(compressed, policy)
-    try:
-        diagnostic: Row | None = Row.from_result(simulate(compressed, policy, store_rates=True)[0]).scaled(speed)
-    except (AttributeError, TypeError):  # a simulator whose snapshot no longer has these rates
-        diagnostic = None
     jobs = schedule(compressed)
     print(f"{PROG}: {trace.name}: {len(jobs)} jobs over {compressed.duration:g} s ...", file=sys.stderr, flush=True)
     recording = machine.replay(compressed, daemon_config(compressed, policy), jobs)
     measured = measure(recording, compressed.target_age)
     return ReplayResult(trace=trace.name, speed=speed, jobs=len(jobs),
                         simulated=Row.from_result(simulated).scaled(speed), measured=measured.scaled(speed),
-                        simulated_decisions=simulated_decisions, measured_decisions=recording.decisions,
-                        store_rates=diagnostic)
+                        simulated_decisions=simulated_decisions, measured_decisions=recording.decisions)
