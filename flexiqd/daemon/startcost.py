@@ -9,6 +9,11 @@ of it spent starting the unit.  Each pool keeps its last ``KEEP`` samples; its
 estimate is their median, so one slow start (a cold page cache, a busy host)
 does not move it.  A worker that has not claimed within ``GIVE_UP`` seconds is
 not measured: its pool's work was done by others before it was ready.
+
+Workers asked for together are one sample: the first of them to claim.  The
+estimate is what one start costs (what an idle worker given back costs to get
+again); twenty units starting at once on a small host wait for each other, and
+counting each of them would make one start look as dear as twenty.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ class StartCost:
 class _Expected:
     pool: str
     decided_at: float
+    batch: int      # workers asked for by one decision share a batch
 
 
 class StartCosts:
@@ -58,11 +64,13 @@ class StartCosts:
         self.give_up = give_up
         self._expected: dict[str, _Expected] = {}          # instance -> when it was decided
         self._samples: dict[str, collections.deque] = {}   # pool -> (seconds, ready)
+        self._batches = 0
 
     def started(self, pool: str, instances: Iterable[str], now: float) -> None:
         """This daemon just asked for these workers of ``pool``, which has runnable jobs."""
+        self._batches += 1
         for instance in instances:
-            self._expected[instance] = _Expected(pool, now)
+            self._expected[instance] = _Expected(pool, now, self._batches)
 
     def waiting(self, workers: Iterable[WorkerInfo], host: str, now: float) -> dict[str, WorkerInfo]:
         """Lease owner name -> worker, for the ready workers whose first claim is still to be read.
@@ -80,12 +88,14 @@ class StartCosts:
         return owners
 
     def claimed(self, first_claims: Mapping[str, float], owners: Mapping[str, WorkerInfo]) -> None:
-        """Record the workers whose first claim the store now shows."""
-        for owner, at in first_claims.items():
+        """Record the workers whose first claim the store now shows: per batch, the first to claim."""
+        for owner, at in sorted(first_claims.items(), key=lambda item: item[1]):
             worker = owners.get(owner)
             expected = self._expected.pop(worker.instance, None) if worker is not None else None
             if expected is None:
                 continue
+            # The rest of its batch is not measured: they started together with this one.
+            self._expected = {i: e for i, e in self._expected.items() if e.batch != expected.batch}
             seconds = at - expected.decided_at
             if 0 <= seconds <= self.give_up:
                 self.record(expected.pool, seconds, worker.ready_after)

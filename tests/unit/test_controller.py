@@ -398,6 +398,23 @@ def test_the_start_cost_runs_from_the_decision_to_the_workers_first_claim(backen
     assert (cost.seconds, cost.ready, cost.samples) == (pytest.approx(0.7), 0.4, 1)
 
 
+def test_workers_asked_for_together_are_one_sample_the_first_to_claim():
+    # Twenty units starting at once wait for each other: one start does not cost what the
+    # twentieth's does, and a hold sized on that would keep idle workers for minutes.
+    from flexiqd.daemon.startcost import StartCosts
+
+    tracker = StartCosts()
+    tracker.started("default", [f"default-{i}" for i in range(2, 22)], now=100.0)
+    owners = {f"{HOST}:default-{i}:{1000 + i}": WorkerInfo("default", i, WorkerState.ACTIVE, 1000 + i, 101.0)
+              for i in range(2, 22)}
+    tracker.claimed({owner: 100.5 + 0.3 * n for n, owner in enumerate(owners)}, owners)
+    assert tracker.estimate("default").as_dict() == {"seconds": 0.5, "ready": None, "samples": 1}
+    tracker.started("default", ["default-30"], now=200.0)
+    later = {f"{HOST}:default-30:2000": WorkerInfo("default", 30, WorkerState.ACTIVE, 2000, 201.0)}
+    tracker.claimed({next(iter(later)): 200.7}, later)
+    assert tracker.estimate("default").samples == 2  # a later decision is a sample of its own
+
+
 def test_a_worker_started_with_nothing_waiting_is_not_measured(backend):
     controller, fleet, clock = make(backend, "pools:\n  default:\n    min_workers: 1\n")
     controller.tick()  # brought up to its minimum, idle
