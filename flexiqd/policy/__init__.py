@@ -30,10 +30,7 @@ from .decide import PoolInput, decide, decide_fleet
 from .errors import PolicyConfigError
 from .flexiq_compat import (
     FlexiqResult,
-    FlexiqWindowHistory,
-    WindowedResult,
     compute_desired_workers,
-    compute_desired_workers_windowed,
 )
 from .sharing import DependencyCap, PoolDemand, share_dependencies, water_fill
 from .types import (
@@ -48,9 +45,9 @@ from .types import (
 
 __all__ = [
     "Behavior", "CapValue", "Decision", "Dependency", "DependencyCap", "DependencyObservation",
-    "DependencyUse", "FlexiqResult", "FlexiqWindowHistory", "History", "KneeConfig", "Observation",
+    "DependencyUse", "FlexiqResult", "History", "KneeConfig", "Observation",
     "PolicyConfigError", "PoolDemand", "PoolInput", "PoolMetrics", "PoolPolicy", "RateLimit",
-    "SignalRecommendation", "Targets", "WindowedResult", "compute_desired_workers",
-    "compute_desired_workers_windowed", "decide", "decide_fleet", "pool_policy_from_mapping",
+    "SignalRecommendation", "Targets", "compute_desired_workers",
+    "decide", "decide_fleet", "pool_policy_from_mapping",
     "share_dependencies", "water_fill",
 ]

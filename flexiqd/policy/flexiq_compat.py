@@ -5,11 +5,10 @@ strings exactly, as its Python package writes them (``overload=True``,
 ``util_ratio=0.75``) -- including applying the tolerance after the min/max
 clamp and counting every "pending" job the caller passes, so pass runnable
 jobs only if its delayed-jobs defect is not wanted.
-``compute_desired_workers_windowed`` adds flexiq's documented stabilisation
-windows, done as the HPA does them (clamped toward the current count, down
-window seeded at the first call), which flexiq itself does not.
 
-``decide_flexiq`` is the same windowed decision in the policy's own terms
+``decide_flexiq`` adds flexiq's documented stabilisation windows, done as the
+HPA does them (clamped toward the current count, down window seeded at the
+first call), which flexiq itself does not, in the policy's own terms
 (``Observation`` and ``History`` in, ``Decision`` out), so a daemon sees one
 shape whichever policy a pool runs; ``flexiq_log_line`` is flexiq's decision
 log line for it, byte for byte (``LOG_FORMAT``).
@@ -25,11 +24,11 @@ from .config import Behavior, PoolPolicy
 from .errors import PolicyConfigError
 from .smoothing import record, stabilize
 from .types import CapValue, Decision, History, Observation, SignalRecommendation, TimedCount
+from .validation import require_int, require_number
 
 # flexiq 2.1's decision log line (AutoscaleController.serve_forever), %-style:
 # pending, running, current workers, desired workers, rationale.
 LOG_FORMAT = "autoscale: pending=%s running=%s workers=%s -> %s (%s)"
-from .validation import require_int, require_number
 
 
 @dataclass(frozen=True)
@@ -89,47 +88,6 @@ def compute_desired_workers(
     else:
         rationale = f"stable: depth={depth} util={util} util_ratio={utilisation:.2f}"
     return FlexiqResult(desired, rationale, depth, util)
-
-
-@dataclass(frozen=True)
-class FlexiqWindowHistory:
-    """The windowed variant's memory: pass the one returned to the next call."""
-
-    seeded: bool = False
-    recommendations: tuple[TimedCount, ...] = ()
-
-
-@dataclass(frozen=True)
-class WindowedResult:
-    desired_workers: int
-    rationale: str
-    history: FlexiqWindowHistory
-
-
-def compute_desired_workers_windowed(
-    pending: int,
-    running: int,
-    current_workers: int,
-    *,
-    now: float,
-    history: FlexiqWindowHistory | None = None,
-    scale_up_window: float = 0.0,
-    scale_down_window: float = 300.0,
-    **options: object,
-) -> WindowedResult:
-    """flexiq's decision through its stabilisation windows, with the HPA's clamping.
-
-    ``options`` are ``compute_desired_workers``'s.  Every call's raw result is
-    recorded; the first call also records the current count, so the first
-    scale-down waits for a whole down window.  When the windows change the
-    result, `` (windowed -> N)`` is appended to the rationale, as flexiq does.
-    """
-    raw = compute_desired_workers(pending, running, current_workers, **options)  # type: ignore[arg-type]
-    history = history or FlexiqWindowHistory()
-    stabilized, _, recommendations = _windows(raw.desired_workers, max(0, current_workers), history.seeded,
-                                              history.recommendations, now, scale_up_window, scale_down_window)
-    return WindowedResult(stabilized, _windowed_rationale(raw, stabilized),
-                          FlexiqWindowHistory(seeded=True, recommendations=recommendations))
 
 
 def _windows(raw: int, workers: int, seeded: bool, earlier: tuple[TimedCount, ...], now: float,

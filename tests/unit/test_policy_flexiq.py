@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from flexiqd.policy import (Behavior, History, Observation, PolicyConfigError, PoolMetrics, PoolPolicy,
-                            compute_desired_workers, compute_desired_workers_windowed)
+                            compute_desired_workers)
 from flexiqd.policy.flexiq_compat import LOG_FORMAT, decide_flexiq, flexiq_log_line
 from flexiqd.policy.history import history_from_dict, history_to_dict
 
@@ -176,28 +176,30 @@ def test_invalid_options_are_refused_with_a_clear_message(arguments, options, me
 
 
 def test_windowed_holds_the_first_dip_after_start_and_says_so():
-    first = compute_desired_workers_windowed(0, 0, 8, now=0.0)
-    assert first.desired_workers == 8
-    assert first.rationale == "scale-down: depth=0 util=0 (windowed -> 8)"
-    held = compute_desired_workers_windowed(0, 0, 8, now=290.0, history=first.history)
-    assert held.desired_workers == 8
-    after = compute_desired_workers_windowed(0, 0, 8, now=301.0, history=held.history)
-    assert after.desired_workers == 1
-    assert after.rationale == "scale-down: depth=0 util=0"
+    policy = PoolPolicy(min_workers=1, max_workers=10)
+    first = decide_flexiq(observe(0, 0, 8), policy, Options(), None, now=0.0)
+    assert first.desired == 8
+    assert first.message == "scale-down: depth=0 util=0 (windowed -> 8)"
+    held = decide_flexiq(observe(0, 0, 8), policy, Options(), first.history, now=290.0)
+    assert held.desired == 8
+    after = decide_flexiq(observe(0, 0, 8), policy, Options(), held.history, now=301.0)
+    assert after.desired == 1
+    assert after.message == "scale-down: depth=0 util=0"
 
 
 def test_windowed_never_scales_down_during_a_spike():
     # current 5; polls want 5, 3, 8 with a 60 s up window: flexiq itself drops to 3.
-    options = dict(scale_up_window=60.0, min_workers=1, max_workers=10, target_queue_depth_per_worker=10, tolerance=0)
+    policy = PoolPolicy(min_workers=1, max_workers=10)
+    options = Options(target_queue_depth_per_worker=10, tolerance=0, scale_up_window=60.0)
     history = None
     results = []
     for now, pending in ((0.0, 50), (10.0, 30), (20.0, 80)):
-        result = compute_desired_workers_windowed(pending, 0, 5, now=now, history=history, **options)
+        result = decide_flexiq(observe(pending, 0, 5), policy, options, history, now=now)
         history = result.history
         results.append(result)
-    assert [r.desired_workers for r in results] == [5, 5, 5]
-    assert results[2].rationale == "scale-up: depth=8 util=0 overload=False (windowed -> 5)"
-    assert compute_desired_workers_windowed(80, 0, 5, now=75.0, history=history, **options).desired_workers == 8
+    assert [r.desired for r in results] == [5, 5, 5]
+    assert results[2].message == "scale-up: depth=8 util=0 overload=False (windowed -> 5)"
+    assert decide_flexiq(observe(80, 0, 5), policy, options, history, now=75.0).desired == 8
 
 
 def test_decide_flexiq_counts_a_change_made_by_others_in_its_down_window():
