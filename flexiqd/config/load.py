@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import yaml
 

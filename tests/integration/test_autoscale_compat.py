@@ -10,7 +10,6 @@ import sys
 import psutil
 import pytest
 
-from flexiqd import Queue
 from flexiqd.autoscale import (FLEXIQ_NAMES, AutoscaleConfig, AutoscaleController, Autoscaler,
                                compute_desired_workers)
 from flexiqd.cli.flexiq import build_parser

@@ -15,8 +15,6 @@ import re
 import threading
 import time
 
-import pytest
-
 from .executions import Execution, judge, parse
 from .flexiqd_install import BIN, DAEMON, MARKS, REPO, STORE, install, workers
 from .sandbox import Sandbox

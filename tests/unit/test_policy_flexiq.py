@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from flexiqd.policy import (Behavior, History, Observation, PolicyConfigError, PoolMetrics, PoolPolicy,
+from flexiqd.policy import (Behavior, Observation, PolicyConfigError, PoolMetrics, PoolPolicy,
                             compute_desired_workers)
 from flexiqd.policy.flexiq_compat import LOG_FORMAT, decide_flexiq, flexiq_log_line
 from flexiqd.policy.history import history_from_dict, history_to_dict
