@@ -105,7 +105,7 @@ def combine_metrics(per_queue: Sequence) -> PoolMetrics:
     if len(per_queue) == 1:
         return PoolMetrics.from_queue_stats(per_queue[0])
     busiest = max(per_queue, key=lambda s: s.completion_rate)
-    ages = [(s.running_age_mean, s.running) for s in per_queue if getattr(s, "running_age_mean", None) is not None]
+    ages = [(s.running_age_mean, s.running) for s in per_queue if s.running_age_mean is not None]
     running = sum(n for _, n in ages)
     return PoolMetrics(
         runnable_depth=sum(s.runnable for s in per_queue), running=sum(s.running for s in per_queue),
@@ -114,6 +114,6 @@ def combine_metrics(per_queue: Sequence) -> PoolMetrics:
         completion_rate=sum(s.completion_rate for s in per_queue), rate_window=busiest.window,
         duration_p50=busiest.duration_p50, duration_p95=busiest.duration_p95,
         duration_p99=max((s.duration_p99 for s in per_queue if s.duration_p99 is not None), default=None),
-        coming_due=sum(getattr(s, "coming_due", 0) for s in per_queue),
-        coming_due_within=min((getattr(s, "coming_due_within", 0.0) for s in per_queue), default=0.0),
+        coming_due=sum(s.coming_due for s in per_queue),
+        coming_due_within=min(s.coming_due_within for s in per_queue),
         running_age_mean=sum(a * n for a, n in ages) / running if running else None)

@@ -81,9 +81,9 @@ class PoolMetrics:
             duration_p99=stats.duration_p99,
             cpu_utilisation=cpu_utilisation,
             dependencies=dependencies,
-            coming_due=getattr(stats, "coming_due", 0),
-            coming_due_within=getattr(stats, "coming_due_within", 0.0),
-            running_age_mean=getattr(stats, "running_age_mean", None),
+            coming_due=stats.coming_due,
+            coming_due_within=stats.coming_due_within,
+            running_age_mean=stats.running_age_mean,
         )
 
     @property
