@@ -19,7 +19,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
-import os
 import time
 from typing import Callable, Iterable
 
@@ -30,9 +29,9 @@ from ..config.runtime import write_paused_pools
 from ..errors import ControlError, FleetError, QueueError
 from ..fleet.base import Fleet, WorkerInfo, WorkerState, instance_name, parse_instance
 from ..policy import Decision, History, Observation, PoolMetrics
-from ..policy.economics import lead_time
+from ..policy.economics import lead_time, start_cost_or_default
 from ..queue.backend import Backend
-from ..queue.owners import owner_parts, process_exists
+from ..queue.owners import owner_parts, process_exists, this_host
 from ..queue.types import JobState
 from .events import EventLog
 from .intent import HistoryFile, IntentFile
@@ -103,7 +102,7 @@ class Controller:
         self.config = config
         self.backend = backend
         self.fleet = fleet
-        self.host = host or os.uname().nodename
+        self.host = host or this_host()
         self.clock = clock
         self.pid_alive = pid_alive
         self.histories: dict[str, History] = {}
@@ -212,14 +211,15 @@ class Controller:
         observations, stats = {}, {}
         for pool in self.config.pools.values():
             mine = by_pool.get(pool.name, [])
-            self.activity = f"reading the queue stats of pool {pool.name}"
-            stats[pool.name] = self._read_stats(pool, now)
             cost = self.start_costs.estimate(pool.name)
+            start_cost = cost.seconds if cost else None
+            self.activity = f"reading the queue stats of pool {pool.name}"
+            stats[pool.name] = self._read_stats(pool, now, start_cost)
             observations[pool.name] = Observation(
                 pool=pool.name, active=_count(mine, WorkerState.ACTIVE),
                 starting=_count(mine, WorkerState.STARTING), draining=_count(mine, WorkerState.DRAINING),
                 concurrency=pool.concurrency, metrics=self._metrics(pool, stats[pool.name], mine),
-                start_cost=cost.seconds if cost else None)
+                start_cost=start_cost)
         return _Seen(observations=observations, workers=dict(by_pool), busy=busy, failed=failed, stats=stats)
 
     def _measure_start_costs(self, workers: list[WorkerInfo], now: float) -> None:
@@ -328,12 +328,10 @@ class Controller:
         if purged:
             log.info("Removed %d finished jobs past their retention.", purged)
 
-    def _read_stats(self, pool: PoolConfig, now: float) -> list | None:
+    def _read_stats(self, pool: PoolConfig, now: float, start_cost: float | None) -> list | None:
         try:
             # Work coming due within the lead time: what a worker started now would be ready for.
-            measured = self.start_costs.estimate(pool.name)
-            cost = measured.seconds if measured is not None else pool.policy.behavior.start_cost
-            horizon = lead_time(pool.policy.targets, cost)
+            horizon = lead_time(pool.policy.targets, start_cost_or_default(start_cost, pool.policy.behavior))
             return [self.backend.stats(queue, now=now, horizon=horizon) for queue in pool.queues]
         except QueueError as exc:
             # No information is not "no load": the policy holds the pool.

@@ -25,7 +25,11 @@ LONGEST_HOLD = 300.0
 
 def start_cost(obs: Observation, behavior: Behavior) -> float:
     """Seconds from a start decision to the worker's first claim: measured, else ``behavior.start_cost``."""
-    return behavior.start_cost if obs.start_cost is None else obs.start_cost
+    return start_cost_or_default(obs.start_cost, behavior)
+
+
+def start_cost_or_default(measured: float | None, behavior: Behavior) -> float:
+    return behavior.start_cost if measured is None else measured
 
 
 def break_even_hold(cost: float, age_target: float) -> float:
