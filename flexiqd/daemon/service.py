@@ -17,7 +17,6 @@ import asyncio
 import dataclasses
 import logging
 import os
-import shutil
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -57,12 +56,11 @@ def blocked_status(seconds: float, activity: str | None, last_status: str) -> st
 
 def restart_needed(old: DaemonConfig, new: DaemonConfig) -> str | None:
     """Why ``new`` cannot be applied by a reload, or None when it can."""
-    if new.store != old.store:
-        return (f"'store' changed from {old.store} to {new.store}: that takes a restart of flexiqd "
-                f"(systemctl restart flexiqd)")
-    if new.fleet != old.fleet:
-        return (f"'fleet' changed from {old.fleet} to {new.fleet}: that takes a restart of flexiqd "
-                f"(systemctl restart flexiqd)")
+    for key in ("store", "fleet"):
+        before, after = getattr(old, key), getattr(new, key)
+        if after != before:
+            return (f"'{key}' changed from {before} to {after}: that takes a restart of flexiqd "
+                    f"(systemctl restart flexiqd)")
     return None
 
 
@@ -75,12 +73,6 @@ class DaemonOptions:
     state_dir: str | None = None      # the daemon's own state ($STATE_DIRECTORY)
 
 
-def store_folder(config: DaemonConfig) -> str | None:
-    if config.store.startswith("sqlite:///"):
-        return os.path.dirname(os.path.abspath(sqlite_path(config.store)))
-    return None
-
-
 def state_dir(options: DaemonOptions, config: DaemonConfig) -> str | None:
     """Where the event history and the operators' intent are kept.
 
@@ -91,22 +83,9 @@ def state_dir(options: DaemonOptions, config: DaemonConfig) -> str | None:
         return options.state_dir
     if os.environ.get("STATE_DIRECTORY"):
         return os.environ["STATE_DIRECTORY"].split(":")[0]
-    return store_folder(config)
-
-
-def take_over_events(old: str, new: str) -> None:
-    """Move the event history of an older version (kept beside the store) into the state dir, once."""
-    if os.path.abspath(old) == os.path.abspath(new) or os.path.exists(new) or not os.path.exists(old):
-        return
-    try:
-        shutil.copyfile(old, f"{new}.tmp")
-        os.chmod(f"{new}.tmp", 0o600)
-        os.replace(f"{new}.tmp", new)
-        os.unlink(old)
-    except OSError as exc:
-        log.warning("Could not move the event history from %s to %s: %s", old, new, exc.strerror)
-        return
-    log.info("Moved the event history from %s to %s.", old, new)
+    if config.store.startswith("sqlite:///"):
+        return os.path.dirname(os.path.abspath(sqlite_path(config.store)))
+    return None
 
 
 class Daemon:
@@ -223,9 +202,6 @@ class Daemon:
         if folder:
             events_path, intent_path = os.path.join(folder, EVENTS_FILE), os.path.join(folder, INTENT_FILE)
             history_path = os.path.join(folder, HISTORY_FILE)
-            old = store_folder(self.config)
-            if old:
-                take_over_events(os.path.join(old, EVENTS_FILE), events_path)
         events = EventLog(events_path)
         self.controller = await self.io(
             lambda: Controller(self.config, backend, self.fleet, events=events,

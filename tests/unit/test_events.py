@@ -56,18 +56,3 @@ def test_the_history_file_is_private_to_the_daemon(tmp_path):
     path.chmod(0o666)  # as an older version left it
     EventLog(str(path))
     assert oct(path.stat().st_mode & 0o777) == "0o600"
-
-
-def test_an_older_history_beside_the_store_is_taken_over_once(tmp_path):
-    from flexiqd.daemon.service import take_over_events
-
-    old, new = tmp_path / "store" / "events.jsonl", tmp_path / "state" / "events.jsonl"
-    old.parent.mkdir()
-    new.parent.mkdir()
-    log = EventLog(str(old))
-    log.record(1.0, "default", 1, 2, "ScaleUp", "default 1 -> 2")
-    take_over_events(str(old), str(new))
-    assert not old.exists() and [e.seq for e in EventLog(str(new))] == [1]
-    old.write_text("stale\n")
-    take_over_events(str(old), str(new))  # the state dir's own history wins
-    assert old.exists() and len(EventLog(str(new))) == 1
