@@ -22,19 +22,30 @@ PAUSED_FILE_ENV = "FLEXIQD_PAUSED_FILE"
 PUBLISHED_MODE = 0o640
 
 
-def write_published(path: str, text: str) -> None:
-    """Replace ``path`` atomically with ``text``, mode 0640 whatever the umask.  Raises OSError."""
+def write_atomically(path: str, text: str, mode: int) -> None:
+    """Replace ``path`` with ``text`` in one rename, with ``mode`` whatever the umask.  Raises OSError.
+
+    The daemon runs with UMask=0007 (for the queue it shares with group flexiq), so a
+    file it writes would otherwise be group-writable; and a reader never sees half a file.
+    """
     tmp = f"{path}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PUBLISHED_MODE)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
-        os.fchmod(fd, PUBLISHED_MODE)  # O_CREAT's mode is cut by the umask; an old file keeps its own
+        os.fchmod(fd, mode)  # O_CREAT's mode is cut by the umask; an old file keeps its own
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             fd = -1
             handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
     finally:
         if fd >= 0:
             os.close(fd)
     os.replace(tmp, path)
+
+
+def write_published(path: str, text: str) -> None:
+    """Replace ``path`` atomically with ``text``, mode 0640.  Raises OSError."""
+    write_atomically(path, text, PUBLISHED_MODE)
 
 
 def write_paused_pools(path: str, pools: set[str] | list[str]) -> None:

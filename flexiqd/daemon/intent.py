@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from typing import Any, Mapping
 
+from ..config.runtime import write_atomically
 from ..policy import History
 from ..policy.history import history_from_dict, history_to_dict
 from .overrides import Override
@@ -98,16 +98,8 @@ class IntentFile:
 
 def write_private_json(path: str, document: Any) -> bool:
     """Replace ``path`` atomically with ``document`` as JSON, mode 0600; False (logged) on failure."""
-    tmp = f"{path}.tmp"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_MODE)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            os.fchmod(handle.fileno(), PRIVATE_MODE)
-            json.dump(document, handle)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        write_atomically(path, json.dumps(document) + "\n", PRIVATE_MODE)
         return True
     except OSError as exc:
         log.error("Cannot write %s: %s", path, exc.strerror)

@@ -145,10 +145,6 @@ class Fleet(abc.ABC):
             self._signal_pause(worker, paused)
             self._told_paused[worker.pid] = paused
 
-    def told_paused(self, worker: WorkerInfo) -> bool | None:
-        """What this worker's process was last told (None: nothing since it started)."""
-        return self._told_paused.get(worker.pid) if worker.pid else None
-
     def _forget_pids(self, live: Iterable[int]) -> None:
         live = set(live)
         for pid in [pid for pid in self._told_paused if pid not in live]:

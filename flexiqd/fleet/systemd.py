@@ -13,6 +13,7 @@ import os
 import signal
 from typing import Any, Callable, Iterable
 
+from ..config.runtime import write_atomically
 from ..errors import FleetError
 from .base import Fleet, WorkerInfo, WorkerSpec, WorkerState, instance_name, parse_instance
 from .dropin import dropin_text
@@ -268,11 +269,7 @@ class SystemdFleet(Fleet):
             # shares with group flexiq): a drop-in can set User= or ExecStartPre=.
             os.makedirs(folder, exist_ok=True)
             os.chmod(folder, 0o755)
-            fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            os.fchmod(fd, 0o644)
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            os.replace(path + ".tmp", path)
+            write_atomically(path, text, 0o644)
         except OSError as exc:
             raise FleetError(f"cannot write the drop-in {path}: {exc.strerror}") from None
         return True
