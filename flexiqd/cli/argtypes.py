@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Callable
 
 from ..durations import parse_duration
@@ -19,6 +20,21 @@ def whole_number(minimum: int | None = None, maximum: int | None = None,
         if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
             bound = what or (f"at least {minimum}" if maximum is None else f"between {minimum} and {maximum}")
             raise argparse.ArgumentTypeError(f"{value} is not {bound}")
+        return value
+    return convert
+
+
+def number(*, positive: bool = False, finite: bool = True, unit: str = "") -> Callable[[str], float]:
+    """A converter to a float, 0 or more (more than 0 with ``positive``; ``inf`` allowed unless
+    ``finite``); ``unit`` names it in errors."""
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number{unit and ' of ' + unit}: {text!r}") from None
+        if math.isnan(value) or (finite and math.isinf(value)) or value < 0 or (positive and value == 0):
+            bound = "a number above 0" if positive else f"0 or more{unit and ' ' + unit}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
         return value
     return convert
 

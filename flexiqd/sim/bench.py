@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from ..cli.argtypes import number
 from .engine import Policy, run
 from .oracle import Oracle
 from .policies import FixedPeak, Flexiq, Flexiqd, HpaCpu, KedaDepth
@@ -73,7 +74,7 @@ def _parser() -> _Parser:
     output.add_argument("--json", action="store_true", help="print JSON instead of a table")
     output.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     policies.add_argument("--plots", metavar="DIR", help="write one PNG per trace into DIR")
-    policies.add_argument("--down-window", action="append", type=_seconds, default=[], metavar="SECONDS",
+    policies.add_argument("--down-window", action="append", type=number(finite=False, unit="seconds"), default=[], metavar="SECONDS",
                           help="also run flexiqd with this down window (repeatable)")
     return parser
 
@@ -99,16 +100,6 @@ def main(argv: Sequence[str]) -> int:
     else:
         sys.stdout.write(format_table(reports))
     return EXIT_OK
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text}")
-    return value
 
 
 def _plot(reports: list[TraceReport], directory: Path) -> None:

@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from ..cli.argtypes import number
 from ..policy import PoolPolicy, Targets
 from .engine import FLAP_WINDOW, run
 from .metrics import RunResult, percentile
@@ -520,23 +521,13 @@ def build_parser() -> argparse.ArgumentParser:
                                             "beside the simulator's run of the same jobs.")
     parser.add_argument("--trace", action="append", required=True, metavar="FILE",
                         help="a trace file (repeatable; e.g. flexiqd/sim/traces/steady.json)")
-    parser.add_argument("--speed", type=_speed, default=DEFAULT_SPEED, metavar="K",
+    parser.add_argument("--speed", type=number(positive=True), default=DEFAULT_SPEED, metavar="K",
                         help=f"divide every time in the trace by K (default {DEFAULT_SPEED:g})")
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true",
                         help="print JSON (with both sides' decisions) instead of a table")
     output.add_argument("--markdown", action="store_true", help="print the comparison as a Markdown table")
     return parser
-
-
-def _speed(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a number above 0, got {text}")
-    return value
 
 
 def main(argv: Sequence[str]) -> int:
