@@ -128,6 +128,11 @@ def test_a_pause_sent_while_the_worker_starts_pauses_it_instead_of_killing_it(ap
     proc.send_signal(signal.SIGUSR1)  # long before its handlers exist: pending, then delivered
     wait_for(lambda: "ready" in workers.log_text(index) or proc.poll() is not None, 30, "the worker to start")
     assert proc.poll() is None, f"the worker died of the pause: {proc.returncode}"
+    _paused_until_resumed(app, workers, proc, index, job_id)
+
+
+def _paused_until_resumed(app, workers, proc, index, job_id):
+    """The worker started paused: the job waits until SIGUSR2, then runs; SIGTERM ends it cleanly."""
     assert "ready (paused)" in workers.log_text(index)
     assert app.get(job_id).state is JobState.QUEUED
     proc.send_signal(signal.SIGUSR2)
@@ -143,12 +148,7 @@ def test_a_worker_of_a_paused_pool_starts_paused(app, workers, tmp_path):
     proc, index = _start_worker(workers, "--instance", "default-1", "--config", _config_file(tmp_path, "30s"),
                                 env={"FLEXIQD_PAUSED_FILE": str(paused)})
     wait_for(lambda: "ready" in workers.log_text(index), 30, "the worker to start")
-    assert "ready (paused)" in workers.log_text(index)
-    assert app.get(job_id).state is JobState.QUEUED
-    proc.send_signal(signal.SIGUSR2)
-    wait_for(lambda: app.get(job_id).state is JobState.DONE, 30, "the resumed worker to run the job")
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 0
+    _paused_until_resumed(app, workers, proc, index, job_id)
 
 
 def test_a_drain_budget_changed_by_a_reload_reaches_a_running_worker(app, workers, tmp_path):
