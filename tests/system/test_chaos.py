@@ -47,6 +47,10 @@ pools:
 # (count, seconds) per wave: short jobs for volume, longer ones so scale-in meets running work.
 WAVE = ((1800, 0.01), (180, 0.3), (20, 2.0))
 WAVES = 5
+# A crash uses an attempt (a job that kills its worker every time must end up dead-lettered),
+# and a recovered job keeps its place, so with a kill a second one long job can be cut again
+# and again.  The chaos is the test's, not the job's: attempts enough that none runs out.
+MAX_ATTEMPTS = 1000
 
 
 def _config(drain: str) -> str:
@@ -61,7 +65,8 @@ def _job_states(sbx: Sandbox) -> dict[str, int]:
 
 def _enqueue_wave(sbx: Sandbox) -> None:
     for count, seconds in WAVE:
-        sbx.run([str(BIN / "flexiq"), "--url", STORE, "enqueue", "work", str(seconds), "--count", str(count)])
+        sbx.run([str(BIN / "flexiq"), "--url", STORE, "enqueue", "work", str(seconds), "--count", str(count),
+                 "--max-attempts", str(MAX_ATTEMPTS)])
 
 
 class Chaos:
@@ -169,6 +174,7 @@ def test_ten_thousand_jobs_through_kills_restarts_reloads_and_scale_in(sandbox: 
             sandbox.wait_for(all_done, 180, interval=1, what=f"all {total} jobs to be done")
         except Exception:
             print("chaos: stuck at", seen[0], "after", chaos.done[-12:], chaos.errors[-5:])
+            print(sandbox.run([str(BIN / "flexiq"), "--url", STORE, "dead-letter", "list"], check=False).stdout)
             print(sandbox.run("systemctl list-units --no-pager 'flexiq*'; journalctl -u flexiqd --no-pager "
                               "-n 40", check=False).stdout)
             raise
