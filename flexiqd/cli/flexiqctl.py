@@ -15,6 +15,7 @@ import sys
 import time
 from typing import Any, Callable, Sequence
 
+from ..busnames import BUS_NAME, INTERFACE, OBJECT_PATH
 from ..durations import format_duration
 from .argtypes import duration, whole_number
 from .render import render_event, render_status
@@ -25,9 +26,6 @@ EXIT_USAGE = 2        # bad command-line arguments (argparse's own code)
 EXIT_NOT_RUNNING = 3  # nothing to talk to: no flexiqd on the bus, or no bus at all
 EXIT_INTERRUPTED = 130
 
-BUS_NAME = "org.flexiq.flexiqd1"
-OBJECT_PATH = "/org/flexiq/flexiqd1"
-INTERFACE = "org.flexiq.flexiqd1.Manager"
 DEFAULT_SYSTEM_BUS = "unix:path=/run/dbus/system_bus_socket"  # as sd-bus and dbus-fast default
 CALL_TIMEOUT = 30.0      # seconds for one call; D-Bus's own default is 25s
 RELOAD_TIMEOUT = 30.0    # seconds for flexiqd to report a reload's outcome

@@ -36,26 +36,16 @@ from dbus_fast.aio import MessageBus
 from dbus_fast.service import PropertyAccess, ServiceInterface, dbus_property, method, signal
 
 from .. import __version__
+from ..busnames import (BUS_NAME, ERROR_ACCESS_DENIED, ERROR_FAILED, ERROR_INVALID_ARGS, INTERFACE,
+                        OBJECT_PATH, OPERATOR_GROUP)
 from ..errors import ControlError, FlexiqdError
+from .documents import event_document, status_document
 
 if TYPE_CHECKING:
-    from ..config.model import DaemonConfig
-    from .controller import PoolView
-    from .events import ScaleEvent
-    from .overrides import Override
     from .service import Daemon
 
 log = logging.getLogger(__name__)
 
-BUS_NAME = "org.flexiq.flexiqd1"
-OBJECT_PATH = "/org/flexiq/flexiqd1"
-INTERFACE = "org.flexiq.flexiqd1.Manager"
-OPERATOR_GROUP = "flexiq"
-
-# Error names this service replies with.
-ERROR_INVALID_ARGS = "org.flexiq.flexiqd1.Error.InvalidArgs"   # unknown pool, count out of range, ...
-ERROR_FAILED = "org.flexiq.flexiqd1.Error.Failed"              # the request was valid but could not be done
-ERROR_ACCESS_DENIED = "org.freedesktop.DBus.Error.AccessDenied"
 
 # Mutating members and their input signatures: the credentials check covers exactly these.
 MUTATING = {"Scale": "sud", "Unpin": "s", "Pause": "s", "Resume": "s", "Drain": "s", "Reload": ""}
@@ -64,7 +54,7 @@ CONNECT_TIMEOUT = 10.0   # seconds to reach the bus and own the name at startup
 CLOSE_TIMEOUT = 2.0
 
 
-# -- pure parts: the documents and the access rule ----------------------------------------------
+# -- pure part: the access rule ----------------------------------------------
 
 def caller_allowed(uid: int, groups: Iterable[int], operator_gid: int | None) -> bool:
     """Root, or a process with the operators' group among its groups (None: no such group)."""
@@ -77,85 +67,6 @@ def operator_gid() -> int | None:
         return grp.getgrnam(OPERATOR_GROUP).gr_gid
     except KeyError:
         return None
-
-
-def pool_document(name: str, config: "DaemonConfig", view: "PoolView | None",
-                  override: "Override | None") -> dict[str, Any]:
-    """One pool's entry of the Status document (keys documented in docs/dbus-api.md)."""
-    pool = config.pools[name]
-    document: dict[str, Any] = {
-        "name": name,
-        "queues": list(pool.queues),
-        "concurrency": pool.concurrency,
-        "min_workers": pool.policy.min_workers,
-        "max_workers": pool.policy.max_workers,
-        "workers": None,
-        "desired": None,
-        "binding_cap": None,
-        "start_cost": None,
-        "metrics": None,
-        "utilisation": None,
-        "decision": None,
-        "paused": bool(override and override.paused),
-        "pinned": (None if override is None or override.pinned is None
-                   else {"workers": override.pinned, "until": override.until}),
-    }
-    if view is None:
-        return document  # configured by a reload and not sized yet
-    document["workers"] = {"active": view.active, "starting": view.starting,
-                           "draining": view.draining, "failed": view.failed}
-    if view.start_cost is not None:
-        document["start_cost"] = view.start_cost.as_dict()
-    if view.decision is not None:
-        document["desired"] = view.decision.desired
-        cap = view.decision.binding_cap
-        document["binding_cap"] = cap.cap if cap is not None else None
-        document["decision"] = {"reason": view.decision.reason, "rationale": view.line}
-    metrics = view.metrics
-    if metrics is not None:
-        document["metrics"] = {
-            "runnable": metrics.runnable_depth,
-            "delayed": sum(s.delayed for s in view.stats),
-            "running": metrics.running,
-            "oldest_runnable_age": metrics.oldest_runnable_age,
-            "time_to_drain": metrics.time_to_drain,
-            "arrival_rate": metrics.arrival_rate,
-            "completion_rate": metrics.completion_rate,
-            "duration_p50": metrics.duration_p50,
-            "duration_p95": metrics.duration_p95,
-            "duration_p99": metrics.duration_p99,
-            "coming_due": metrics.coming_due,
-            "coming_due_within": metrics.coming_due_within,
-            "running_age_mean": metrics.running_age_mean,
-        }
-        slots = view.active * pool.concurrency
-        # Busy slots of the active workers, as the policy's utilisation signal counts them.
-        document["utilisation"] = metrics.running / slots if slots else None
-    return document
-
-
-def status_document(config: "DaemonConfig | None", config_path: str, config_error: str | None,
-                    views: Mapping[str, "PoolView"], overrides: Mapping[str, "Override"],
-                    now: float) -> dict[str, Any]:
-    """The whole Status document: the daemon, then every configured pool by name."""
-    pools = {}
-    if config is not None:
-        for name in sorted(config.pools):
-            pools[name] = pool_document(name, config, views.get(name), overrides.get(name))
-    return {
-        "version": __version__,
-        "config_path": config_path,
-        "config_error": config_error,
-        "fleet": config.fleet if config is not None else None,
-        "tick": config.tick if config is not None else None,
-        "generated_at": now,
-        "pools": pools,
-    }
-
-
-def event_document(event: "ScaleEvent") -> dict[str, Any]:
-    return {"seq": event.seq, "at": event.at, "pool": event.pool, "previous": event.previous,
-            "desired": event.desired, "reason": event.reason, "rationale": event.rationale}
 
 
 # -- the interface ------------------------------------------------------------------------------

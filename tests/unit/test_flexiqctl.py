@@ -151,7 +151,7 @@ def test_error_replies_map_to_exit_codes_and_one_line(name, code, words):
 def test_status_document_from_the_controllers_view(tmp_path):
     from flexiqd.config.load import parse_config
     from flexiqd.daemon.controller import PoolView
-    from flexiqd.daemon.dbus_api import status_document
+    from flexiqd.daemon.documents import status_document
     from flexiqd.daemon.overrides import Override
     from flexiqd.daemon.scaling import combine_metrics
     from flexiqd.daemon.startcost import StartCost
