@@ -112,6 +112,8 @@ class Observation:
     None when reading them failed: the decision then holds the pool.
     ``start_cost``: what starting one worker costs this pool, in seconds from the
     decision to the worker's first claim, as measured (None: not measured yet).
+    ``tick``: seconds between decisions (None: the daemon's default), the longest
+    a change in the queue waits before a decision can answer it.
     """
 
     pool: str
@@ -121,6 +123,7 @@ class Observation:
     concurrency: int = 1
     metrics: PoolMetrics | None
     start_cost: float | None = None
+    tick: float | None = None
 
     def __post_init__(self) -> None:
         if min(self.active, self.starting, self.draining) < 0:

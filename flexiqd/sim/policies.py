@@ -269,6 +269,7 @@ def observation_from(snapshot: Snapshot, trace: Trace) -> Observation:
     return Observation(
         pool=trace.name, active=snapshot.active, starting=snapshot.starting, draining=snapshot.draining,
         concurrency=snapshot.concurrency, metrics=metrics, start_cost=snapshot.start_cost,
+        tick=trace.tick_interval,
     )
 
 
