@@ -308,6 +308,25 @@ def test_durations_rising_with_the_workers_show_a_hidden_ceiling(smaller, now, h
     assert duration_knee(smaller, now, KneeConfig()) == held
 
 
+def test_the_jobs_finished_just_now_show_a_hidden_ceiling_before_the_whole_sample_does():
+    # A flood: 4 workers busy at first, then 10.  The whole sample's p50 (minutes of
+    # completions) still reads the quiet 2 s; the last seconds' completions read 4.5 s.
+    policy = PoolPolicy(max_workers=40, targets=Targets(age=60))
+
+    def flood(busy_workers: int, recent_p50: float, recent: int) -> Observation:
+        return observe(busy_workers, runnable_depth=500, oldest_runnable_age=20.0, running=4 * busy_workers,
+                       completion_rate=8.0, arrival_rate=18.0, duration_p50=2.0,
+                       recent_duration_p50=recent_p50, recent_completions=recent, recent_window=15.0)
+
+    ticks = [(float(t), flood(4, 2.0, 120)) for t in range(0, 20, 5)]
+    ticks += [(float(t), flood(10, 4.5, 120)) for t in range(20, 40, 5)]
+    knee = run(policy, ticks)[-1].history.knee
+    assert knee.held_at == 4
+    # With too few recent completions to judge, only the whole sample counts: no knee.
+    ticks = [(t, flood(4, 2.0, 20) if t < 20 else flood(10, 4.5, 20)) for t, _ in ticks]
+    assert run(policy, ticks)[-1].history.knee.held_at is None
+
+
 def test_the_early_knee_is_kept_in_the_history():
     history = History(knee=KneeState(durations=(ThroughputSample(4, 8.0, 2.0, 10.0),), held_at=4, held_since=10.0))
     assert history_from_dict(json.loads(json.dumps(history_to_dict(history)))) == history
