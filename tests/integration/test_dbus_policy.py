@@ -118,3 +118,31 @@ def test_a_member_of_group_flexiq_may_steer(bus, daemon):
     assert status(bus.address)["pools"]["default"]["pinned"]["workers"] == 2
     assert flexiqctl(bus.address, "unpin", "default", user=operator).returncode == 0
     assert status(bus.address)["pools"]["default"]["pinned"] is None
+
+
+POOL_PATH = "/org/flexiq/flexiqd1/pool/default"
+POOL_INTERFACE = "org.flexiq.flexiqd1.Pool"
+
+
+def test_everyone_may_read_the_pool_objects_and_only_operators_may_steer_them(bus, daemon):
+    nobody = as_user()
+    for member, args, path, interface in (
+            ("Get", [f"string:{POOL_INTERFACE}", "string:ActiveWorkers"], POOL_PATH, "org.freedesktop.DBus.Properties"),
+            ("GetAll", [f"string:{POOL_INTERFACE}"], POOL_PATH, "org.freedesktop.DBus.Properties"),
+            ("Introspect", [], POOL_PATH, "org.freedesktop.DBus.Introspectable"),
+            ("GetManagedObjects", [], "/org/flexiq/flexiqd1", "org.freedesktop.DBus.ObjectManager")):
+        result = dbus_send(bus.address, member, *args, interface=interface, path=path, user=nobody)
+        assert result.returncode == 0, f"{interface}.{member}: {result.stderr}"
+    assert POOL_PATH in dbus_send(bus.address, "GetManagedObjects", interface="org.freedesktop.DBus.ObjectManager",
+                                  user=nobody).stdout
+    for member, args in (("Scale", ["uint32:2", "double:0"]), ("Pause", []), ("Drain", [])):
+        refused = dbus_send(bus.address, member, *args, interface=POOL_INTERFACE, path=POOL_PATH, user=nobody)
+        assert "Rejected send message" in refused.stderr and f'member="{member}"' in refused.stderr, refused.stderr
+    assert status(bus.address)["pools"]["default"]["pinned"] is None
+    operator = as_user(groups=[operator_group()])
+    allowed = dbus_send(bus.address, "Scale", "uint32:2", "double:30", interface=POOL_INTERFACE, path=POOL_PATH,
+                        user=operator)
+    assert allowed.returncode == 0, allowed.stderr
+    assert status(bus.address)["pools"]["default"]["pinned"]["workers"] == 2
+    assert dbus_send(bus.address, "Unpin", interface=POOL_INTERFACE, path=POOL_PATH, user=operator).returncode == 0
+    assert status(bus.address)["pools"]["default"]["pinned"] is None
