@@ -218,6 +218,7 @@ class ApiService:
         self._subscribed = False
         self._refresh: asyncio.Task | None = None
         self._refresh_again = False
+        self._watch: asyncio.Task | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -240,7 +241,9 @@ class ApiService:
             raise FlexiqdError(f"{BUS_NAME} is already owned by another process: is another flexiqd running?")
         self.port.subscribe(self._on_change)
         self._subscribed = True
-        self._spawn(self._watch_disconnect())
+        # Not among the tasks close() cancels: cancelling a wait for the disconnection would cancel
+        # dbus-fast's one future for it, and close() waits on that future too.
+        self._watch = asyncio.get_running_loop().create_task(self._watch_disconnect())
         log.info("Offering %s at %s on the bus.", BUS_NAME, OBJECT_PATH)
 
     async def close(self) -> None:

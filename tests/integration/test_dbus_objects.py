@@ -204,3 +204,11 @@ def test_a_reload_that_adds_and_removes_a_pool_is_announced_by_the_object_manage
         daemon.config.write_text(daemon.good_config)
         flexiqctl(address, "reload")
         monitor.stop()
+
+
+def test_stopping_the_daemon_leaves_the_bus_cleanly(daemon, address):  # noqa: F811  (last: it stops the daemon)
+    daemon.stop()
+    log = daemon.log.read_text()
+    assert daemon.proc.returncode == 0 and "Traceback" not in log, log
+    gone = busctl(address, "get-property", BUS_NAME, DEFAULT_POOL, POOL_INTERFACE, "Name")
+    assert gone.returncode != 0

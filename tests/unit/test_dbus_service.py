@@ -104,7 +104,7 @@ class FakeBus:
         self.replies: list[Message] = []
         self.signals: list[tuple[str, str, str, list]] = []   # (path, interface, member, body)
         self.name_reply = RequestNameReply.PRIMARY_OWNER
-        self._gone = asyncio.Event()
+        self._gone: asyncio.Future | None = None
 
     def add_message_handler(self, handler):
         self.handlers.append(handler)
@@ -133,11 +133,18 @@ class FakeBus:
     def send(self, message):
         self.replies.append(message)
 
+    def _disconnected(self) -> asyncio.Future:
+        if self._gone is None:
+            self._gone = asyncio.get_running_loop().create_future()
+        return self._gone
+
     def disconnect(self):
-        self._gone.set()
+        if not self._disconnected().done():
+            self._gone.set_result(None)
 
     async def wait_for_disconnect(self):
-        await self._gone.wait()
+        # One future for every waiter, as dbus-fast has: a waiter that is cancelled cancels it for all.
+        return await self._disconnected()
 
 
 def call(path: str, interface: str, member: str, signature: str = "", body=()) -> Message:
