@@ -105,7 +105,8 @@ class Daemon:
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
         self._reload_requested = False
-        self.listeners: list[Callable[[str, Any], None]] = []  # e.g. the D-Bus service
+        # Told ("tick", None), ("scale", ScaleEvent), ("reload", (ok, message)): e.g. the D-Bus service.
+        self.listeners: list[Callable[[str, Any], None]] = []
 
     # -- requests (from signal handlers or the D-Bus API) --------------------------------------
 
@@ -220,10 +221,11 @@ class Daemon:
                 log.warning("Not following unit changes (polling every tick instead): %s", exc)
                 self._watcher = None
         if self.options.serve_api:
+            from .api_port import DaemonPort
             from .dbus_api import serve_api
 
             try:
-                self.api = await serve_api(self, self.options.bus_address)
+                self.api = await serve_api(DaemonPort(self), self.options.bus_address)
             except FlexiqdError as exc:
                 log.warning("Not offering the D-Bus API (flexiqctl will not reach this daemon): %s", exc)
         pools = ", ".join(f"{v.pool} ({v.active + v.starting} running)" for v in self.controller.views.values())
@@ -289,17 +291,23 @@ class Daemon:
                 await self._reload()
             last_tick = loop.time()
             try:
-                decisions = await self.io(self.controller.tick, what="tick")
+                events = await self.io(self._tick_events, what="tick")
             except FlexiqdError as exc:
                 log.error("Tick failed, holding every pool: %s", exc)
-                decisions = {}
+                events = []
             status = self.controller.status_line()
             if self.config_error:
                 status += f" (config rejected: {self.config_error})"
             self._set_status(status)
-            for decision in decisions.values():
-                if decision.changed:
-                    self._emit("scale", decision)
+            for event in events:
+                self._emit("scale", event)
+            self._emit("tick", None)
+
+    def _tick_events(self) -> list:
+        """One tick (on the I/O thread); the scale events it recorded, each with its sequence number."""
+        first = self.controller.events.next_seq
+        self.controller.tick()
+        return self.controller.events.since(first - 1)
 
     async def _sleep_until_next_tick(self, last_tick: float) -> None:
         assert self.config is not None
