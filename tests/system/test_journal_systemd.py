@@ -64,6 +64,10 @@ def test_scale_ups_caps_recoveries_and_refused_reloads_are_found_by_their_fields
         assert released["WORKER_PID"] == pid and int(released["JOBS"]) >= 1
         assert released["PRIORITY"] == "4"
         assert f"released its {released['JOBS']} jobs" in released["MESSAGE"]
+        # UNIT= is systemd's own field too: one query shows what both said about the worker.
+        about = sandbox.run(["journalctl", "--no-pager", "-o", "json", "UNIT=" + unit]).stdout.splitlines()
+        senders = {json.loads(line).get("_PID") for line in about}
+        assert "1" in senders and released["_PID"] in senders
 
         # A reload that changes the store needs a restart: refused, with the file and why.
         sandbox.write_file("/etc/flexiqd/flexiqd.yaml",

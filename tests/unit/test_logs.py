@@ -8,6 +8,7 @@ import os
 import re
 import socket
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -47,6 +48,12 @@ def test_every_message_id_is_a_distinct_128_bit_id_in_lowercase_hex():
     assert len(ids) >= 5
     assert all(re.fullmatch(r"[0-9a-f]{32}", value) for value in ids.values()), ids
     assert len(set(ids.values())) == len(ids)
+
+
+def test_docs_list_every_message_id_and_only_those():
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "journal.md").read_text()
+    ids = {value for name, value in vars(MessageId).items() if name.isupper()}
+    assert set(re.findall(r"`([0-9a-f]{32})`", doc)) == ids
 
 
 def test_journal_extra_carries_the_id_and_the_fields_as_text_leaving_out_none():
