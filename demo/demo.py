@@ -111,7 +111,8 @@ def sample_row(sample: Sample) -> str:
 
 
 def decision_row(decision: ScaleDecision, rationale: str = "") -> str:
-    return f"{decision.at:5.0f}s  decision: {decision.previous} -> {decision.desired} {decision.reason}" + (
+    # A decision taken just before the burst was enqueued (the first worker) shows as at 0s.
+    return f"{max(0.0, decision.at):5.0f}s  decision: {decision.previous} -> {decision.desired} {decision.reason}" + (
         f": {rationale}" if rationale else "")
 
 

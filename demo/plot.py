@@ -43,6 +43,7 @@ def draw(samples: Sequence[Sample], decisions: Sequence[ScaleDecision], path: Pa
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
+    from matplotlib.ticker import MaxNLocator
 
     times = [s.at for s in samples]
     figure, (workers, backlog, age) = pyplot.subplots(3, 1, figsize=(WIDTH / DPI, HEIGHT / DPI), sharex=True,
@@ -56,6 +57,7 @@ def draw(samples: Sequence[Sample], decisions: Sequence[ScaleDecision], path: Pa
         workers.annotate(f"{decision.previous}\u2192{decision.desired}", (decision.at, decision.desired),
                          textcoords="offset points", xytext=(2, 4), fontsize=7, color=colour)
     workers.set_ylabel("workers")
+    workers.yaxis.set_major_locator(MaxNLocator(integer=True))
     workers.set_ylim(bottom=0, top=max([s.workers for s in samples] + [d.desired for d in decisions] + [1]) * 1.25)
     workers.plot([], [], color="tab:green", linewidth=0.7, label="scale-up decision")
     workers.plot([], [], color="tab:red", linewidth=0.7, label="scale-in decision")
@@ -64,6 +66,7 @@ def draw(samples: Sequence[Sample], decisions: Sequence[ScaleDecision], path: Pa
     backlog.plot(times, [s.runnable for s in samples], color="tab:orange", label="runnable")
     backlog.plot(times, [s.running for s in samples], color="tab:purple", label="running")
     backlog.set_ylabel("jobs")
+    backlog.yaxis.set_major_locator(MaxNLocator(integer=True))
     backlog.set_ylim(bottom=0)
     backlog.legend(loc="upper right", fontsize="small")
 
