@@ -1,5 +1,10 @@
 """`make demo`: flexiqd with its SQLite queue and demo app, a burst of jobs, the fleet scaling live.
 
+On a terminal the view redraws in place; piped, it prints a line when the
+numbers change and one per decision (read from the journal by their
+MESSAGE_ID and fields).  At the end the run is drawn into a PNG (demo/plot.py)
+whose path is printed.
+
 By default everything happens in a throw-away container booted with the
 machine's own systemd (nothing on the host changes); ``--host`` installs into
 the host's systemd instead (it must be PID 1) and leaves flexiqd running.
@@ -10,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import shutil
 import subprocess
 import sys
 import time
@@ -152,7 +158,9 @@ def show(machine, jobs: int, seconds: float, plot_path: pathlib.Path) -> None:
             decisions += [d for d, _ in fresh]
             decision_lines += [decision_row(d, text.split(": ", 2)[-1]) for d, text in fresh]
             if view.tty:
-                view.show(screen(title, samples, decision_lines, peak))
+                # As many samples as fit above the decisions (13 lines of title, headings, decisions).
+                rows = max(3, shutil.get_terminal_size().lines - 14)
+                view.show(screen(title, samples, decision_lines, peak, rows))
             else:
                 # A pipe or a log: a line when something but the clock changed, and each decision.
                 shown = (sample.workers, sample.runnable, sample.running)
