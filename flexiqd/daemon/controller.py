@@ -143,6 +143,7 @@ class Controller:
         """
         self.config = config
         self.histories = {name: h for name, h in self.histories.items() if name in config.pools}
+        self._binding_caps = {name: c for name, c in self._binding_caps.items() if name in config.pools}
         self.start_costs.forget_pools(config.pools)
         kept = {name: o for name, o in self.overrides.items() if name in config.pools}
         if kept != self.overrides:
