@@ -188,3 +188,18 @@ def test_elsewhere_lines_go_to_the_stream_with_time_and_level_and_no_fields(tmp_
     line = stream.getvalue()
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} WARNING flexiqd\.daemon\.controller: "
                         r"Pool default: hello\n", line), line
+
+
+def test_a_record_too_large_for_one_datagram_goes_to_stderr_instead(journald):
+    server, path = journald
+    fallback = io.StringIO()
+    handler = journal_handler(path, fallback)
+    huge = "x" * (16 * 1024 * 1024)  # above any socket's send buffer: the kernel refuses the datagram
+    try:
+        handler.handle(a_record("%s", huge))
+    finally:
+        handler.close()
+    assert fallback.getvalue() == f"<4>flexiqd.daemon.controller: {huge}\n"
+    server.setblocking(False)
+    with pytest.raises(BlockingIOError):
+        server.recv(65536)  # and nothing reached the journal
