@@ -20,6 +20,7 @@ from ..busnames import (BUS_NAME, DBUS_INTERFACE, DBUS_NAME, DBUS_PATH, DEFAULT_
                         INTERFACE, OBJECT_PATH, SIGNAL_CONFIG_RELOADED, SIGNAL_SCALE_EVENT)
 from ..durations import format_duration
 from .argtypes import duration, whole_number
+from .live import LiveView
 from .render import render_event, render_status
 
 EXIT_OK = 0
@@ -230,21 +231,25 @@ async def cmd_reload(client: Client, args: argparse.Namespace) -> int:
 
 
 async def cmd_watch(client: Client, args: argparse.Namespace) -> int:
-    clear = "\x1b[H\x1b[2J" if sys.stdout.isatty() else ""
+    """The status screen every interval, redrawn in place on a terminal, until Ctrl-C (exit 130)."""
     first = True
-    while True:
+    with LiveView(sys.stdout) as view:
         try:
-            body = render_status(await client.status())
-        except CtlError as exc:
-            if first:
-                raise
-            body = f"flexiqctl: {exc}"  # keep watching: the daemon may come back
-        first = False
-        header = (f"every {format_duration(args.interval)}, Ctrl-C to quit"
-                  f"{' ' * 4}{time.strftime('%H:%M:%S')}")
-        sys.stdout.write(f"{clear}{header}\n\n{body}\n" + ("" if clear else "\n"))
-        sys.stdout.flush()
-        await asyncio.sleep(args.interval)
+            while True:
+                try:
+                    body = render_status(await client.status())
+                except CtlError as exc:
+                    if first:
+                        raise
+                    body = f"flexiqctl: {exc}"  # keep watching: the daemon may come back
+                first = False
+                header = (f"every {format_duration(args.interval)}, Ctrl-C to quit"
+                          f"{' ' * 4}{time.strftime('%H:%M:%S')}")
+                view.show(f"{header}\n\n{body}")
+                await asyncio.sleep(args.interval)
+        except asyncio.CancelledError:
+            # Ctrl-C: asyncio.run cancels this task; the view gives the cursor back on the way out.
+            return EXIT_INTERRUPTED
 
 
 COMMANDS = {"status": cmd_status, "events": cmd_events, "scale": cmd_scale, "unpin": cmd_simple,

@@ -26,6 +26,7 @@ from ..config import DEFAULT_CONFIG_PATH, DaemonConfig, load_config
 from ..config.runtime import APPLIED_CONFIG, PAUSED_FILE, write_published
 from ..errors import ConfigError, FlexiqdError
 from ..fleet.base import Fleet
+from ..logs import MessageId, journal
 from ..notify import Notifier, watchdog_interval
 from ..queue.url import open_backend, sqlite_path
 from .controller import Controller
@@ -350,14 +351,16 @@ class Daemon:
                 raise ConfigError(f"{path}: {refused}")
         except ConfigError as exc:
             self.config_error = str(exc)
-            log.error("Reload rejected, keeping the previous config: %s", exc)
+            log.error("Reload rejected, keeping the previous config: %s", exc,
+                      extra=journal(MessageId.RELOAD_REFUSED, CONFIG_FILE=path, ERROR=exc))
             self._emit("reload", (False, str(exc)))
         else:
             self.config = config
             self.config_error = None
             self._publish(config)
             await self.io(self.controller.reconfigure, self.config, what="applying the config to running workers")
-            log.info("Reloaded %s: pools %s.", path, ", ".join(sorted(config.pools)) or "none")
+            log.info("Reloaded %s: pools %s.", path, ", ".join(sorted(config.pools)) or "none",
+                     extra=journal(MessageId.RELOADED, CONFIG_FILE=path, POOLS=" ".join(sorted(config.pools)) or None))
             self._emit("reload", (True, f"reloaded {path}"))
         self._status = self.controller.status_line() + (
             f" (config rejected: {self.config_error})" if self.config_error else "")
