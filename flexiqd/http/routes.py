@@ -34,8 +34,9 @@ def daemon_routes(latest: Callable[[], Snapshot], target: int) -> dict[str, Rout
             request.query, pool_queues=snapshot.pool_queues, all_queues=snapshot.served_queues(),
             known_queue=lambda queue: queue in snapshot.queue_stats)
         missing = [queue for queue in queues if queue not in snapshot.queue_stats]
-        if missing:  # the pool's stats could not be read: no answer beats a wrong one
-            return json_response({"error": f"no stats yet for queue {missing[0]!r}"}, 503)
+        if missing:  # the last read failed: no answer (KEDA holds) beats a wrong one
+            return json_response({"error": f"no current stats for queue {missing[0]!r}: "
+                                           f"the daemon's last read of it failed"}, 503)
         return json_response(scaler_answer([snapshot.queue_stats[q] for q in queues], target=target,
                                            name=name, pool=pool))
 

@@ -87,6 +87,8 @@ def parse_head(head: bytes, limits: Limits = Limits()) -> Request:
     request_line = lines[0]
     if len(request_line) > limits.request_line:
         raise HttpError(414, f"request line longer than {limits.request_line} bytes")
+    if len(head) > limits.head:
+        raise HttpError(431, f"request head longer than {limits.head} bytes")
     try:
         method, target, version = request_line.decode("ascii").split(" ")
     except (UnicodeDecodeError, ValueError):

@@ -29,6 +29,7 @@ def test_a_plain_get_is_parsed_with_its_query_and_lower_case_headers():
     (b"GET /metrics HTTP/1.1\r\nTransfer-Encoding: chunked", 413),
     (b"GET /" + b"a" * 5000 + b" HTTP/1.1", 414),
     (b"GET / HTTP/1.1\r\n" + b"X: y\r\n" * 65, 431),
+    (b"GET / HTTP/1.1\r\nX: " + b"y" * 17000, 431),
     (b"GET /?" + b"&".join(b"k%d=v" % i for i in range(20)) + b" HTTP/1.1", 400),
 ])
 def test_bad_requests_get_the_right_4xx(head, status):
