@@ -80,12 +80,22 @@ def pool_families(snapshot: Snapshot) -> list[Metric]:
     utilisation = _gauge("flexiqd_pool_utilisation_ratio", "Busy slots / slots of the active workers.", p)
     start_cost = _gauge("flexiqd_pool_start_cost_seconds", "Measured time from a worker's start to its first claim.", p)
     paused = _gauge("flexiqd_pool_paused", "1 while an operator has paused the pool.", p)
+    queues = _gauge("flexiqd_pool_queue_info", "1 for each queue a pool's workers claim from (for joins).",
+                    ("pool", "queue"))
+    age = _gauge("flexiqd_pool_oldest_runnable_age_seconds", "Age of the oldest runnable job of the pool's queues.", p)
+    target_age = _gauge("flexiqd_pool_target_age_seconds", "The pool's age target (targets.age).", p)
     events = _counter("flexiqd_scale_events_total", "Changes of a pool's desired count, by direction and reason.",
                       ("pool", "direction", "reason"))
     for name, document in sorted(snapshot.status["pools"].items()):
         minimum.add_metric([name], document["min_workers"])
         maximum.add_metric([name], document["max_workers"])
         paused.add_metric([name], 1 if document["paused"] else 0)
+        for queue in document["queues"]:
+            queues.add_metric([name, queue], 1)
+        if name in snapshot.target_ages:
+            target_age.add_metric([name], snapshot.target_ages[name])
+        if document.get("metrics") is not None:
+            age.add_metric([name], document["metrics"]["oldest_runnable_age"])
         if document["workers"] is not None:
             for state in WORKER_STATES:
                 workers.add_metric([name, state], document["workers"][state])
@@ -100,7 +110,8 @@ def pool_families(snapshot: Snapshot) -> list[Metric]:
             cap.add_metric([name, which], ceiling)
     for (pool, direction, reason), count in sorted(snapshot.scale_events.items()):
         events.add_metric([pool, direction, reason], count)
-    return [workers, desired, minimum, maximum, cap, utilisation, start_cost, paused, events]
+    return [workers, desired, minimum, maximum, cap, utilisation, start_cost, paused, queues, age, target_age,
+            events]
 
 
 def dependency_families(snapshot: Snapshot) -> list[Metric]:

@@ -53,6 +53,7 @@ class Snapshot:
     counters: Mapping[str, QueueTally]
     scale_events: Mapping[tuple[str, str, str], int]   # (pool, up|down, reason) -> count
     daemon: DaemonFigures
+    target_ages: Mapping[str, float] = dataclasses.field(default_factory=dict)  # pool -> targets.age
 
     def pool_queues(self, pool: str) -> tuple[str, ...] | None:
         document = self.status["pools"].get(pool)
@@ -90,4 +91,5 @@ def build_snapshot(config: "DaemonConfig", config_path: str, config_error: str |
             caps[name] = (cap.cap, cap.workers)
     return Snapshot(taken_at=now, status=status, queue_stats=queue_stats, binding_caps=caps,
                     dependencies=dependency_figures(config, views), counters=counters,
-                    scale_events=dict(scale_events), daemon=daemon)
+                    scale_events=dict(scale_events), daemon=daemon,
+                    target_ages={name: pool.policy.targets.age for name, pool in config.pools.items()})

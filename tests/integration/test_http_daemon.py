@@ -48,13 +48,13 @@ def free_port() -> int:
 
 
 class Daemon:
-    def __init__(self, tmp_path, store, marks):
+    def __init__(self, tmp_path, store, marks, config_text=CONFIG):
         self.port = free_port()
         token = tmp_path / "token"
         token.write_text(TOKEN + "\n")
         token.chmod(0o600)
         config = tmp_path / "flexiqd.yaml"
-        config.write_text(CONFIG.format(store=store, port=self.port, token=token))
+        config.write_text(config_text.format(store=store, port=self.port, token=token))
         env = dict(os.environ, FLEXIQ_TEST_MARKS=str(marks), PYTHONPATH=os.pathsep.join([str(APPS), str(REPO)]))
         env.pop("NOTIFY_SOCKET", None)
         self.log = tmp_path / "daemon.log"

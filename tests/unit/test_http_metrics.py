@@ -23,7 +23,8 @@ def stats(queue="default", **fields):
 def pool_document(**fields):
     document = {"queues": ["default"], "min_workers": 1, "max_workers": 10, "paused": False,
                 "workers": {"active": 3, "starting": 1, "draining": 2, "failed": 0}, "desired": 4,
-                "utilisation": 0.5, "start_cost": {"seconds": 0.4, "ready": True, "samples": 3}}
+                "utilisation": 0.5, "start_cost": {"seconds": 0.4, "ready": True, "samples": 3},
+                "metrics": {"oldest_runnable_age": 12.5}}
     document.update(fields)
     return document
 
@@ -41,7 +42,8 @@ def snapshot(**fields):
         scale_events={("web", "up", "ScaleUpAge"): 2, ("web", "down", "ScaleDownIdle"): 1},
         daemon=DaemonFigures(version="9.9", ticks=12, last_tick_at=999.0, tick_durations=Histogram((0.1, 1.0)),
                              last_stats_read_at=998.0, stats_read_failures=2, config_generation=3,
-                             last_reload_ok=False))
+                             last_reload_ok=False),
+        target_ages={"web": 30.0})
     values.update(fields)
     return Snapshot(**values)
 
@@ -109,17 +111,21 @@ def test_pool_figures():
     assert value(found, "flexiqd_pool_binding_cap_workers", pool="web", cap="dependency:db") == 4
     assert value(found, "flexiqd_pool_utilisation_ratio", pool="web") == 0.5
     assert value(found, "flexiqd_pool_start_cost_seconds", pool="web") == 0.4
+    assert value(found, "flexiqd_pool_queue_info", pool="web", queue="default") == 1
+    assert value(found, "flexiqd_pool_oldest_runnable_age_seconds", pool="web") == 12.5
+    assert value(found, "flexiqd_pool_target_age_seconds", pool="web") == 30
     assert value(found, "flexiqd_scale_events_total", pool="web", direction="up", reason="ScaleUpAge") == 2
     assert value(found, "flexiqd_scale_events_total", pool="web", direction="down", reason="ScaleDownIdle") == 1
 
 
 def test_a_pool_not_sized_yet_shows_its_bounds_but_no_made_up_counts():
-    document = pool_document(workers=None, desired=None, utilisation=None, start_cost=None)
+    document = pool_document(workers=None, desired=None, utilisation=None, start_cost=None, metrics=None)
     found = samples(snapshot(status={"pools": {"web": document}}, binding_caps={}))
     assert value(found, "flexiqd_pool_min_workers", pool="web") == 1
     names = {name for name, _ in found}
     assert not names & {"flexiqd_pool_workers", "flexiqd_pool_desired_workers", "flexiqd_pool_utilisation_ratio",
-                        "flexiqd_pool_start_cost_seconds", "flexiqd_pool_binding_cap_workers"}
+                        "flexiqd_pool_start_cost_seconds", "flexiqd_pool_binding_cap_workers",
+                        "flexiqd_pool_oldest_runnable_age_seconds"}
 
 
 def test_dependencies_and_daemon_figures():
