@@ -110,3 +110,20 @@ def test_counters_start_at_zero_and_then_only_grow(backend):
     assert counters.tallies["default"].arrivals == 3  # nothing new: nothing counted twice
     counters.tallies["default"].durations["t"].observe(1.0)
     assert frozen["default"].durations["t"].count == 2  # a published copy never changes
+
+
+def test_the_sqlite_queries_are_key_ranges_not_scans(sqlite_backend):
+    sqlite_backend.enqueue([NewJob(task="t")] * 3, now=T0)
+    claim(sqlite_backend)
+    issued: list[str] = []
+    sqlite_backend._conn.set_trace_callback(issued.append)
+    try:
+        sqlite_backend.ended_attempts(0)
+        sqlite_backend.arrivals_since("default", int(T0))
+    finally:
+        sqlite_backend._conn.set_trace_callback(None)
+    queries = [sql for sql in issued if sql.lstrip().upper().startswith("SELECT")]
+    assert len(queries) == 2
+    for sql in queries:
+        plan = [row[-1] for row in sqlite_backend._conn.execute("EXPLAIN QUERY PLAN " + sql)]
+        assert plan and not any(step.startswith("SCAN") or "TEMP B-TREE" in step for step in plan), plan
