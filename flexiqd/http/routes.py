@@ -20,13 +20,27 @@ HEALTH = Route(lambda request: json_response({"status": "ok"}), public=True)
 
 
 def daemon_routes(latest: Callable[[], Snapshot], target: int) -> dict[str, Route]:
-    """Routes answered from ``latest()``, the snapshot the daemon published last: no I/O."""
-    def metrics(request: Request) -> Response:
+    """Routes answered from ``latest()``, the snapshot the daemon published last: no I/O.
+
+    /metrics renders on a thread of its own (a snapshot is immutable), so a large
+    exposition -- hundreds of queue and task series -- never holds up the event loop,
+    and renders each snapshot once however many scrapers ask for it.
+    """
+    renderer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flexiqd-metrics")
+    rendered: list = [None, b""]  # [snapshot, its exposition]
+
+    async def metrics(request: Request) -> Response:
         from .metrics import render
 
         if request.query:
             raise HttpError(400, "/metrics takes no query parameters")
-        return Response(200, render(latest()), CONTENT_TYPE_LATEST)
+        snapshot = latest()
+        if rendered[0] is snapshot:
+            body = rendered[1]
+        else:
+            body = await asyncio.get_running_loop().run_in_executor(renderer, render, snapshot)
+            rendered[:] = [snapshot, body]
+        return Response(200, body, CONTENT_TYPE_LATEST)
 
     def scaler(request: Request) -> Response:
         snapshot = latest()
