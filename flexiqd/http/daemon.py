@@ -8,6 +8,7 @@ after the tick, as part of the tick's own I/O.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import os
 import time
@@ -80,8 +81,8 @@ class HttpEndpoint:
             self.scale_events[(payload.pool, direction, payload.reason)] += 1
         elif kind == "reload":
             applied = payload[0]
-            self.figures = DaemonFigures(**{**self.figures.__dict__, "last_reload_ok": applied,
-                                            "config_generation": self.figures.config_generation + applied})
+            self.figures = dataclasses.replace(self.figures, last_reload_ok=applied,
+                                               config_generation=self.figures.config_generation + applied)
 
     async def ticked(self, seconds: float) -> None:
         """After each tick: catch up the counters, then publish a new snapshot."""
@@ -93,11 +94,10 @@ class HttpEndpoint:
         durations = self.figures.tick_durations.copy()
         durations.observe(seconds)
         now = time.time()
-        self.figures = DaemonFigures(**{
-            **self.figures.__dict__, "ticks": self.figures.ticks + 1, "last_tick_at": now,
-            "tick_durations": durations,
-            "last_stats_read_at": now if read_ok else self.figures.last_stats_read_at,
-            "stats_read_failures": self.figures.stats_read_failures + (not read_ok)})
+        self.figures = dataclasses.replace(
+            self.figures, ticks=self.figures.ticks + 1, last_tick_at=now, tick_durations=durations,
+            last_stats_read_at=now if read_ok else self.figures.last_stats_read_at,
+            stats_read_failures=self.figures.stats_read_failures + (0 if read_ok else 1))
         await self._read_counters()
         self.publish()
 
