@@ -6,4 +6,5 @@
 - ``snapshot``: the immutable state the daemon publishes after each tick.
 - ``metrics`` and ``scaler``: pure renderers, snapshot (or stats) in, answer out.
 - ``daemon``: what the daemon wires in -- publishing snapshots and serving them.
+- ``standalone``: ``flexiq scaler``, the KEDA endpoint served from the store alone.
 """

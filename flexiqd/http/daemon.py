@@ -64,10 +64,10 @@ class HttpEndpoint:
         """Listen (``FlexiqdError`` when it cannot), with a first snapshot and the counters' baseline."""
         config = daemon.config.http
         endpoint = cls(daemon, config, read_token(config.token_file))
-        daemon.listeners.append(endpoint.on_event)
         await endpoint._read_counters()
         endpoint.publish()
         await endpoint.server.start()
+        daemon.listeners.append(endpoint.on_event)
         log.info("Serving /metrics and /api/scaler on %s:%d.", config.host, endpoint.server.port)
         return endpoint
 
