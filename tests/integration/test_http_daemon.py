@@ -53,7 +53,7 @@ class Daemon:
         token = tmp_path / "token"
         token.write_text(TOKEN + "\n")
         token.chmod(0o600)
-        config = tmp_path / "flexiqd.yaml"
+        config = self.config = tmp_path / "flexiqd.yaml"
         config.write_text(config_text.format(store=store, port=self.port, token=token))
         env = dict(os.environ, FLEXIQ_TEST_MARKS=str(marks), PYTHONPATH=os.pathsep.join([str(APPS), str(REPO)]))
         env.pop("NOTIFY_SOCKET", None)
@@ -245,3 +245,18 @@ def test_scrapes_are_answered_while_the_tick_is_blocked_on_a_locked_store(daemon
         lock.close()
     before = daemon.ticks()
     wait_for(lambda: daemon.ticks() > before + 3, 30, "ticks after the store is free again")
+
+
+def test_reloads_count_generations_and_a_rejected_one_says_so(daemon):
+    generation = lambda: daemon.metrics()[("flexiqd_config_generation", frozenset())]
+    reload_ok = lambda: daemon.metrics()[("flexiqd_config_last_reload_successful", frozenset())]
+    assert (generation(), reload_ok()) == (1, 1)
+    good = daemon.config.read_text()
+    daemon.config.write_text(good.replace("max_workers: 4", "max_workers: 5"))
+    daemon.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: generation() == 2, 30, "the applied reload")
+    assert daemon.metrics()[("flexiqd_pool_max_workers", frozenset({"pool": "default"}.items()))] == 5
+    daemon.config.write_text(good.replace("max_workers: 4", "max_wrkers: 5"))
+    daemon.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: reload_ok() == 0, 30, "the rejected reload")
+    assert generation() == 2
