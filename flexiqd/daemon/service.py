@@ -57,7 +57,7 @@ def blocked_status(seconds: float, activity: str | None, last_status: str) -> st
 
 def restart_needed(old: DaemonConfig, new: DaemonConfig) -> str | None:
     """Why ``new`` cannot be applied by a reload, or None when it can."""
-    for key in ("store", "fleet"):
+    for key in ("store", "fleet", "http"):
         before, after = getattr(old, key), getattr(new, key)
         if after != before:
             return (f"'{key}' changed from {before} to {after}: that takes a restart of flexiqd "
@@ -100,6 +100,7 @@ class Daemon:
         self._systemd = None
         self._watcher = None
         self.api = None                   # the D-Bus service, once serving
+        self.http = None                  # the HTTP endpoint (/metrics), when configured
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flexiqd-io")
         self._running: tuple[float, str] | None = None   # (monotonic start, what) of the I/O thread's job
         self._status = "starting"
@@ -221,6 +222,13 @@ class Daemon:
             except FlexiqdError as exc:
                 log.warning("Not following unit changes (polling every tick instead): %s", exc)
                 self._watcher = None
+        if self.config.http is not None:
+            from ..http.daemon import HttpEndpoint
+
+            try:
+                self.http = await HttpEndpoint.start(self)
+            except FlexiqdError as exc:  # as with D-Bus: scaling goes on without the endpoint
+                log.error("Not serving /metrics and /api/scaler: %s", exc)
         if self.options.serve_api:
             from .api_port import DaemonPort
             from .dbus_api import serve_api
@@ -303,6 +311,8 @@ class Daemon:
             for event in events:
                 self._emit("scale", event)
             self._emit("tick", None)
+            if self.http is not None:
+                await self.http.ticked(loop.time() - last_tick)
 
     def _tick_events(self) -> list:
         """One tick (on the I/O thread); the scale events it recorded, each with its sequence number."""
@@ -368,6 +378,8 @@ class Daemon:
 
     async def _shutdown(self, loop: asyncio.AbstractEventLoop) -> None:
         self.notifier.stopping("stopping")
+        if self.http is not None:
+            await self.http.close()
         if self.api is not None:
             await self.api.close()
         if self._watcher is not None:
