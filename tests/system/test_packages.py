@@ -211,8 +211,13 @@ def test_flexiqctl_shows_the_default_pool_to_root_and_to_everyone(debian: Debian
     assert "pool default" in status_text(debian, user="nobody")
 
 
+BURST = 200
+
+
 def test_a_burst_scales_the_pool_up_and_runs_every_job_exactly_once(debian: DebianMachine):
-    debian.run(["flexiq", "enqueue", "flexiqd.demo.sleep", "1", "--count", "40"])
+    # 200 s of work: one worker of 4 slots would keep the last job waiting ~50 s, past the
+    # shipped 30 s age target, so the pool must grow (40 jobs fit in one worker's target).
+    debian.run(["flexiq", "enqueue", "flexiqd.demo.sleep", "1", "--count", str(BURST)])
     most = 0
 
     def all_done() -> bool:
@@ -220,12 +225,12 @@ def test_a_burst_scales_the_pool_up_and_runs_every_job_exactly_once(debian: Debi
         most = max(most, len(active_workers(debian)))
         done = json.loads(debian.run(["flexiq", "jobs", "list", "--state", "done", "--limit", "1000",
                                       "--json"]).stdout)
-        return len(done) == 40
+        return len(done) == BURST
 
-    debian.wait_for(all_done, 180, interval=0.5, what="all 40 jobs to be done")
+    debian.wait_for(all_done, 180, interval=0.5, what=f"all {BURST} jobs to be done")
     assert most > 1, f"the pool never grew past {most} worker(s):\n{daemon_log(debian)}"
     burst = [job for job in jobs(debian) if job["task"] == "flexiqd.demo.sleep"]
-    assert len(burst) == 40
+    assert len(burst) == BURST
     assert [job for job in burst if (job["state"], job["attempts"], job["executions"]) != ("done", 1, 1)] == []
     assert len({job["workers"] for job in burst}) > 1, "every job ran on the same worker"
     shown = json.loads(debian.run(["flexiq", "jobs", "show", str(burst[0]["id"]), "--json"]).stdout)
