@@ -14,7 +14,9 @@ from __future__ import annotations
 import abc
 from typing import Iterable, Sequence
 
-from .types import ClaimRequest, Job, JobState, NewJob, Outcome, Stats
+from ..errors import QueueError
+from .limits import DependencyLimit
+from .types import ClaimRequest, Deferral, DependencyStats, Job, JobState, NewJob, Outcome, Stats
 
 
 class Backend(abc.ABC):
@@ -46,6 +48,11 @@ class Backend(abc.ABC):
 
         An outcome for a job the owner no longer holds (lease expired and
         re-claimed, or cancelled) is ignored and its id left out of the result.
+        Every outcome frees the dependency slots the job held (``admit``).
+        ``DEFER`` (a job ``admit`` refused, never started) puts the job back with
+        no attempt used and no execution recorded, *waiting for its dependency*
+        until ``now + outcome.wait`` plus a jitter: not runnable, not delayed,
+        not coming due, and no arrival when it comes due (see ``Stats``).
         """
 
     def settle_and_claim(self, owner: str, outcomes: Iterable[Outcome],
@@ -140,6 +147,40 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def executions(self, *, job_id: int | None = None, limit: int | None = None) -> list[dict]:
         """Who ran what: one row per settled or lost attempt (job_id, attempt, worker, outcome, ...)."""
+
+    # -- dependency limits (see flexiqd.queue.limits) ---------------------------------------
+
+    def admit(self, owner: str, job_id: int, dependencies: Sequence[DependencyLimit], *,
+              now: float) -> Deferral | None:
+        """Let ``owner``'s job ``job_id`` enter every dependency in ``dependencies``, or none.
+
+        All or nothing, in one transaction: when each dependency has a free
+        concurrency slot (fewer holds than its ``concurrency``) and a start
+        within its rate (GCRA, ``limits.gcra``), the job takes a hold of each
+        (and a start of each rate) and None is returned.  Otherwise nothing
+        is taken and the answer is a ``Deferral``: the dependency that refused
+        with the longest wait, and that wait in seconds (for a rate, exact; for
+        concurrency, an estimate from the recent hold times).
+
+        A hold lasts until the job's attempt ends in any way: ``settle`` (any
+        outcome), ``abandon``-then-recovery, ``recover_expired``,
+        ``recover_owner``, ``cancel`` -- in the transaction that ends it, so a
+        crashed worker never leaks a slot.  A hold counts only while its job
+        is running leased to the owner that took it.  Idempotent: a job that
+        already holds its slots is admitted again without taking more.  A job
+        the owner does not hold is refused with wait 0 and nothing taken.
+        Limits are the caller's: every caller must pass the same limits for a
+        dependency (they come from one config file).
+        """
+        raise QueueError(f"{self.url}: this store does not enforce dependency limits")
+
+    def dependency_stats(self, dependency: str, *, now: float, window: float = 60.0) -> DependencyStats:
+        """The dependency's use now and over the last ``window`` seconds (see ``DependencyStats``).
+
+        Cheap: reads the holds of this dependency and the recent hold times and
+        events (bounded), never the backlog.
+        """
+        raise QueueError(f"{self.url}: this store does not enforce dependency limits")
 
     def close(self) -> None:
         """Release the store's resources.  Idempotent."""
