@@ -166,9 +166,12 @@ class Backend(abc.ABC):
         outcome), ``abandon``-then-recovery, ``recover_expired``,
         ``recover_owner``, ``cancel`` -- in the transaction that ends it, so a
         crashed worker never leaks a slot.  A hold counts only while its job
-        is running leased to the owner that took it.  Idempotent: a job that
-        already holds its slots is admitted again without taking more.  A job
-        the owner does not hold is refused with wait 0 and nothing taken.
+        is running leased to the owner that took it.  A job that already holds
+        its concurrency slots is admitted again without taking more (a rate's
+        start is taken by each admission that takes slots, or by each call for a
+        rate-only limit).  A job the owner does not hold is refused with wait 0
+        and nothing taken (its deferral is then ignored like any outcome for a
+        job the owner no longer holds).
         Limits are the caller's: every caller must pass the same limits for a
         dependency (they come from one config file).
         """
