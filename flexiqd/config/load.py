@@ -19,6 +19,7 @@ from ..errors import ConfigError, StoreUnavailable
 from ..fleet.base import POOL_NAME, Credential
 from ..policy.config import Dependency, pool_policy_from_mapping
 from ..policy.errors import PolicyConfigError
+from ..queue.limits import DependencyLimit, LimitError, limit_from_mapping
 from ..queue.url import check_url
 from .model import DEFAULT_STORE, DaemonConfig, FlexiqOptions, PoolConfig
 
@@ -28,7 +29,7 @@ POOL_KEYS = ("app", "queues", "concurrency", "batch_size", "drain_timeout", "lea
              "behavior", "knee", "uses", "flexiq")
 POLICY_KEYS = ("min_workers", "max_workers", "scale_to_zero", "cpu_bound", "targets", "behavior", "knee")
 RESOURCE_KEYS = ("memory_max", "cpu_weight")
-DEPENDENCY_KEYS = ("capacity", "reserved", "start_burst")
+DEPENDENCY_KEYS = ("capacity", "reserved", "start_burst", "limit")
 FLEXIQ_KEYS = ("target_queue_depth_per_worker", "target_utilisation", "tolerance",
                "scale_up_window", "scale_down_window")
 # Policy options that are durations, so `5m` works where the policy wants seconds.
@@ -134,8 +135,10 @@ def _daemon(data: Any, path: str, fleet_override: str | None) -> DaemonConfig:
     if fleet not in ("systemd", "process"):
         raise _fail("fleet", f"must be 'systemd' or 'process', got {_show(fleet)}")
     fleet = fleet_override or fleet
-    dependencies = {name: _dependency(name, value)
-                    for name, value in _mapping(data.get("dependencies") or {}, "dependencies").items()}
+    dependencies_data = _mapping(data.get("dependencies") or {}, "dependencies")
+    dependencies = {name: _dependency(name, value) for name, value in dependencies_data.items()}
+    limits = {str(name): _dependency_limit(str(name), value["limit"])
+              for name, value in dependencies_data.items() if value.get("limit") is not None}
     pools_data = data.get("pools")
     if pools_data is None:
         pools_data = {"default": {}}
@@ -145,7 +148,7 @@ def _daemon(data: Any, path: str, fleet_override: str | None) -> DaemonConfig:
     dead_retention = _duration(data.get("dead_retention", "30d"), "dead_retention")
     return DaemonConfig(path=path, store=store, tick=tick, fleet=fleet, retention=retention,
                         dead_retention=dead_retention,
-                        dependencies=dependencies, pools=pools)
+                        dependencies=dependencies, pools=pools, dependency_limits=limits)
 
 
 def _dependency(name: str, value: Any) -> Dependency:
@@ -161,6 +164,14 @@ def _dependency(name: str, value: Any) -> Dependency:
         return Dependency(name=name, capacity=capacity, reserved=reserved, **extra)
     except PolicyConfigError as exc:
         raise _fail(where, str(exc)) from None
+
+
+def _dependency_limit(name: str, value: Any) -> DependencyLimit:
+    """``dependencies.<name>.limit``: what the workers enforce (see flexiqd.queue.limits)."""
+    try:
+        return limit_from_mapping(name, value)
+    except LimitError as exc:
+        raise _fail(f"dependencies.{name}.{exc.key}", exc.why) from None
 
 
 def _pool(name: str, value: Any, dependencies: Mapping[str, Dependency], fleet: str) -> PoolConfig:

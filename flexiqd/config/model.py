@@ -7,6 +7,7 @@ from typing import Mapping
 
 from ..fleet.base import Credential, WorkerSpec
 from ..policy.config import Dependency, PoolPolicy
+from ..queue.limits import DependencyLimit
 
 DEFAULT_CONFIG_PATH = "/etc/flexiqd/flexiqd.yaml"
 DEFAULT_STORE = "sqlite:////var/lib/flexiq/queue.db"
@@ -64,3 +65,5 @@ class DaemonConfig:
     retention: float = 7 * 86400.0       # finished (done, cancelled) jobs are kept this long
     dead_retention: float = 30 * 86400.0  # dead-lettered jobs are kept this long
     source: str = dataclasses.field(default="", repr=False)  # the file's text, as validated
+    # dependencies.<name>.limit: enforced by the workers of every pool (flexiqd.queue.limits)
+    dependency_limits: Mapping[str, DependencyLimit] = dataclasses.field(default_factory=dict)

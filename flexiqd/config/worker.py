@@ -3,7 +3,9 @@
 ``flexiq worker --instance <pool>-<n>`` takes its pool's settings from the
 config file (``--config``, else ``$FLEXIQD_CONFIG`` -- the daemon points its
 workers at the config it applied -- else the default path); flags given on the
-command line override them.  At the start of a drain the worker reads its
+command line override them.  The config's dependency limits
+(``dependencies.<name>.limit``) reach every worker that reads the file: they
+are read once, at the worker's start.  At the start of a drain the worker reads its
 pool's ``drain_timeout`` again (``drain_timeout_now``), so a budget changed by a
 reload reaches workers already running.
 """
@@ -84,7 +86,10 @@ def worker_setup(*, app: str | None, url: str | None, instance: str | None, conf
         app, url, pool_name = pool.app, url or store, pool.name
         settings.update(pool_settings(pool))
     elif instance and (config or os.environ.get(CONFIG_ENV)):
-        path = config_path(config)  # --app given: the file is only asked for the drain budget
+        path = config_path(config)  # --app given: the file is asked for the drain budget and limits
+    if path is not None:
+        # Not optional: a worker that ran without them could push a dependency past its quota.
+        settings["dependency_limits"] = load_config(path).dependency_limits
     given = {key: value for key, value in overrides.items() if value is not None}
     settings.update(given)
     if "drain_timeout" in given:
