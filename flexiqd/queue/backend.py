@@ -51,8 +51,9 @@ class Backend(abc.ABC):
         Every outcome frees the dependency slots the job held (``admit``).
         ``DEFER`` (a job ``admit`` refused, never started) puts the job back with
         no attempt used and no execution recorded, *waiting for its dependency*
-        until ``now + outcome.wait`` plus a jitter: not runnable, not delayed,
-        not coming due, and no arrival when it comes due (see ``Stats``).
+        (``Stats.waiting_for_dependency``) until a worker claims it again, which
+        it may from ``now + outcome.wait`` plus a jitter on: never runnable,
+        delayed or coming due meanwhile, and no arrival when it comes back.
         """
 
     def settle_and_claim(self, owner: str, outcomes: Iterable[Outcome],

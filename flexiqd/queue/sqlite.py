@@ -81,7 +81,7 @@ _LIVE = "state IN ('queued', 'running')"
 # WHERE (jobs_claim and jobs_age / jobs_due), which a query must repeat to use them.
 _DUE = "state = 'queued' AND delayed = 0"
 _DELAYED = "state = 'queued' AND delayed = 1"
-# Queued jobs deferred by ``admit`` until their run_at (jobs_waiting, jobs_waiting_for).
+# Queued jobs deferred by ``admit``, until their run_at (jobs_waiting).
 _WAITING = "state = 'queued' AND delayed = 2"
 # The counts buckets stats reads (finished jobs are counted too, but never read there).
 _WAITING_OR_HELD = "('queued', 'delayed', 'waiting', 'running', 'dead')"
@@ -316,9 +316,10 @@ class SQLiteBackend(Backend):
             f"UPDATE jobs SET delayed = 0 WHERE id IN (SELECT id FROM jobs WHERE {_DELAYED} "
             f"AND run_at <= ? ORDER BY run_at LIMIT {_PROMOTION_BATCH}) "
             f"RETURNING queue, tenant, run_at, attempts", (now,)).fetchall()
-        # Deferred jobs whose wait is over: runnable again, but they arrived long ago.
+        # Deferred jobs whose wait is over: claimable again (still waiting for their dependency
+        # until a worker takes one), and no arrival: they arrived long ago.
         waited = conn.execute(
-            f"UPDATE jobs SET delayed = 0, waiting_for = NULL WHERE id IN (SELECT id FROM jobs "
+            f"UPDATE jobs SET delayed = 0 WHERE id IN (SELECT id FROM jobs "
             f"WHERE {_WAITING} AND run_at <= ? ORDER BY run_at LIMIT {_PROMOTION_BATCH})",
             (now,)).rowcount
         arrivals: dict[tuple[str, str, int], int] = {}
@@ -368,7 +369,7 @@ class SQLiteBackend(Backend):
             # run_at <= now still guards the walk: another process's clock may run ahead.
             rows = conn.execute(
                 f"UPDATE jobs SET state = 'running', lease_owner = ?, lease_expires = ?, "
-                f"attempts = attempts + 1, started_at = ? WHERE id IN ("
+                f"attempts = attempts + 1, started_at = ?, waiting_for = NULL WHERE id IN ("
                 f"  SELECT id FROM jobs WHERE {_DUE} AND queue = ? AND run_at <= ?"
                 f"  ORDER BY priority DESC, run_at, id LIMIT ?) RETURNING {_JOB_COLUMNS}",
                 (request.owner, now + request.lease_seconds, now, queue, now, want)).fetchall()
@@ -803,7 +804,7 @@ def _read_stats(conn: sqlite3.Connection, queue: str, now: float, window: float,
         by_state = counts.get(tenant, {})
         oldest = 0.0
         if by_state.get("queued"):
-            first = conn.execute(f"SELECT MIN(run_at) FROM jobs WHERE {_DUE} AND queue = ? "
+            first = conn.execute(f"SELECT MIN(run_at) FROM jobs WHERE {_DUE} AND waiting_for IS NULL AND queue = ? "
                                  f"AND tenant = ?", (queue, tenant)).fetchone()[0]
             if first is not None and first <= now:
                 oldest = now - first
@@ -926,8 +927,8 @@ def _admit(conn: sqlite3.Connection, owner: str, job_id: int, limits: Sequence[D
 def _dependency_stats(conn: sqlite3.Connection, dependency: str, now: float, window: float) -> DependencyStats:
     in_use = len(conn.execute(_LIVE_HOLDS, (dependency,)).fetchall())
     waiting = conn.execute(
-        f"SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE {_WAITING} AND waiting_for = ? AND run_at > ? "
-        f"LIMIT {COMING_DUE_LIMIT})", (dependency, now)).fetchone()[0]
+        f"SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE state = 'queued' AND waiting_for = ? "
+        f"LIMIT {COMING_DUE_LIMIT})", (dependency,)).fetchone()[0]
     holds = sorted(row[0] for row in conn.execute(
         "SELECT seconds FROM dependency_hold_times WHERE dependency = ? AND ended_at > ? "
         f"ORDER BY ended_at DESC LIMIT {_HOLD_SAMPLE}", (dependency, now - window)))

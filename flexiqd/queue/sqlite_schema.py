@@ -28,10 +28,12 @@ window is one range however many tenants ever had events.
 lease's owner is gone, instead of counting the job as lost.
 
 Dependency limits (v5): a queued job a worker deferred because a dependency was
-full has ``delayed = 2`` (and ``waiting_for`` = the dependency) until its
-run_at: counted under the state "waiting", outside the jobs_due and jobs_coming
-ranges (not delayed work coming due), promoted through jobs_waiting without
-counting as an arrival.  ``dependency_holds`` has one row per job inside a
+full has ``waiting_for`` = the dependency until a worker claims it again, and
+``delayed = 2`` until its run_at: outside the jobs_due and jobs_coming ranges
+(not delayed work coming due), promoted through jobs_waiting without counting
+as an arrival, and then claimable -- but counted under the state "waiting"
+all along, and left out of jobs_age (the oldest runnable job): more workers
+would not start it sooner.  ``dependency_holds`` has one row per job inside a
 limited dependency (the concurrency slots), ``dependency_tat`` one GCRA time
 per rate-limited dependency, ``dependency_hold_times`` the recent hold
 durations and ``dependency_events`` per-second admissions and refusals.
@@ -96,8 +98,8 @@ _V4_INDEXES = (
     "CREATE INDEX executions_worker ON executions(worker, started_at)",
 )
 
-# v5: dependency limits (Backend.admit).  The counts bucket learns "waiting" (delayed = 2).
-_BUCKET_V5 = ("CASE WHEN {row}.state = 'queued' AND {row}.delayed = 2 THEN 'waiting' "
+# v5: dependency limits (Backend.admit).  The counts bucket learns "waiting" (waiting_for set).
+_BUCKET_V5 = ("CASE WHEN {row}.state = 'queued' AND {row}.waiting_for IS NOT NULL THEN 'waiting' "
               "WHEN {row}.state = 'queued' AND {row}.delayed THEN 'delayed' ELSE {row}.state END")
 _COUNT_ONE_V5 = f"""INSERT INTO counts (queue, state, tenant, n)
         VALUES (NEW.queue, {_BUCKET_V5.format(row="NEW")}, NEW.tenant, 1)
@@ -110,8 +112,9 @@ _V5_COUNT_TRIGGERS = (
     f"""CREATE TRIGGER jobs_count_insert AFTER INSERT ON jobs BEGIN
     {_COUNT_ONE_V5}
 END""",
-    f"""CREATE TRIGGER jobs_count_update AFTER UPDATE OF state, delayed ON jobs
-    WHEN OLD.state IS NOT NEW.state OR OLD.delayed IS NOT NEW.delayed BEGIN
+    f"""CREATE TRIGGER jobs_count_update AFTER UPDATE OF state, delayed, waiting_for ON jobs
+    WHEN OLD.state IS NOT NEW.state OR OLD.delayed IS NOT NEW.delayed
+        OR OLD.waiting_for IS NOT NEW.waiting_for BEGIN
     {_UNCOUNT_ONE_V5}
     {_COUNT_ONE_V5}
 END""",
@@ -148,8 +151,11 @@ _V5_TABLES = (
 ) WITHOUT ROWID""",
     # Waiting jobs whose wait is over, for promotion; the ones waiting for a dependency.
     "CREATE INDEX jobs_waiting ON jobs(run_at) WHERE state = 'queued' AND delayed = 2",
-    "CREATE INDEX jobs_waiting_for ON jobs(waiting_for, run_at) WHERE state = 'queued' AND delayed = 2",
+    "CREATE INDEX jobs_waiting_for ON jobs(waiting_for) WHERE state = 'queued' AND waiting_for IS NOT NULL",
 )
+# The oldest runnable job leaves out the ones waiting for a dependency.
+_V5_AGE_INDEX = ("CREATE INDEX jobs_age ON jobs(queue, tenant, run_at) "
+                 "WHERE state = 'queued' AND delayed = 0 AND waiting_for IS NULL")
 
 # Statements that bring a store of the version before each key up to it, in order;
 # a new store gets SCHEMA whole.  Append, never edit: stores in the field ran them.
@@ -186,6 +192,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "DROP TRIGGER jobs_count_update",
         "DROP TRIGGER jobs_count_delete",
         *_V5_COUNT_TRIGGERS,
+        "DROP INDEX jobs_age",
+        _V5_AGE_INDEX,
         *_V5_TABLES,
     ),
 }
@@ -215,7 +223,8 @@ SCHEMA: tuple[str, ...] = (
     delayed INTEGER NOT NULL DEFAULT 0,
     waiting_for TEXT
 )""",
-    *_V3_INDEXES,
+    *(index for index in _V3_INDEXES if not index.startswith("CREATE INDEX jobs_age ")),
+    _V5_AGE_INDEX,
     "CREATE INDEX jobs_lease ON jobs(lease_expires) WHERE state = 'running'",
     "CREATE INDEX jobs_finished ON jobs(queue, state, finished_at) WHERE finished_at IS NOT NULL",
     "CREATE UNIQUE INDEX jobs_idempotency ON jobs(idempotency_key) "

@@ -191,12 +191,13 @@ class Stats:
     tenant.
 
     ``waiting_for_dependency``: queued jobs a worker deferred because a
-    dependency they use was at its limit (``Backend.admit``), until their wait
-    is over.  They are in none of ``runnable``, ``delayed`` and ``coming_due``:
-    more workers would not start them sooner, so an autoscaler must not count
-    them as work to scale for.  Once their wait is over they are runnable
-    again, and do not count as arrivals a second time.  Every queued job is
-    in exactly one of runnable, delayed, waiting_for_dependency.
+    dependency they use was at its limit (``Backend.admit``), until a worker
+    claims one again (it may be claimed once its short wait is over).  They
+    are in none of ``runnable``, ``delayed``, ``coming_due`` and
+    ``oldest_runnable_age``: more workers would not start them sooner, so an
+    autoscaler must not count them as work to scale for.  They do not count
+    as arrivals again.  Every queued job is in exactly one of runnable,
+    delayed, waiting_for_dependency.
     """
 
     queue: str

@@ -150,15 +150,24 @@ def test_a_deferred_job_keeps_its_attempts_and_waits_neither_runnable_nor_delaye
     assert claim(backend, 5, owner="w2", now=T0 + 1) == []
 
 
-def test_a_deferred_job_comes_back_runnable_without_arriving_again(backend):
+def test_a_deferred_job_may_be_claimed_after_its_wait_and_waits_until_it_is(backend):
     _, second, _ = _defer_one(backend)
-    later = backend.get(second.id).run_at
-    stats = backend.stats("default", now=later, window=60)
-    assert (stats.runnable, stats.waiting_for_dependency) == (1, 0)
+    later = backend.get(second.id).run_at + 5
+    stats = backend.stats("default", now=later, window=60, horizon=3600)
+    # Still waiting for its dependency: no worker more would start it sooner.
+    assert (stats.runnable, stats.delayed, stats.waiting_for_dependency) == (0, 0, 1)
+    assert (stats.oldest_runnable_age, stats.coming_due) == (0, 0)
     assert stats.arrival_rate * 60 == pytest.approx(2)  # the two enqueued, nothing more
-    assert backend.dependency_stats("db", now=later).waiting == 0
+    assert backend.dependency_stats("db", now=later).waiting == 1
     [again] = claim(backend, 5, owner="w2", now=later)
     assert (again.id, again.attempts) == (second.id, 1)
+    assert backend.stats("default", now=later).waiting_for_dependency == 0
+    assert backend.dependency_stats("db", now=later).waiting == 0
+    # Handed back unstarted (a drain), it is an ordinary runnable job again.
+    backend.settle("w2", [Outcome.release(again.id)], now=later)
+    stats = backend.stats("default", now=later + 1, window=60)
+    assert (stats.runnable, stats.waiting_for_dependency, stats.oldest_runnable_age) == (1, 0, pytest.approx(6))
+    assert stats.arrival_rate * 60 == pytest.approx(2)
 
 
 def test_deferred_jobs_are_counted_per_tenant(backend):
