@@ -35,7 +35,7 @@ FLEXIQ_KEYS = ("target_queue_depth_per_worker", "target_utilisation", "tolerance
 # Policy options that are durations, so `5m` works where the policy wants seconds.
 DURATION_KEYS = {"age", "drain_time", "lead_time", "up_window", "down_window", "period",
                  "settle_time", "reprobe_interval", "sample_max_age",
-                 "scale_up_window", "scale_down_window", "start_cost"}
+                 "scale_up_window", "scale_down_window", "start_cost", "max_latency"}
 CREDENTIAL_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)?$", re.IGNORECASE)
@@ -142,7 +142,7 @@ def _daemon(data: Any, path: str, fleet_override: str | None) -> DaemonConfig:
     pools_data = data.get("pools")
     if pools_data is None:
         pools_data = {"default": {}}
-    pools = {str(name): _pool(str(name), value, dependencies, fleet)
+    pools = {str(name): _pool(str(name), value, dependencies, fleet, limits)
              for name, value in _mapping(pools_data, "pools").items()}
     retention = _duration(data.get("retention", "7d"), "retention")
     dead_retention = _duration(data.get("dead_retention", "30d"), "dead_retention")
@@ -174,7 +174,8 @@ def _dependency_limit(name: str, value: Any) -> DependencyLimit:
         raise _fail(f"dependencies.{name}.{exc.key}", exc.why) from None
 
 
-def _pool(name: str, value: Any, dependencies: Mapping[str, Dependency], fleet: str) -> PoolConfig:
+def _pool(name: str, value: Any, dependencies: Mapping[str, Dependency], fleet: str,
+          limits: Mapping[str, DependencyLimit]) -> PoolConfig:
     where = f"pools.{name}"
     if not POOL_NAME.match(name):
         raise _fail(where, "a pool name may hold only a-z, 0-9 and _")
@@ -213,7 +214,7 @@ def _pool(name: str, value: Any, dependencies: Mapping[str, Dependency], fleet: 
         name=name, app=app, queues=tuple(queues),
         concurrency=_int(value.get("concurrency", 4), f"{where}.concurrency", 1, 10000),
         drain_timeout=drain, lease=lease, policy_kind=kind,
-        policy=_policy(value, where, dependencies), flexiq=_flexiq(value.get("flexiq"), where),
+        policy=_policy(value, where, dependencies, limits), flexiq=_flexiq(value.get("flexiq"), where),
         environment={str(k): str(v) for k, v in environment.items()},
         memory_max=memory_max, cpu_weight=cpu_weight,
         batch_size=(_int(value["batch_size"], f"{where}.batch_size", 1)
@@ -248,7 +249,8 @@ def _credentials(value: Any, where: str, fleet: str) -> tuple[Credential, ...]:
     return tuple(credentials)
 
 
-def _policy(value: Mapping[str, Any], where: str, dependencies: Mapping[str, Dependency]):
+def _policy(value: Mapping[str, Any], where: str, dependencies: Mapping[str, Dependency],
+            limits: Mapping[str, DependencyLimit]):
     mapping: dict[str, Any] = {key: _with_durations(value[key], f"{where}.{key}")
                                for key in POLICY_KEYS if key in value}
     uses = value.get("uses")
@@ -261,10 +263,10 @@ def _policy(value: Mapping[str, Any], where: str, dependencies: Mapping[str, Dep
                 hint = f"; did you mean {close[0]!r}?" if close else " (declare it under dependencies:)"
                 raise _fail(f"{where}.uses.{dep_name}", f"no such dependency{hint}")
             use = dict(_with_durations(_mapping(use, f"{where}.uses.{dep_name}"), f"{where}.uses.{dep_name}"))
-            if "max_latency" in use:
+            if "max_latency" in use and dep_name not in limits:
                 raise _fail(f"{where}.uses.{dep_name}.max_latency",
-                            "not supported: flexiqd does not measure a dependency's latency, so nothing "
-                            "would enforce it; remove it (capacity and per_worker cap the pool)")
+                            f"needs dependencies.{dep_name}.limit: the latency is measured as the time "
+                            f"jobs hold a limited dependency, and {dep_name!r} has no limit")
             mapping["dependencies"].append({"dependency": dep_name, **use})
     try:
         return pool_policy_from_mapping(mapping)
