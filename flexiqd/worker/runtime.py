@@ -36,7 +36,7 @@ import functools
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from ..errors import QueueError
 from ..notify import Notifier, watchdog_interval
@@ -69,6 +69,8 @@ UNSETTLED_MAX = 16
 # At exit, how long to keep trying to commit the last results: a result lost here is a job
 # run again.  Well inside the stop timeout's grace beyond the drain budget.
 FINAL_SETTLE_TIME = 3.0
+# How often the dependency limits are looked at again (a reload may have changed them).
+LIMITS_CHECK = 2.0
 
 
 @dataclasses.dataclass
@@ -86,11 +88,14 @@ class Worker:
 
     ``drain_budget`` is asked for the drain budget when a drain begins (a reload may have
     changed it since the worker started); without it, ``config.drain_timeout`` holds.
+    ``dependency_limits`` is asked for the limits at most every LIMITS_CHECK seconds, on
+    the store thread; without it, ``config.dependency_limits`` hold.
     """
 
     def __init__(self, app: Queue, backend: Backend, config: WorkerConfig, *,
                  notifier: Notifier | None = None, clock: Callable[[], float] = time.time,
-                 drain_budget: Callable[[], float] | None = None) -> None:
+                 drain_budget: Callable[[], float] | None = None,
+                 dependency_limits: Callable[[], Mapping[str, DependencyLimit]] | None = None) -> None:
         self.app = app
         self.backend = backend
         self.config = config
@@ -99,6 +104,9 @@ class Worker:
         self.counters = Counters()
         self.left_running: list[int] = []  # jobs still running when it gave up on them (abandoned)
         self._drain_budget = drain_budget or (lambda: config.drain_timeout)
+        self._limits_source = dependency_limits or (lambda: config.dependency_limits)
+        self._limits = config.dependency_limits
+        self._limits_checked = time.monotonic()
         self._inflight: dict[int, Run] = {}
         self._outcomes: list[Outcome] = []
         self._settling = 0  # results in the store call under way
@@ -253,7 +261,13 @@ class Worker:
         never kept unrun under a lease nobody renews).
         """
         _, claimed = self.backend.settle_and_claim(self.config.name, outcomes, request, now=self.clock())
-        if not self.config.dependency_limits or not claimed:
+        if time.monotonic() - self._limits_checked >= LIMITS_CHECK:
+            self._limits_checked = time.monotonic()
+            try:
+                self._limits = self._limits_source()
+            except Exception as exc:  # noqa: BLE001 - a bad re-read must not stop the worker
+                log.warning("Worker %s keeps its dependency limits: %s", self.config.name, exc)
+        if not self._limits or not claimed:
             return claimed, []
         admitted: list[Job] = []
         deferrals: list[Outcome] = []
@@ -290,7 +304,7 @@ class Worker:
         task = self.app.tasks.get(job.task)
         if task is None:
             return ()  # an unknown task is dead-lettered as always: nothing to admit
-        return limits_for(task.options.uses, self.config.dependency_limits)
+        return limits_for(task.options.uses, self._limits)
 
     # -- prefetch ------------------------------------------------------------------------------
 

@@ -75,3 +75,27 @@ def test_a_task_declares_the_dependencies_it_uses():
     assert sync.new_job((1,)).task == "sync"  # uses is the task's, not a job option
     with pytest.raises(TaskError, match="uses= must be dependency names"):
         queue.task("bad", uses=["", "db"])
+
+
+def test_a_running_worker_reads_the_limits_again_when_the_file_changes(tmp_path):
+    import os
+
+    from flexiqd.config.worker import LimitsReader
+
+    path = tmp_path / "flexiqd.yaml"
+    path.write_text(FILE)
+    setup = worker_setup(app=None, url=None, instance="default-1", config=str(path),
+                         overrides={"drain_timeout": 5.0})  # a fixed budget: the limits still follow
+    reader = LimitsReader(setup)
+    assert reader()["partner_api"].concurrency == 20
+
+    def rewrite(text, tick):
+        path.write_text(text)
+        os.utime(path, ns=(tick * 10**9, tick * 10**9))  # a new mtime, however fast the rewrite
+
+    rewrite(FILE.replace("concurrency: 20", "concurrency: 5"), 1)
+    assert reader()["partner_api"].concurrency == 5
+    rewrite("dependencies: [broken\n", 2)
+    assert reader()["partner_api"].concurrency == 5  # a bad edit lifts no limit
+    rewrite(FILE.replace("    limit: {concurrency: 20, rate: 50}\n", ""), 3)
+    assert set(reader()) == {"sms"}
