@@ -12,7 +12,9 @@ class JobState(str, enum.Enum):
 
     queued -> running -> done | dead | queued (retry, release, lease expiry);
     queued | running | dead -> cancelled.  A queued job whose ``run_at`` lies
-    in the future is *delayed*; only ``run_at <= now`` is *runnable*.
+    in the future is *delayed*; only ``run_at <= now`` is *runnable* -- unless
+    a worker deferred it for a full dependency: then it is *waiting for the
+    dependency* until a worker claims it again (see ``Stats``).
     """
 
     QUEUED = "queued"

@@ -184,9 +184,9 @@ class Worker:
             for helper in helpers:
                 helper.cancel()
             self._store_thread.shutdown(wait=True)
-        log.info("Worker %s stopped: %d done, %d failed, %d released, %d given up while running.",
-                 self.config.name, self.counters.done, self.counters.failed, self.counters.released,
-                 self.counters.abandoned)
+        log.info("Worker %s stopped: %d done, %d failed, %d released, %d given up while running, "
+                 "%d deferred for a dependency.", self.config.name, self.counters.done, self.counters.failed,
+                 self.counters.released, self.counters.abandoned, self.counters.deferred)
         return code
 
     async def _store(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
