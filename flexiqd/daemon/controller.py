@@ -28,8 +28,9 @@ from ..config.model import DaemonConfig, PoolConfig
 from ..config.runtime import write_paused_pools
 from ..errors import ControlError, FleetError, QueueError
 from ..fleet.base import Fleet, WorkerInfo, WorkerState, instance_name, parse_instance
-from ..policy import Decision, DependencyObservation, History, Observation, PoolMetrics
+from ..policy import Decision, History, Observation, PoolMetrics
 from ..policy.economics import lead_time, start_cost_or_default
+from ..policy.types import DependencyObservation
 from ..queue.backend import Backend
 from ..queue.owners import owner_parts, process_exists, this_host
 from ..queue.types import JobState
