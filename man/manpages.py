@@ -479,6 +479,8 @@ runs one autoscaled pool in the foreground, without flexiqd.
 - flexiq enqueue flexiqd.demo.sleep 2 --count 100: One hundred jobs of the demo application, each sleeping two seconds.
 
 - flexiq jobs list --state done --json: The finished jobs, as JSON.
+
+- flexiq dependencies: Each limited dependency (dependencies.<name>.limit) with the jobs inside it against its limit, the jobs waiting for it, and how long jobs held it.
 """),
         ),
         see_also=("flexiqd(8)", "flexiqctl(1)", "flexiqd.yaml(5)"),

@@ -64,6 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--window", type=_duration, default=60.0)
     stats.add_argument("--json", action="store_true")
 
+    dependencies = commands.add_parser(
+        "dependencies", help="each limited dependency's use against its limit (dependencies.<name>.limit)")
+    dependencies.add_argument("--config", default=None,
+                              help="the daemon's config file, for the limits (default: $FLEXIQD_CONFIG, "
+                                   "else /etc/flexiqd/flexiqd.yaml); its store unless --url or $FLEXIQ_URL")
+    dependencies.add_argument("--window", type=_duration, default=60.0)
+    dependencies.add_argument("--json", action="store_true")
+
     jobs = commands.add_parser("jobs", help="list or show jobs")
     jobs_commands = jobs.add_subparsers(dest="jobs_command", metavar="ACTION", required=True)
     jobs_list = jobs_commands.add_parser("list")
@@ -184,6 +192,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         from ..sim.bench import main as bench_main
 
         return bench_main([args.what, *args.rest])
+    if args.command == "dependencies":
+        return _dependencies(args)
     backend = open_backend(args.url or default_url())
     try:
         if args.command == "enqueue":
@@ -271,23 +281,65 @@ def _stats(backend, args: argparse.Namespace) -> int:
 
 
 def render_stats_table(stats: list[Stats]) -> str:
-    header = ("QUEUE", "RUNNABLE", "DELAYED", "RUNNING", "DEAD", "OLDEST", "DRAIN", "IN/s", "OUT/s",
-              "FAIL/s", "P50", "P95", "P99")
+    header = ("QUEUE", "RUNNABLE", "DELAYED", "WAITING", "RUNNING", "DEAD", "OLDEST", "DRAIN", "IN/s",
+              "OUT/s", "FAIL/s", "P50", "P95", "P99")
     rows = [header]
     for s in stats:
-        rows.append((s.queue, str(s.runnable), str(s.delayed), str(s.running), str(s.dead),
+        rows.append((s.queue, str(s.runnable), str(s.delayed), str(s.waiting_for_dependency), str(s.running),
+                     str(s.dead),
                      format_duration(s.oldest_runnable_age), format_duration(s.time_to_drain),
                      f"{s.arrival_rate:.1f}", f"{s.completion_rate:.1f}", f"{s.failure_rate:.2f}",
                      format_duration(s.duration_p50), format_duration(s.duration_p95),
                      format_duration(s.duration_p99)))
         for tenant, t in sorted(s.tenants.items()):
-            rows.append((f"  {tenant}", str(t.runnable), str(t.delayed), str(t.running), str(t.dead),
+            rows.append((f"  {tenant}", str(t.runnable), str(t.delayed), str(t.waiting_for_dependency),
+                         str(t.running), str(t.dead),
                          format_duration(t.oldest_runnable_age), format_duration(t.time_to_drain),
                          f"{t.arrival_rate:.1f}", f"{t.completion_rate:.1f}", f"{t.failure_rate:.2f}",
                          format_duration(t.duration_p50), format_duration(t.duration_p95),
                          format_duration(t.duration_p99)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def _dependencies(args: argparse.Namespace) -> int:
+    import os
+
+    from ..config.load import load_config
+    from ..config.worker import config_path
+
+    config = load_config(config_path(args.config))
+    url = args.url or os.environ.get(URL_ENV) or config.store
+    now = time.time()
+    backend = open_backend(url)
+    try:
+        rows = [(limit, backend.dependency_stats(name, now=now, window=args.window))
+                for name, limit in sorted(config.dependency_limits.items())]
+    finally:
+        backend.close()
+    if args.json:
+        print(json.dumps({limit.name: {"limit": limit.as_dict(), **used.as_dict()} for limit, used in rows},
+                         indent=2))
+        return EXIT_OK
+    if not rows:
+        print(f"no dependency has a limit in {config.path} (dependencies.<name>.limit)")
+        return EXIT_OK
+    print(render_dependencies_table(rows))
+    return EXIT_OK
+
+
+def render_dependencies_table(rows: list) -> str:
+    """One line per limited dependency: its use now against its limit, and its recent hold times."""
+    header = ("DEPENDENCY", "IN USE", "RATE LIMIT", "WAITING", "ADMITTED/s", "DEFERRED/s", "HOLD P50",
+              "HOLD P95")
+    lines = [header]
+    for limit, used in rows:
+        in_use = f"{used.in_use}/{limit.concurrency}" if limit.concurrency is not None else str(used.in_use)
+        rate = f"{limit.rate:g}/s burst {limit.effective_burst}" if limit.rate is not None else "-"
+        lines.append((limit.name, in_use, rate, str(used.waiting), f"{used.admitted_rate:.1f}",
+                      f"{used.deferred_rate:.1f}", format_duration(used.hold_p50), format_duration(used.hold_p95)))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines)
 
 
 def _job_dict(job: Job) -> dict:

@@ -20,6 +20,7 @@ from ..errors import ConfigError, StoreUnavailable
 from ..fleet.base import POOL_NAME, Credential
 from ..policy.config import Dependency, pool_policy_from_mapping
 from ..policy.errors import PolicyConfigError
+from ..queue.limits import DependencyLimit, LimitError, limit_from_mapping
 from ..queue.url import check_url
 from .model import DEFAULT_HTTP_PORT, DEFAULT_STORE, DaemonConfig, FlexiqOptions, HttpConfig, PoolConfig
 
@@ -30,13 +31,13 @@ POOL_KEYS = ("app", "queues", "concurrency", "batch_size", "drain_timeout", "lea
              "behavior", "knee", "uses", "flexiq")
 POLICY_KEYS = ("min_workers", "max_workers", "scale_to_zero", "cpu_bound", "targets", "behavior", "knee")
 RESOURCE_KEYS = ("memory_max", "cpu_weight")
-DEPENDENCY_KEYS = ("capacity", "reserved", "start_burst")
+DEPENDENCY_KEYS = ("capacity", "reserved", "start_burst", "limit")
 FLEXIQ_KEYS = ("target_queue_depth_per_worker", "target_utilisation", "tolerance",
                "scale_up_window", "scale_down_window")
 # Policy options that are durations, so `5m` works where the policy wants seconds.
 DURATION_KEYS = {"age", "drain_time", "lead_time", "up_window", "down_window", "period",
                  "settle_time", "reprobe_interval", "sample_max_age",
-                 "scale_up_window", "scale_down_window", "start_cost"}
+                 "scale_up_window", "scale_down_window", "start_cost", "max_latency"}
 CREDENTIAL_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)?$", re.IGNORECASE)
@@ -136,19 +137,22 @@ def _daemon(data: Any, path: str, fleet_override: str | None) -> DaemonConfig:
     if fleet not in ("systemd", "process"):
         raise _fail("fleet", f"must be 'systemd' or 'process', got {_show(fleet)}")
     fleet = fleet_override or fleet
-    dependencies = {name: _dependency(name, value)
-                    for name, value in _mapping(data.get("dependencies") or {}, "dependencies").items()}
+    dependencies_data = _mapping(data.get("dependencies") or {}, "dependencies")
+    dependencies = {name: _dependency(name, value) for name, value in dependencies_data.items()}
+    limits = {str(name): _dependency_limit(str(name), value["limit"])
+              for name, value in dependencies_data.items() if value.get("limit") is not None}
     pools_data = data.get("pools")
     if pools_data is None:
         pools_data = {"default": {}}
-    pools = {str(name): _pool(str(name), value, dependencies, fleet)
+    pools = {str(name): _pool(str(name), value, dependencies, fleet, limits)
              for name, value in _mapping(pools_data, "pools").items()}
     retention = _duration(data.get("retention", "7d"), "retention")
     dead_retention = _duration(data.get("dead_retention", "30d"), "dead_retention")
     http = _http(data["http"]) if data.get("http") is not None else None
     return DaemonConfig(path=path, store=store, tick=tick, fleet=fleet, retention=retention,
                         dead_retention=dead_retention,
-                        dependencies=dependencies, pools=pools, http=http)
+                        dependencies=dependencies, pools=pools, http=http,
+                        dependency_limits=limits)
 
 
 def parse_listen(value: Any, where: str) -> tuple[str, int]:
@@ -215,7 +219,16 @@ def _dependency(name: str, value: Any) -> Dependency:
         raise _fail(where, str(exc)) from None
 
 
-def _pool(name: str, value: Any, dependencies: Mapping[str, Dependency], fleet: str) -> PoolConfig:
+def _dependency_limit(name: str, value: Any) -> DependencyLimit:
+    """``dependencies.<name>.limit``: what the workers enforce (see flexiqd.queue.limits)."""
+    try:
+        return limit_from_mapping(name, value)
+    except LimitError as exc:
+        raise _fail(f"dependencies.{name}.{exc.key}", exc.why) from None
+
+
+def _pool(name: str, value: Any, dependencies: Mapping[str, Dependency], fleet: str,
+          limits: Mapping[str, DependencyLimit]) -> PoolConfig:
     where = f"pools.{name}"
     if not POOL_NAME.match(name):
         raise _fail(where, "a pool name may hold only a-z, 0-9 and _")
@@ -254,7 +267,7 @@ def _pool(name: str, value: Any, dependencies: Mapping[str, Dependency], fleet: 
         name=name, app=app, queues=tuple(queues),
         concurrency=_int(value.get("concurrency", 4), f"{where}.concurrency", 1, 10000),
         drain_timeout=drain, lease=lease, policy_kind=kind,
-        policy=_policy(value, where, dependencies), flexiq=_flexiq(value.get("flexiq"), where),
+        policy=_policy(value, where, dependencies, limits), flexiq=_flexiq(value.get("flexiq"), where),
         environment={str(k): str(v) for k, v in environment.items()},
         memory_max=memory_max, cpu_weight=cpu_weight,
         batch_size=(_int(value["batch_size"], f"{where}.batch_size", 1)
@@ -289,7 +302,8 @@ def _credentials(value: Any, where: str, fleet: str) -> tuple[Credential, ...]:
     return tuple(credentials)
 
 
-def _policy(value: Mapping[str, Any], where: str, dependencies: Mapping[str, Dependency]):
+def _policy(value: Mapping[str, Any], where: str, dependencies: Mapping[str, Dependency],
+            limits: Mapping[str, DependencyLimit]):
     mapping: dict[str, Any] = {key: _with_durations(value[key], f"{where}.{key}")
                                for key in POLICY_KEYS if key in value}
     uses = value.get("uses")
@@ -302,10 +316,10 @@ def _policy(value: Mapping[str, Any], where: str, dependencies: Mapping[str, Dep
                 hint = f"; did you mean {close[0]!r}?" if close else " (declare it under dependencies:)"
                 raise _fail(f"{where}.uses.{dep_name}", f"no such dependency{hint}")
             use = dict(_with_durations(_mapping(use, f"{where}.uses.{dep_name}"), f"{where}.uses.{dep_name}"))
-            if "max_latency" in use:
+            if "max_latency" in use and dep_name not in limits:
                 raise _fail(f"{where}.uses.{dep_name}.max_latency",
-                            "not supported: flexiqd does not measure a dependency's latency, so nothing "
-                            "would enforce it; remove it (capacity and per_worker cap the pool)")
+                            f"needs dependencies.{dep_name}.limit: the latency is measured as the time "
+                            f"jobs hold a limited dependency, and {dep_name!r} has no limit")
             mapping["dependencies"].append({"dependency": dep_name, **use})
     try:
         return pool_policy_from_mapping(mapping)

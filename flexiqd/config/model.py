@@ -7,6 +7,7 @@ from typing import Mapping
 
 from ..fleet.base import Credential, WorkerSpec
 from ..policy.config import Dependency, PoolPolicy
+from ..queue.limits import DependencyLimit
 
 DEFAULT_CONFIG_PATH = "/etc/flexiqd/flexiqd.yaml"
 DEFAULT_STORE = "sqlite:////var/lib/flexiq/queue.db"
@@ -81,3 +82,5 @@ class DaemonConfig:
     dead_retention: float = 30 * 86400.0  # dead-lettered jobs are kept this long
     http: HttpConfig | None = None        # None: no HTTP endpoint
     source: str = dataclasses.field(default="", repr=False)  # the file's text, as validated
+    # dependencies.<name>.limit: enforced by the workers of every pool (flexiqd.queue.limits)
+    dependency_limits: Mapping[str, DependencyLimit] = dataclasses.field(default_factory=dict)

@@ -3,7 +3,10 @@
 ``flexiq worker --instance <pool>-<n>`` takes its pool's settings from the
 config file (``--config``, else ``$FLEXIQD_CONFIG`` -- the daemon points its
 workers at the config it applied -- else the default path); flags given on the
-command line override them.  At the start of a drain the worker reads its
+command line override them.  The config's dependency limits
+(``dependencies.<name>.limit``) reach every worker that reads the file: read
+at its start, and again whenever the file changes (``LimitsReader``), so a
+reload reaches workers already running.  At the start of a drain the worker reads its
 pool's ``drain_timeout`` again (``drain_timeout_now``), so a budget changed by a
 reload reaches workers already running.
 """
@@ -17,6 +20,7 @@ from typing import Any, Mapping
 
 from ..errors import ConfigError, FlexiqdError
 from ..fleet.base import parse_instance
+from ..queue.limits import DependencyLimit
 from ..queue.owners import owner_name
 from ..worker.settings import WorkerConfig
 from .load import load_config
@@ -39,6 +43,7 @@ class WorkerSetup:
     config: WorkerConfig
     pool: str | None = None     # the pool it belongs to (--instance), for the paused-pools file
     config_path: str | None = None  # where a drain re-reads its budget (None: the budget is fixed)
+    limits_path: str | None = None  # where the dependency limits are re-read (None: none, fixed)
 
 
 def pool_settings(pool: PoolConfig) -> dict[str, Any]:
@@ -84,14 +89,57 @@ def worker_setup(*, app: str | None, url: str | None, instance: str | None, conf
         app, url, pool_name = pool.app, url or store, pool.name
         settings.update(pool_settings(pool))
     elif instance and (config or os.environ.get(CONFIG_ENV)):
-        path = config_path(config)  # --app given: the file is only asked for the drain budget
+        path = config_path(config)  # --app given: the file is asked for the drain budget and limits
+    limits_path = path
+    if path is not None:
+        # Not optional: a worker that ran without them could push a dependency past its quota.
+        settings["dependency_limits"] = load_config(path).dependency_limits
     given = {key: value for key, value in overrides.items() if value is not None}
     settings.update(given)
     if "drain_timeout" in given:
         path = None  # a budget given on the command line is not the file's to change
     name = owner_name(instance or "worker")
     return WorkerSetup(app=app, store_url=url, config=WorkerConfig(name=name, **settings),
-                       pool=pool_name, config_path=path)
+                       pool=pool_name, config_path=path, limits_path=limits_path)
+
+
+class LimitsReader:
+    """The config file's dependency limits now: read again only when the file changed.
+
+    A file that cannot be read or is invalid keeps the limits last read (with a
+    warning): a bad edit must not lift every limit.  Not thread-safe.
+    """
+
+    def __init__(self, setup: WorkerSetup) -> None:
+        self._setup = setup
+        self._path = setup.limits_path
+        self._limits: Mapping[str, DependencyLimit] = setup.config.dependency_limits
+        self._seen = self._signature()
+
+    def _signature(self) -> tuple[int, int] | None:
+        try:
+            stat = os.stat(self._path) if self._path else None
+        except OSError:
+            return None
+        return (stat.st_mtime_ns, stat.st_size) if stat else None
+
+    def __call__(self) -> Mapping[str, DependencyLimit]:
+        if self._path is None:
+            return self._limits
+        signature = self._signature()
+        if signature == self._seen:
+            return self._limits
+        self._seen = signature
+        try:
+            limits = load_config(self._path).dependency_limits
+        except ConfigError as exc:
+            log.warning("Worker %s keeps its dependency limits: %s", self._setup.config.name, exc)
+            return self._limits
+        if limits != self._limits:
+            log.info("Worker %s now enforces the dependency limits of %s: %s.", self._setup.config.name,
+                     self._path, ", ".join(sorted(limits)) or "none")
+        self._limits = limits
+        return limits
 
 
 def drain_timeout_now(setup: WorkerSetup) -> float:

@@ -31,6 +31,7 @@ from ..fleet.base import Fleet, WorkerInfo, WorkerState, instance_name, parse_in
 from ..logs import MessageId, journal
 from ..policy import CapValue, Decision, History, Observation, PoolMetrics
 from ..policy.economics import lead_time, start_cost_or_default
+from ..policy.types import DependencyObservation
 from ..queue.backend import Backend
 from ..queue.owners import owner_parts, process_exists, this_host
 from ..queue.types import JobState
@@ -222,7 +223,7 @@ class Controller:
             observations[pool.name] = Observation(
                 pool=pool.name, active=_count(mine, WorkerState.ACTIVE),
                 starting=_count(mine, WorkerState.STARTING), draining=_count(mine, WorkerState.DRAINING),
-                concurrency=pool.concurrency, metrics=self._metrics(pool, stats[pool.name], mine),
+                concurrency=pool.concurrency, metrics=self._metrics(pool, stats[pool.name], mine, now),
                 start_cost=start_cost, tick=self.config.tick)
         return _Seen(observations=observations, workers=dict(by_pool), busy=busy, failed=failed, stats=stats)
 
@@ -345,15 +346,34 @@ class Controller:
             log.warning("Pool %s: cannot read queue stats, holding: %s", pool.name, exc)
             return None
 
-    def _metrics(self, pool: PoolConfig, stats: list | None, workers: list[WorkerInfo]):
+    def _metrics(self, pool: PoolConfig, stats: list | None, workers: list[WorkerInfo], now: float):
         if stats is None:
             return None
         metrics = combine_metrics(stats)
+        latencies = self._dependency_latencies(pool, now)
+        if latencies:
+            metrics = dataclasses.replace(metrics, dependencies=latencies)
         self._check_drain_budget(pool, metrics.duration_p99)
         if pool.policy.cpu_bound:
             pids = [w.pid for w in workers if w.state is WorkerState.ACTIVE and w.pid]
             metrics = dataclasses.replace(metrics, cpu_utilisation=self._cpu.sample(pids))
         return metrics
+
+    def _dependency_latencies(self, pool: PoolConfig, now: float) -> tuple[DependencyObservation, ...]:
+        """For ``uses.<name>.max_latency``: the p95 time jobs held the (limited) dependency, measured
+        by the store; a failed read is no information, so no cap."""
+        seen = []
+        for use in pool.policy.dependencies:
+            if use.max_latency is None:
+                continue
+            try:
+                held = self.backend.dependency_stats(use.dependency, now=now)
+            except QueueError as exc:
+                log.warning("Pool %s: cannot read the hold times of %s: %s", pool.name, use.dependency, exc)
+                continue
+            if held.hold_p95 is not None:
+                seen.append(DependencyObservation(name=use.dependency, latency=held.hold_p95))
+        return tuple(seen)
 
     def _apply(self, pool: PoolConfig, decision: Decision, seen: _Seen, now: float) -> None:
         workers = seen.workers.get(pool.name, [])

@@ -57,17 +57,25 @@ class Queue:
     # -- tasks -----------------------------------------------------------------------------
 
     def task(self, name: str | None = None, *, queue: str = "default", priority: int = 0,
-             max_attempts: int = 3, timeout: float | None = None) -> Callable[[Callable], Task]:
-        """Register a function (sync or ``async def``) as a task, by default as ``module.function``."""
+             max_attempts: int = 3, timeout: float | None = None,
+             uses: Iterable[str] = ()) -> Callable[[Callable], Task]:
+        """Register a function (sync or ``async def``) as a task, by default as ``module.function``.
+
+        ``uses``: names of the shared dependencies it calls (``["partner_api"]``): a
+        worker starts its jobs only within their configured limits.
+        """
         if callable(name):  # used bare: @queue.task
             return self.task()(name)  # type: ignore[return-value]
+        used = (uses,) if isinstance(uses, str) else tuple(uses)
+        if not all(isinstance(dep, str) and dep for dep in used):
+            raise TaskError(f"uses= must be dependency names, got {uses!r}")
 
         def register(fn: Callable[..., Any]) -> Task:
             task_name = name or f"{fn.__module__}.{fn.__qualname__}"
             if task_name in self.tasks and self.tasks[task_name].fn is not fn:
                 raise TaskError(f"task name {task_name!r} is registered twice")
             options = TaskOptions(queue=queue, priority=priority, max_attempts=max_attempts,
-                                  timeout=timeout)
+                                  timeout=timeout, uses=tuple(dict.fromkeys(used)))
             registered = Task(self, fn, task_name, options)
             self.tasks[task_name] = registered
             return registered

@@ -15,7 +15,9 @@ import abc
 import dataclasses
 from typing import Iterable, Sequence
 
-from .types import ClaimRequest, Job, JobState, NewJob, Outcome, Stats
+from ..errors import QueueError
+from .limits import DependencyLimit
+from .types import ClaimRequest, Deferral, DependencyStats, Job, JobState, NewJob, Outcome, Stats
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +65,12 @@ class Backend(abc.ABC):
 
         An outcome for a job the owner no longer holds (lease expired and
         re-claimed, or cancelled) is ignored and its id left out of the result.
+        Every outcome frees the dependency slots the job held (``admit``).
+        ``DEFER`` (a job ``admit`` refused, never started) puts the job back with
+        no attempt used and no execution recorded, *waiting for its dependency*
+        (``Stats.waiting_for_dependency``) until a worker claims it again, which
+        it may from ``now + outcome.wait`` plus a jitter on: never runnable,
+        delayed or coming due meanwhile, and no arrival when it comes back.
         """
 
     def settle_and_claim(self, owner: str, outcomes: Iterable[Outcome],
@@ -176,6 +184,43 @@ class Backend(abc.ABC):
         A second's count only grows (a delayed job arrives in the second of its
         run_at, counted when it is promoted); seconds older than an hour may be gone.
         """
+
+    # -- dependency limits (see flexiqd.queue.limits) ---------------------------------------
+
+    def admit(self, owner: str, job_id: int, dependencies: Sequence[DependencyLimit], *,
+              now: float) -> Deferral | None:
+        """Let ``owner``'s job ``job_id`` enter every dependency in ``dependencies``, or none.
+
+        All or nothing, in one transaction: when each dependency has a free
+        concurrency slot (fewer holds than its ``concurrency``) and a start
+        within its rate (GCRA, ``limits.gcra``), the job takes a hold of each
+        (and a start of each rate) and None is returned.  Otherwise nothing
+        is taken and the answer is a ``Deferral``: the dependency that refused
+        with the longest wait, and that wait in seconds (for a rate, exact; for
+        concurrency, an estimate from the recent hold times).
+
+        A hold lasts until the job's attempt ends in any way: ``settle`` (any
+        outcome), ``abandon``-then-recovery, ``recover_expired``,
+        ``recover_owner``, ``cancel`` -- in the transaction that ends it, so a
+        crashed worker never leaks a slot.  A hold counts only while its job
+        is running leased to the owner that took it.  A job that already holds
+        its concurrency slots is admitted again without taking more (a rate's
+        start is taken by each admission that takes slots, or by each call for a
+        rate-only limit).  A job the owner does not hold is refused with wait 0
+        and nothing taken (its deferral is then ignored like any outcome for a
+        job the owner no longer holds).
+        Limits are the caller's: every caller must pass the same limits for a
+        dependency (they come from one config file).
+        """
+        raise QueueError(f"{self.url}: this store does not enforce dependency limits")
+
+    def dependency_stats(self, dependency: str, *, now: float, window: float = 60.0) -> DependencyStats:
+        """The dependency's use now and over the last ``window`` seconds (see ``DependencyStats``).
+
+        Cheap: reads the holds of this dependency and the recent hold times and
+        events (bounded), never the backlog.
+        """
+        raise QueueError(f"{self.url}: this store does not enforce dependency limits")
 
     def close(self) -> None:
         """Release the store's resources.  Idempotent."""

@@ -22,9 +22,11 @@ from typing import Any, Iterable, Iterator, Sequence
 from ..errors import JobNotFound, PayloadError, QueueError, StoreUnavailable
 from .backend import Backend, EndedAttempt
 from .backoff import retry_delay
+from .limits import DependencyLimit, deferral_delay, gcra, nearest_rank, slot_wait
 from .owners import owner_alive_here
 from .sqlite_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
-from .types import FINISHED_STATES, RECENT_WINDOW, ClaimRequest, Job, JobState, NewJob, Outcome, OutcomeKind, Stats
+from .types import (FINISHED_STATES, RECENT_WINDOW, ClaimRequest, Deferral, DependencyStats, Job, JobState,
+                    NewJob, Outcome, OutcomeKind, Stats)
 
 _JOB_COLUMNS = ("id, queue, task, payload, priority, state, run_at, attempts, max_attempts, "
                 "timeout, idempotency_key, tenant, lease_owner, lease_expires, enqueued_at, "
@@ -47,6 +49,14 @@ _PROMOTION_BATCH = 10_000
 # Delayed jobs coming due are counted up to this many: an index range of at most this
 # length (a few milliseconds), however many are scheduled.
 COMING_DUE_LIMIT = 100_000
+# Hold times behind a dependency's typical hold (the wait a refused job is told) and kept
+# for dependency_stats; older ones are dropped during lease recovery.
+_TYPICAL_HOLD_SAMPLE = 100
+_HOLD_SAMPLE = 1000
+_HOLD_TIMES_RETENTION = 600.0
+# The holds that count: of a job still running leased to the owner that took the hold.
+_LIVE_HOLDS = ("SELECT h.since FROM dependency_holds h JOIN jobs j ON j.id = h.job_id "
+               "WHERE h.dependency = ? AND j.state = 'running' AND j.lease_owner = h.owner")
 
 # What every attempt that ends clears; a job back in the queue loses its start time too.
 _UNLEASED = "lease_owner = NULL, lease_expires = NULL, lease_outcome = NULL"
@@ -59,6 +69,9 @@ _RELEASE = f"UPDATE jobs SET {_REQUEUED}, delayed = 0, attempts = attempts - 1 W
 _LOSE = f"UPDATE jobs SET {_REQUEUED}, delayed = 0, error = ? WHERE id = ?"
 # Failed: back after a backoff, delayed until then.
 _RETRY = f"UPDATE jobs SET {_REQUEUED}, delayed = ?, run_at = ?, error = ? WHERE id = ?"
+# Deferred (never started: a dependency was full): no attempt used, waiting until run_at.
+_DEFER = (f"UPDATE jobs SET {_REQUEUED}, attempts = attempts - 1, delayed = 2, run_at = ?, "
+          f"waiting_for = ? WHERE id = ?")
 _DEAD_LETTER = f"UPDATE jobs SET state = 'dead', finished_at = ?, error = ?, {_UNLEASED} WHERE id = ?"
 _RECORD = ("INSERT INTO executions (job_id, attempt, worker, started_at, finished_at, outcome, error) "
            "VALUES (?,?,?,?,?,?,?)")
@@ -68,8 +81,10 @@ _LIVE = "state IN ('queued', 'running')"
 # WHERE (jobs_claim and jobs_age / jobs_due), which a query must repeat to use them.
 _DUE = "state = 'queued' AND delayed = 0"
 _DELAYED = "state = 'queued' AND delayed = 1"
+# Queued jobs deferred by ``admit``, until their run_at (jobs_waiting).
+_WAITING = "state = 'queued' AND delayed = 2"
 # The counts buckets stats reads (finished jobs are counted too, but never read there).
-_WAITING_OR_HELD = "('queued', 'delayed', 'running', 'dead')"
+_WAITING_OR_HELD = "('queued', 'delayed', 'waiting', 'running', 'dead')"
 
 _SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL", "off": "OFF", "extra": "EXTRA"}
 
@@ -301,6 +316,12 @@ class SQLiteBackend(Backend):
             f"UPDATE jobs SET delayed = 0 WHERE id IN (SELECT id FROM jobs WHERE {_DELAYED} "
             f"AND run_at <= ? ORDER BY run_at LIMIT {_PROMOTION_BATCH}) "
             f"RETURNING queue, tenant, run_at, attempts", (now,)).fetchall()
+        # Deferred jobs whose wait is over: claimable again (still waiting for their dependency
+        # until a worker takes one), and no arrival: they arrived long ago.
+        waited = conn.execute(
+            f"UPDATE jobs SET delayed = 0 WHERE id IN (SELECT id FROM jobs "
+            f"WHERE {_WAITING} AND run_at <= ? ORDER BY run_at LIMIT {_PROMOTION_BATCH})",
+            (now,)).rowcount
         arrivals: dict[tuple[str, str, int], int] = {}
         for queue, tenant, run_at, attempts in promoted:
             if attempts == 0:
@@ -308,12 +329,12 @@ class SQLiteBackend(Backend):
                 arrivals[key] = arrivals.get(key, 0) + 1
         for (queue, tenant, second), n in arrivals.items():
             _bump_rate(conn, queue, tenant, second, arrivals=n)
-        return len(promoted)
+        return max(len(promoted), waited)
 
     @staticmethod
     def _anything_due(conn: sqlite3.Connection, now: float) -> bool:
-        return conn.execute(f"SELECT 1 FROM jobs WHERE {_DELAYED} AND run_at <= ? LIMIT 1",
-                            (now,)).fetchone() is not None
+        return any(conn.execute(f"SELECT 1 FROM jobs WHERE {which} AND run_at <= ? LIMIT 1",
+                                (now,)).fetchone() is not None for which in (_DELAYED, _WAITING))
 
     # -- claim / settle --------------------------------------------------------------------
 
@@ -348,7 +369,7 @@ class SQLiteBackend(Backend):
             # run_at <= now still guards the walk: another process's clock may run ahead.
             rows = conn.execute(
                 f"UPDATE jobs SET state = 'running', lease_owner = ?, lease_expires = ?, "
-                f"attempts = attempts + 1, started_at = ? WHERE id IN ("
+                f"attempts = attempts + 1, started_at = ?, waiting_for = NULL WHERE id IN ("
                 f"  SELECT id FROM jobs WHERE {_DUE} AND queue = ? AND run_at <= ?"
                 f"  ORDER BY priority DESC, run_at, id LIMIT ?) RETURNING {_JOB_COLUMNS}",
                 (request.owner, now + request.lease_seconds, now, queue, now, want)).fetchall()
@@ -374,12 +395,16 @@ class SQLiteBackend(Backend):
                             queue, tenant)
             elif kind is OutcomeKind.RELEASE:
                 endings.release(job_id)
+            elif kind is OutcomeKind.DEFER:
+                run_at = now + deferral_delay(outcome.wait, self._rng)
+                endings.defer(job_id, run_at, outcome.waiting_for or "")
+                continue  # never started: no execution to record
             elif kind is OutcomeKind.DEAD:
                 endings.bury(job_id, outcome.error, queue, tenant)
             else:
                 endings.fail(job_id, attempts, max_attempts, outcome.error, queue, tenant, self._rng)
             endings.record(job_id, attempts, owner, started_at, kind.value, outcome.error)
-        endings.apply(conn)
+        endings.apply(conn, measure_holds=True)
         return endings.ids
 
     @staticmethod
@@ -437,6 +462,9 @@ class SQLiteBackend(Backend):
         with self._write("recover expired leases") as conn:
             recovered = self._recover(conn, now, owner=None, reason="lease expired")
             conn.execute("DELETE FROM rates WHERE second < ?", (int(now) - _RATE_RETENTION,))
+            conn.execute("DELETE FROM dependency_events WHERE second < ?", (int(now) - _RATE_RETENTION,))
+            conn.execute("DELETE FROM dependency_hold_times WHERE ended_at < ?",
+                         (now - _HOLD_TIMES_RETENTION,))
             return recovered
 
     def recover_owner(self, owner: str, *, now: float, reason: str) -> int:
@@ -489,6 +517,7 @@ class SQLiteBackend(Backend):
                 f"UPDATE jobs SET state = 'cancelled', finished_at = ?, {_UNLEASED} "
                 f"WHERE id = ? AND state IN ('queued', 'running', 'dead')", (now, job_id))
             if cursor.rowcount:
+                _free_holds(conn, [job_id], now, measure=False)
                 return True
             if conn.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone() is None:
                 raise JobNotFound(f"no job with id {job_id}")
@@ -605,6 +634,22 @@ class SQLiteBackend(Backend):
                 "SELECT second, SUM(arrivals) FROM rates WHERE queue = ? AND second >= ? "
                 "GROUP BY second HAVING SUM(arrivals) > 0", (queue, second)).fetchall())
 
+    # -- dependency limits -------------------------------------------------------------------
+
+    def admit(self, owner: str, job_id: int, dependencies: Sequence[DependencyLimit], *,
+              now: float) -> Deferral | None:
+        limits = list({limit.name: limit for limit in dependencies}.values())
+        if not limits:
+            return None
+        with self._write("admit a job to its dependencies") as conn:
+            return _admit(conn, owner, job_id, limits, now)
+
+    def dependency_stats(self, dependency: str, *, now: float, window: float = 60.0) -> DependencyStats:
+        if not window > 0:
+            raise QueueError(f"a stats window must be more than 0s, got {window!r}")
+        with self._read("read dependency stats") as conn:
+            return _dependency_stats(conn, dependency, now, window)
+
     # -- stats -----------------------------------------------------------------------------
 
     def first_claims(self, owners: Iterable[str]) -> dict[str, float]:
@@ -681,6 +726,7 @@ class _Endings:
         self._losses: list[tuple] = []
         self._retries: list[tuple] = []
         self._deaths: list[tuple] = []
+        self._deferrals: list[tuple] = []
         self._executions: list[tuple] = []
         self._tallies: dict[tuple[str, str], list[int]] = {}  # (completions, failures)
 
@@ -690,6 +736,10 @@ class _Endings:
 
     def release(self, job_id: int) -> None:
         self._releases.append((job_id,))
+
+    def defer(self, job_id: int, run_at: float, dependency: str) -> None:
+        self._deferrals.append((run_at, dependency, job_id))
+        self.ids.append(job_id)
 
     def bury(self, job_id: int, error: str | None, queue: str, tenant: str) -> None:
         self._deaths.append((self.now, error, job_id))
@@ -720,12 +770,15 @@ class _Endings:
     def _tally(self, queue: str, tenant: str, which: int) -> None:
         self._tallies.setdefault((queue, tenant), [0, 0])[which] += 1
 
-    def apply(self, conn: sqlite3.Connection) -> None:
+    def apply(self, conn: sqlite3.Connection, *, measure_holds: bool = False) -> None:
+        """Write the endings; free the jobs' dependency slots (their hold times measured when
+        ``measure_holds``: the job ran to an end it chose, not one a recovery found)."""
         for sql, rows in ((_ACK, self._acks), (_RELEASE, self._releases), (_LOSE, self._losses),
                           (_RETRY, self._retries), (_DEAD_LETTER, self._deaths),
-                          (_RECORD, self._executions)):
+                          (_DEFER, self._deferrals), (_RECORD, self._executions)):
             if rows:
                 conn.executemany(sql, rows)
+        _free_holds(conn, self.ids, self.now, measure=measure_holds)
         for (queue, tenant), (completions, failures) in self._tallies.items():
             _bump_rate(conn, queue, tenant, int(self.now), completions=completions, failures=failures)
 
@@ -772,13 +825,14 @@ def _read_stats(conn: sqlite3.Connection, queue: str, now: float, window: float,
         by_state = counts.get(tenant, {})
         oldest = 0.0
         if by_state.get("queued"):
-            first = conn.execute(f"SELECT MIN(run_at) FROM jobs WHERE {_DUE} AND queue = ? "
+            first = conn.execute(f"SELECT MIN(run_at) FROM jobs WHERE {_DUE} AND waiting_for IS NULL AND queue = ? "
                                  f"AND tenant = ?", (queue, tenant)).fetchone()[0]
             if first is not None and first <= now:
                 oldest = now - first
         arrivals, completions, failures = events.get(tenant, (0, 0, 0))
         per_tenant[tenant] = _stats(
             queue, window, runnable=by_state.get("queued", 0), delayed=by_state.get("delayed", 0),
+            waiting=by_state.get("waiting", 0),
             running=by_state.get("running", 0), dead=by_state.get("dead", 0), oldest=oldest,
             arrivals=arrivals, completions=completions, failures=failures,
             durations=sorted(shares.get(tenant, ())))
@@ -796,6 +850,7 @@ def _read_stats(conn: sqlite3.Connection, queue: str, now: float, window: float,
         running_age = max(0.0, total / count) if count else None
     overall = _stats(
         queue, window, runnable=sum(p.runnable for p in parts), delayed=sum(p.delayed for p in parts),
+        waiting=sum(p.waiting_for_dependency for p in parts),
         running=sum(p.running for p in parts), dead=sum(p.dead for p in parts),
         oldest=max((p.oldest_runnable_age for p in parts), default=0.0),
         arrivals=sum(events_of[0] for events_of in events.values()),
@@ -811,9 +866,97 @@ def _read_stats(conn: sqlite3.Connection, queue: str, now: float, window: float,
 
 def _stats(queue: str, window: float, *, runnable: int, delayed: int, running: int, dead: int,
            oldest: float, arrivals: int, completions: int, failures: int,
-           durations: Sequence[float], tenants: dict[str, Stats] | None = None) -> Stats:
+           durations: Sequence[float], tenants: dict[str, Stats] | None = None, waiting: int = 0) -> Stats:
     return Stats(queue=queue, runnable=runnable, delayed=delayed, running=running, dead=dead,
+                 waiting_for_dependency=waiting,
                  oldest_runnable_age=oldest, arrival_rate=arrivals / window,
                  completion_rate=completions / window, failure_rate=failures / window,
                  duration_p50=percentile(durations, 0.50), duration_p95=percentile(durations, 0.95),
                  duration_p99=percentile(durations, 0.99), window=window, tenants=tenants or {})
+
+
+# -- dependency limits ---------------------------------------------------------------------
+
+def _free_holds(conn: sqlite3.Connection, job_ids: Sequence[int], now: float, *, measure: bool) -> None:
+    """Delete the dependency holds of jobs whose attempt ended; record how long each was held."""
+    if not job_ids or conn.execute("SELECT 1 FROM dependency_holds LIMIT 1").fetchone() is None:
+        return  # nothing is held anywhere: no lookup per job
+    for job_id in job_ids:
+        freed = conn.execute("DELETE FROM dependency_holds WHERE job_id = ? RETURNING dependency, since",
+                             (job_id,)).fetchall()
+        if measure and freed:
+            conn.executemany("INSERT INTO dependency_hold_times (dependency, ended_at, seconds) "
+                             "VALUES (?, ?, ?)", [(name, now, max(0.0, now - since)) for name, since in freed])
+
+
+def _bump_dependency(conn: sqlite3.Connection, dependency: str, second: int, *,
+                     admitted: int = 0, deferred: int = 0) -> None:
+    conn.execute(
+        "INSERT INTO dependency_events (dependency, second, admitted, deferred) VALUES (?,?,?,?) "
+        "ON CONFLICT (dependency, second) DO UPDATE SET admitted = admitted + excluded.admitted, "
+        "deferred = deferred + excluded.deferred", (dependency, second, admitted, deferred))
+
+
+def _typical_hold(conn: sqlite3.Connection, dependency: str, now: float) -> float | None:
+    recent = sorted(row[0] for row in conn.execute(
+        "SELECT seconds FROM dependency_hold_times WHERE dependency = ? AND ended_at >= ? "
+        f"ORDER BY ended_at DESC LIMIT {_TYPICAL_HOLD_SAMPLE}", (dependency, now - _DURATION_HORIZON)))
+    return nearest_rank(recent, 0.5)
+
+
+def _admit(conn: sqlite3.Connection, owner: str, job_id: int, limits: Sequence[DependencyLimit],
+           now: float) -> Deferral | None:
+    """``Backend.admit`` inside the caller's write transaction."""
+    if conn.execute("SELECT 1 FROM jobs WHERE id = ? AND state = 'running' AND lease_owner = ?",
+                    (job_id, owner)).fetchone() is None:
+        return Deferral(limits[0].name, 0.0)
+    if conn.execute("SELECT 1 FROM dependency_holds WHERE job_id = ? AND owner = ? LIMIT 1",
+                    (job_id, owner)).fetchone() is not None:
+        return None  # admitted before: idempotent
+    refusals: list[Deferral] = []
+    new_tats: dict[str, float] = {}
+    for limit in limits:
+        waits = []
+        if limit.concurrency is not None:
+            ages = [now - since for (since,) in conn.execute(_LIVE_HOLDS, (limit.name,))]
+            if len(ages) >= limit.concurrency:
+                waits.append(slot_wait(ages, _typical_hold(conn, limit.name, now)))
+        if limit.rate is not None:
+            row = conn.execute("SELECT tat FROM dependency_tat WHERE dependency = ?", (limit.name,)).fetchone()
+            tat, wait = gcra(row[0] if row else None, now, limit.rate, limit.effective_burst)
+            if tat is None:
+                waits.append(wait)
+            else:
+                new_tats[limit.name] = tat
+        if waits:
+            refusals.append(Deferral(limit.name, max(waits)))
+    second = int(now)
+    if refusals:
+        refusal = max(refusals, key=lambda r: r.wait)
+        _bump_dependency(conn, refusal.dependency, second, deferred=1)
+        return refusal
+    conn.executemany("INSERT OR REPLACE INTO dependency_holds (dependency, job_id, owner, since) "
+                     "VALUES (?, ?, ?, ?)",
+                     [(limit.name, job_id, owner, now) for limit in limits if limit.concurrency is not None])
+    conn.executemany("INSERT INTO dependency_tat (dependency, tat) VALUES (?, ?) "
+                     "ON CONFLICT (dependency) DO UPDATE SET tat = excluded.tat", list(new_tats.items()))
+    for limit in limits:
+        _bump_dependency(conn, limit.name, second, admitted=1)
+    return None
+
+
+def _dependency_stats(conn: sqlite3.Connection, dependency: str, now: float, window: float) -> DependencyStats:
+    in_use = len(conn.execute(_LIVE_HOLDS, (dependency,)).fetchall())
+    waiting = conn.execute(
+        f"SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE state = 'queued' AND waiting_for = ? "
+        f"LIMIT {COMING_DUE_LIMIT})", (dependency,)).fetchone()[0]
+    holds = sorted(row[0] for row in conn.execute(
+        "SELECT seconds FROM dependency_hold_times WHERE dependency = ? AND ended_at > ? "
+        f"ORDER BY ended_at DESC LIMIT {_HOLD_SAMPLE}", (dependency, now - window)))
+    admitted, deferred = conn.execute(
+        "SELECT TOTAL(admitted), TOTAL(deferred) FROM dependency_events WHERE dependency = ? AND second > ?",
+        (dependency, now - window)).fetchone()
+    return DependencyStats(dependency=dependency, in_use=in_use, waiting=waiting,
+                           hold_p50=nearest_rank(holds, 0.5), hold_p95=nearest_rank(holds, 0.95),
+                           holds_ended=len(holds), admitted_rate=admitted / window,
+                           deferred_rate=deferred / window, window=window)

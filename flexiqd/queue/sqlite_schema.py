@@ -26,9 +26,20 @@ window is one range however many tenants ever had events.
 
 ``lease_outcome`` ('release' or 'fail') is set by ``abandon``: applied when the
 lease's owner is gone, instead of counting the job as lost.
+
+Dependency limits (v5): a queued job a worker deferred because a dependency was
+full has ``waiting_for`` = the dependency until a worker claims it again, and
+``delayed = 2`` until its run_at: outside the jobs_due and jobs_coming ranges
+(not delayed work coming due), promoted through jobs_waiting without counting
+as an arrival, and then claimable -- but counted under the state "waiting"
+all along, and left out of jobs_age (the oldest runnable job): more workers
+would not start it sooner.  ``dependency_holds`` has one row per job inside a
+limited dependency (the concurrency slots), ``dependency_tat`` one GCRA time
+per rate-limited dependency, ``dependency_hold_times`` the recent hold
+durations and ``dependency_events`` per-second admissions and refusals.
 """
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # -- pieces of the v3 schema: a new store and the migration to v3 share their text ----------
 
@@ -87,6 +98,65 @@ _V4_INDEXES = (
     "CREATE INDEX executions_worker ON executions(worker, started_at)",
 )
 
+# v5: dependency limits (Backend.admit).  The counts bucket learns "waiting" (waiting_for set).
+_BUCKET_V5 = ("CASE WHEN {row}.state = 'queued' AND {row}.waiting_for IS NOT NULL THEN 'waiting' "
+              "WHEN {row}.state = 'queued' AND {row}.delayed THEN 'delayed' ELSE {row}.state END")
+_COUNT_ONE_V5 = f"""INSERT INTO counts (queue, state, tenant, n)
+        VALUES (NEW.queue, {_BUCKET_V5.format(row="NEW")}, NEW.tenant, 1)
+        ON CONFLICT (queue, state, tenant) DO UPDATE SET n = n + 1;"""
+_UNCOUNT_ONE_V5 = f"""UPDATE counts SET n = n - 1
+        WHERE queue = OLD.queue AND state = {_BUCKET_V5.format(row="OLD")} AND tenant = OLD.tenant;
+    DELETE FROM counts
+        WHERE queue = OLD.queue AND state = {_BUCKET_V5.format(row="OLD")} AND tenant = OLD.tenant AND n = 0;"""
+_V5_COUNT_TRIGGERS = (
+    f"""CREATE TRIGGER jobs_count_insert AFTER INSERT ON jobs BEGIN
+    {_COUNT_ONE_V5}
+END""",
+    f"""CREATE TRIGGER jobs_count_update AFTER UPDATE OF state, delayed, waiting_for ON jobs
+    WHEN OLD.state IS NOT NEW.state OR OLD.delayed IS NOT NEW.delayed
+        OR OLD.waiting_for IS NOT NEW.waiting_for BEGIN
+    {_UNCOUNT_ONE_V5}
+    {_COUNT_ONE_V5}
+END""",
+    f"""CREATE TRIGGER jobs_count_delete AFTER DELETE ON jobs BEGIN
+    {_UNCOUNT_ONE_V5}
+END""",
+)
+_V5_TABLES = (
+    """CREATE TABLE dependency_holds (
+    dependency TEXT NOT NULL,
+    job_id INTEGER NOT NULL,
+    owner TEXT NOT NULL,
+    since REAL NOT NULL,
+    PRIMARY KEY (dependency, job_id)
+) WITHOUT ROWID""",
+    "CREATE INDEX dependency_holds_job ON dependency_holds(job_id)",
+    """CREATE TABLE dependency_tat (
+    dependency TEXT PRIMARY KEY,
+    tat REAL NOT NULL
+) WITHOUT ROWID""",
+    """CREATE TABLE dependency_hold_times (
+    dependency TEXT NOT NULL,
+    ended_at REAL NOT NULL,
+    seconds REAL NOT NULL
+)""",
+    "CREATE INDEX dependency_hold_times_recent ON dependency_hold_times(dependency, ended_at)",
+    "CREATE INDEX dependency_hold_times_age ON dependency_hold_times(ended_at)",
+    """CREATE TABLE dependency_events (
+    dependency TEXT NOT NULL,
+    second INTEGER NOT NULL,
+    admitted INTEGER NOT NULL DEFAULT 0,
+    deferred INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (dependency, second)
+) WITHOUT ROWID""",
+    # Waiting jobs whose wait is over, for promotion; the ones waiting for a dependency.
+    "CREATE INDEX jobs_waiting ON jobs(run_at) WHERE state = 'queued' AND delayed = 2",
+    "CREATE INDEX jobs_waiting_for ON jobs(waiting_for) WHERE state = 'queued' AND waiting_for IS NOT NULL",
+)
+# The oldest runnable job leaves out the ones waiting for a dependency.
+_V5_AGE_INDEX = ("CREATE INDEX jobs_age ON jobs(queue, tenant, run_at) "
+                 "WHERE state = 'queued' AND delayed = 0 AND waiting_for IS NULL")
+
 # Statements that bring a store of the version before each key up to it, in order;
 # a new store gets SCHEMA whole.  Append, never edit: stores in the field ran them.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -116,6 +186,16 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "DROP TABLE rates_v2",
     ),
     4: _V4_INDEXES,
+    5: (
+        "ALTER TABLE jobs ADD COLUMN waiting_for TEXT",
+        "DROP TRIGGER jobs_count_insert",
+        "DROP TRIGGER jobs_count_update",
+        "DROP TRIGGER jobs_count_delete",
+        *_V5_COUNT_TRIGGERS,
+        "DROP INDEX jobs_age",
+        _V5_AGE_INDEX,
+        *_V5_TABLES,
+    ),
 }
 
 SCHEMA: tuple[str, ...] = (
@@ -140,15 +220,17 @@ SCHEMA: tuple[str, ...] = (
     result TEXT,
     error TEXT,
     lease_outcome TEXT,
-    delayed INTEGER NOT NULL DEFAULT 0
+    delayed INTEGER NOT NULL DEFAULT 0,
+    waiting_for TEXT
 )""",
-    *_V3_INDEXES,
+    *(index for index in _V3_INDEXES if not index.startswith("CREATE INDEX jobs_age ")),
+    _V5_AGE_INDEX,
     "CREATE INDEX jobs_lease ON jobs(lease_expires) WHERE state = 'running'",
     "CREATE INDEX jobs_finished ON jobs(queue, state, finished_at) WHERE finished_at IS NOT NULL",
     "CREATE UNIQUE INDEX jobs_idempotency ON jobs(idempotency_key) "
     "WHERE idempotency_key IS NOT NULL AND state IN ('queued', 'running')",
     _V3_COUNTS,
-    *_V3_COUNT_TRIGGERS,
+    *_V5_COUNT_TRIGGERS,
     _V3_RATES,
     # Who ran what: one row per attempt that ended (settled, or lost with its worker).
     """CREATE TABLE executions (
@@ -163,4 +245,5 @@ SCHEMA: tuple[str, ...] = (
 )""",
     "CREATE INDEX executions_job ON executions(job_id)",
     *_V4_INDEXES,
+    *_V5_TABLES,
 )

@@ -14,12 +14,18 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(frozen=True)
 class TaskOptions:
-    """Defaults for jobs of one task; each enqueue may override them."""
+    """Defaults for jobs of one task; each enqueue may override them.
+
+    ``uses``: the shared dependencies the task calls (``dependencies.<name>`` in the
+    daemon's config); a worker starts its jobs only within those dependencies'
+    limits.  Not a job option: it belongs to the task's code.
+    """
 
     queue: str = "default"
     priority: int = 0
     max_attempts: int = 3
     timeout: float | None = None
+    uses: tuple[str, ...] = ()
 
 
 class Task:
@@ -48,6 +54,7 @@ class Task:
         """A job with per-job options: queue, priority, delay, run_at, max_attempts,
         timeout, idempotency_key, tenant."""
         fields = dataclasses.asdict(self.options)
+        del fields["uses"]
         fields.update(options)
         return NewJob(task=self.name, payload={"args": list(args), "kwargs": dict(kwargs or {})},
                       **fields)

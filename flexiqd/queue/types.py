@@ -12,7 +12,9 @@ class JobState(str, enum.Enum):
 
     queued -> running -> done | dead | queued (retry, release, lease expiry);
     queued | running | dead -> cancelled.  A queued job whose ``run_at`` lies
-    in the future is *delayed*; only ``run_at <= now`` is *runnable*.
+    in the future is *delayed*; only ``run_at <= now`` is *runnable* -- unless
+    a worker deferred it for a full dependency: then it is *waiting for the
+    dependency* until a worker claims it again (see ``Stats``).
     """
 
     QUEUED = "queued"
@@ -81,6 +83,7 @@ class OutcomeKind(str, enum.Enum):
     FAIL = "fail"        # raised; retried with backoff until max_attempts, then dead
     DEAD = "dead"        # cannot ever succeed (unknown task, bad payload): dead at once
     RELEASE = "release"  # not run to the end by choice (drain): runnable again, no attempt used
+    DEFER = "defer"      # never started: a dependency it uses was full (see Backend.admit)
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,9 @@ class Outcome:
     kind: OutcomeKind
     result: Any = None
     error: str | None = None
+    # DEFER only: the dependency it waits for, and the seconds until it could be admitted.
+    waiting_for: str | None = None
+    wait: float = 0.0
 
     @classmethod
     def ack(cls, job_id: int, result: Any = None) -> "Outcome":
@@ -107,6 +113,43 @@ class Outcome:
     @classmethod
     def release(cls, job_id: int) -> "Outcome":
         return cls(job_id, OutcomeKind.RELEASE)
+
+    @classmethod
+    def defer(cls, job_id: int, deferral: "Deferral") -> "Outcome":
+        return cls(job_id, OutcomeKind.DEFER, waiting_for=deferral.dependency, wait=deferral.wait)
+
+
+@dataclass(frozen=True)
+class Deferral:
+    """``Backend.admit``'s refusal: ``dependency`` is full for about ``wait`` more seconds."""
+
+    dependency: str
+    wait: float
+
+
+@dataclass(frozen=True)
+class DependencyStats:
+    """One limited dependency as the store sees it (``Backend.dependency_stats``).
+
+    ``in_use``: jobs holding a slot now.  ``waiting``: jobs deferred for it and
+    not yet due again (counted up to ``COMING_DUE_LIMIT`` on SQLite).
+    ``hold_p50``/``hold_p95``: seconds a job held it, over the holds that ended
+    in the last ``window`` seconds (None: none ended).  ``admitted_rate`` and
+    ``deferred_rate``: admissions and refusals per second over the window.
+    """
+
+    dependency: str
+    in_use: int
+    waiting: int
+    hold_p50: float | None
+    hold_p95: float | None
+    holds_ended: int
+    admitted_rate: float
+    deferred_rate: float
+    window: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)
@@ -148,6 +191,15 @@ class Stats:
     finished in the last ``RECENT_WINDOW`` seconds -- the durations of now,
     where the p50 above spans minutes.  All of the whole queue, not given per
     tenant.
+
+    ``waiting_for_dependency``: queued jobs a worker deferred because a
+    dependency they use was at its limit (``Backend.admit``), until a worker
+    claims one again (it may be claimed once its short wait is over).  They
+    are in none of ``runnable``, ``delayed``, ``coming_due`` and
+    ``oldest_runnable_age``: more workers would not start them sooner, so an
+    autoscaler must not count them as work to scale for.  They do not count
+    as arrivals again.  Every queued job is in exactly one of runnable,
+    delayed, waiting_for_dependency.
     """
 
     queue: str
@@ -170,6 +222,7 @@ class Stats:
     recent_duration_p50: float | None = None
     recent_completions: int = 0
     recent_window: float = RECENT_WINDOW
+    waiting_for_dependency: int = 0
 
     @property
     def time_to_drain(self) -> float | None:

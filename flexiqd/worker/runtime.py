@@ -15,6 +15,12 @@ interrupts) is *abandoned*: it stays leased to this worker, marked to be
 released (or failed, if it had timed out) once the worker is gone -- and the
 process then exits for real, so that happens within moments.
 
+Dependency limits: a claimed job of a task that ``uses`` a limited dependency
+is started only once the store admits it (``Backend.admit``, on the store
+thread right after the claim); a refused one goes straight back to the queue,
+deferred (``Outcome.defer``), so the slot it would have taken stays free for
+the next job.
+
 Crash duplicates: a SIGKILLed worker's jobs run again, but only those it had
 started and not yet settled -- the ones running, plus the finished ones whose
 results were not committed yet.  ``_free_slots`` keeps both together at most
@@ -30,12 +36,13 @@ import functools
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from ..errors import QueueError
 from ..notify import Notifier, watchdog_interval
 from ..queue.api import Queue
 from ..queue.backend import Backend
+from ..queue.limits import DependencyLimit, limits_for
 from ..queue.types import ClaimRequest, Job, Outcome, OutcomeKind
 from .execution import INTERRUPT_GRACE, Executor, Run, timed_out_outcome
 from .settings import WorkerConfig
@@ -62,6 +69,8 @@ UNSETTLED_MAX = 16
 # At exit, how long to keep trying to commit the last results: a result lost here is a job
 # run again.  Well inside the stop timeout's grace beyond the drain budget.
 FINAL_SETTLE_TIME = 3.0
+# How often the dependency limits are looked at again (a reload may have changed them).
+LIMITS_CHECK = 2.0
 
 
 @dataclasses.dataclass
@@ -71,6 +80,7 @@ class Counters:
     released: int = 0
     timed_out: int = 0
     abandoned: int = 0
+    deferred: int = 0
 
 
 class Worker:
@@ -78,11 +88,14 @@ class Worker:
 
     ``drain_budget`` is asked for the drain budget when a drain begins (a reload may have
     changed it since the worker started); without it, ``config.drain_timeout`` holds.
+    ``dependency_limits`` is asked for the limits at most every LIMITS_CHECK seconds, on
+    the store thread; without it, ``config.dependency_limits`` hold.
     """
 
     def __init__(self, app: Queue, backend: Backend, config: WorkerConfig, *,
                  notifier: Notifier | None = None, clock: Callable[[], float] = time.time,
-                 drain_budget: Callable[[], float] | None = None) -> None:
+                 drain_budget: Callable[[], float] | None = None,
+                 dependency_limits: Callable[[], Mapping[str, DependencyLimit]] | None = None) -> None:
         self.app = app
         self.backend = backend
         self.config = config
@@ -91,6 +104,9 @@ class Worker:
         self.counters = Counters()
         self.left_running: list[int] = []  # jobs still running when it gave up on them (abandoned)
         self._drain_budget = drain_budget or (lambda: config.drain_timeout)
+        self._limits_source = dependency_limits or (lambda: config.dependency_limits)
+        self._limits = config.dependency_limits
+        self._limits_checked = time.monotonic()
         self._inflight: dict[int, Run] = {}
         self._outcomes: list[Outcome] = []
         self._settling = 0  # results in the store call under way
@@ -168,9 +184,9 @@ class Worker:
             for helper in helpers:
                 helper.cancel()
             self._store_thread.shutdown(wait=True)
-        log.info("Worker %s stopped: %d done, %d failed, %d released, %d given up while running.",
-                 self.config.name, self.counters.done, self.counters.failed, self.counters.released,
-                 self.counters.abandoned)
+        log.info("Worker %s stopped: %d done, %d failed, %d released, %d given up while running, "
+                 "%d deferred for a dependency.", self.config.name, self.counters.done, self.counters.failed,
+                 self.counters.released, self.counters.abandoned, self.counters.deferred)
         return code
 
     async def _store(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -207,8 +223,7 @@ class Worker:
                                        self.config.lease_seconds) if want > 0 else None
                 self._settling = len(outcomes)
                 try:
-                    _, claimed = await self._store(self.backend.settle_and_claim, self.config.name,
-                                                   outcomes, request, now=self.clock())
+                    claimed, pending = await self._store(self._exchange, outcomes, request)
                 except QueueError as exc:
                     self._outcomes = outcomes + self._outcomes  # keep them; settle on the next try
                     log.warning("Worker %s: %s; retrying in %.1fs.", self.config.name, exc, idle)
@@ -218,6 +233,7 @@ class Worker:
                 finally:
                     self._settling = 0
                 self._first_outcome_at = time.monotonic() if self._outcomes else None
+                self._add_outcomes(pending)
                 self._buffer.extend(claimed)
                 self._fill_slots()
                 starved = want > 0 and len(claimed) < want and self._free_slots() > 0
@@ -234,6 +250,61 @@ class Worker:
             else:
                 await self._wait(None if not self._paused else self.config.idle_poll_max)
         return EXIT_OK
+
+    # -- on the store thread: exchange and admission --------------------------------------------
+
+    def _exchange(self, outcomes: list[Outcome], request: ClaimRequest | None) -> tuple[list[Job], list[Outcome]]:
+        """Settle and claim; admit the claimed jobs that use limited dependencies.
+
+        Returns the jobs to start, and outcomes still to settle (jobs whose
+        admission or deferral failed: released or deferred with the next exchange,
+        never kept unrun under a lease nobody renews).
+        """
+        _, claimed = self.backend.settle_and_claim(self.config.name, outcomes, request, now=self.clock())
+        if time.monotonic() - self._limits_checked >= LIMITS_CHECK:
+            self._limits_checked = time.monotonic()
+            try:
+                self._limits = self._limits_source()
+            except Exception as exc:  # noqa: BLE001 - a bad re-read must not stop the worker
+                log.warning("Worker %s keeps its dependency limits: %s", self.config.name, exc)
+        if not self._limits or not claimed:
+            return claimed, []
+        admitted: list[Job] = []
+        deferrals: list[Outcome] = []
+        pending: list[Outcome] = []
+        for job in claimed:
+            limits = self._limits_of(job)
+            if not limits:
+                admitted.append(job)
+                continue
+            try:
+                refusal = self.backend.admit(self.config.name, job.id, limits, now=self.clock())
+            except QueueError as exc:
+                log.warning("Worker %s could not admit job %d to %s (%s); handing it back.",
+                            self.config.name, job.id, ", ".join(limit.name for limit in limits), exc)
+                pending.append(Outcome.release(job.id))
+                continue
+            if refusal is None:
+                admitted.append(job)
+            else:
+                log.debug("Job %d (%s) waits %.3fs for %s.", job.id, job.task, refusal.wait,
+                          refusal.dependency)
+                deferrals.append(Outcome.defer(job.id, refusal))
+        self.counters.deferred += len(deferrals)
+        if deferrals:
+            try:
+                self.backend.settle(self.config.name, deferrals, now=self.clock())
+            except QueueError as exc:
+                log.warning("Worker %s could not defer %d jobs yet (%s); retrying.",
+                            self.config.name, len(deferrals), exc)
+                pending.extend(deferrals)
+        return admitted, pending
+
+    def _limits_of(self, job: Job) -> tuple[DependencyLimit, ...]:
+        task = self.app.tasks.get(job.task)
+        if task is None:
+            return ()  # an unknown task is dead-lettered as always: nothing to admit
+        return limits_for(task.options.uses, self._limits)
 
     # -- prefetch ------------------------------------------------------------------------------
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Mapping
 
+from ..queue.limits import DependencyLimit
 from ..queue.owners import owner_name
 
 
@@ -19,6 +21,9 @@ class WorkerConfig:
     idle_poll_max: float = 0.5
     batch_size: int | None = None  # most jobs claimed at once (None: as many as free slots)
     name: str = dataclasses.field(default_factory=lambda: owner_name("worker"))
+    # The config's dependencies.<name>.limit: a job of a task that uses one starts only
+    # once the store admits it (Backend.admit); dependencies not here are not limited.
+    dependency_limits: Mapping[str, DependencyLimit] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:

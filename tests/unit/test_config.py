@@ -56,7 +56,7 @@ def test_durations_are_read_in_every_form():
      "pools.default.uses.db.per_worker"),
     ("dependencies:\n  db: {}\n", "dependencies.db.capacity: is required"),
     ("dependencies:\n  db: {capacity: 10}\npools:\n  default:\n    uses: {db: {max_latency: 50ms}}\n",
-     "pools.default.uses.db.max_latency: not supported: flexiqd does not measure a dependency's latency"),
+     "pools.default.uses.db.max_latency: needs dependencies.db.limit: the latency is measured"),
     ("pools:\n  default:\n    resources: {memory_max: lots}\n", "pools.default.resources.memory_max"),
     ("pools:\n  default:\n    resources: {cpu_weight: 0}\n", "pools.default.resources.cpu_weight: must be between 1 and 10000"),
     ("pools:\n  default:\n    policy: magic\n", "pools.default.policy: must be 'flexiqd' or 'flexiq'"),

@@ -1,0 +1,153 @@
+"""Dependency limits: what a limit is, and the pure arithmetic of admitting a job under it.
+
+A task declares the shared dependencies it uses (``@queue.task(uses=[...])``);
+the operator limits each one (``dependencies.<name>.limit`` in the daemon's
+config).  Before a worker starts such a job it asks the store to *admit* it
+(``Backend.admit``); the store keeps the holds and the rate state and calls
+the functions here to decide.  No I/O and no clock reads: time is an argument.
+
+Concurrency: at most ``concurrency`` jobs hold the dependency at once.
+Rate: the generic cell rate algorithm (GCRA) -- one number per dependency, the
+theoretical arrival time ``tat``.  With the emission interval T = 1/rate and
+the tolerance (burst - 1) * T, a start at ``now`` is granted when
+max(tat, now) - now <= tolerance, and then tat = max(tat, now) + T.  So a
+quiet dependency lets ``burst`` jobs start at once, then ``rate`` per second.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from typing import Any, Mapping, Sequence
+
+# A job refused a slot is looked at again after at least this long: below it, refusals
+# cost more store transactions than they save waiting.
+MIN_WAIT = 0.01
+# Without a measured hold time, a refused job waits this long for a concurrency slot.
+DEFAULT_SLOT_WAIT = 0.2
+# A deferred job comes back after its wait plus up to this fraction of it (at least
+# MIN_JITTER): jobs refused together do not all come back at the same instant.
+JITTER_FRACTION = 0.5
+MIN_JITTER = 0.02
+LIMIT_KEYS = ("concurrency", "rate", "burst")
+
+
+class LimitError(ValueError):
+    """A limit that cannot hold: ``key`` names the bad field (``limit.rate``)."""
+
+    def __init__(self, key: str, why: str) -> None:
+        super().__init__(f"{key}: {why}")
+        self.key = key
+        self.why = why
+
+
+@dataclasses.dataclass(frozen=True)
+class DependencyLimit:
+    """The limit of one dependency, as the worker hands it to ``Backend.admit``.
+
+    ``concurrency``: most jobs inside it at once (None: not limited).
+    ``rate``: most job starts per second, on average (None: not limited);
+    ``burst``: starts allowed at once after a quiet spell (default ceil(rate)).
+    """
+
+    name: str
+    concurrency: int | None = None
+    rate: float | None = None
+    burst: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise LimitError("name", f"must be a non-empty name, got {self.name!r}")
+        if self.concurrency is not None and (isinstance(self.concurrency, bool) or not isinstance(
+                self.concurrency, int) or self.concurrency < 1):
+            raise LimitError("limit.concurrency", f"must be a whole number of at least 1, got {self.concurrency!r}")
+        if self.rate is not None and (isinstance(self.rate, bool) or not isinstance(self.rate, (int, float))
+                                      or not 0 < self.rate < math.inf):
+            raise LimitError("limit.rate", f"must be a number of starts per second above 0, got {self.rate!r}")
+        if self.burst is not None:
+            if self.rate is None:
+                raise LimitError("limit.burst", "needs limit.rate: a burst is of the rate's starts")
+            if isinstance(self.burst, bool) or not isinstance(self.burst, int) or self.burst < 1:
+                raise LimitError("limit.burst", f"must be a whole number of at least 1, got {self.burst!r}")
+        if self.concurrency is None and self.rate is None:
+            raise LimitError("limit", "must set concurrency, rate or both")
+
+    @property
+    def effective_burst(self) -> int:
+        """The burst in force: the given one, else ceil(rate) (0 without a rate)."""
+        if self.rate is None:
+            return 0
+        return self.burst if self.burst is not None else max(1, math.ceil(self.rate))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"concurrency": self.concurrency, "rate": self.rate,
+                "burst": self.effective_burst if self.rate is not None else None}
+
+
+def limit_from_mapping(name: str, value: Any) -> DependencyLimit:
+    """A limit from config (``{concurrency: 20, rate: 50, burst: 60}``); ``LimitError`` names the key."""
+    if not isinstance(value, Mapping):
+        raise LimitError("limit", f"must be a mapping such as {{concurrency: 20, rate: 50}}, got {value!r}")
+    for key in value:
+        if key not in LIMIT_KEYS:
+            raise LimitError(f"limit.{key}", f"unknown key (known: {', '.join(LIMIT_KEYS)})")
+    rate = value.get("rate")
+    if isinstance(rate, int) and not isinstance(rate, bool):
+        rate = float(rate)
+    return DependencyLimit(name=name, concurrency=value.get("concurrency"), rate=rate,
+                           burst=value.get("burst"))
+
+
+def limits_for(uses: Sequence[str], limits: Mapping[str, DependencyLimit]) -> tuple[DependencyLimit, ...]:
+    """The limits a job of a task using ``uses`` must be admitted under (unlimited ones left out)."""
+    return tuple(limits[name] for name in dict.fromkeys(uses) if name in limits)
+
+
+# -- rate: GCRA ----------------------------------------------------------------------------
+
+def gcra(tat: float | None, now: float, rate: float, burst: int) -> tuple[float | None, float]:
+    """One start under a rate: ``(new_tat, 0.0)`` when granted, ``(None, wait)`` when not.
+
+    ``tat`` is the stored theoretical arrival time (None: never used).  ``wait``
+    is the seconds until the same request would be granted.
+    """
+    interval = 1.0 / rate
+    tolerance = (burst - 1) * interval
+    base = max(tat if tat is not None else now, now)
+    if base - now <= tolerance + 1e-9:  # a rounding hair must not refuse an exact fit
+        return base + interval, 0.0
+    return None, base - tolerance - now
+
+
+# -- concurrency ---------------------------------------------------------------------------
+
+def slot_wait(hold_ages: Sequence[float], typical_hold: float | None) -> float:
+    """Seconds until a full dependency is likely to have a free slot.
+
+    ``hold_ages``: how long each current hold has lasted; ``typical_hold``: the
+    recent median hold time (None: not measured yet).  The soonest expected end
+    of a hold; a hold already past the median is looked at again after a tenth
+    of it, so an overlong job does not make others wait a whole median each time.
+    """
+    if typical_hold is None or typical_hold <= 0:
+        return DEFAULT_SLOT_WAIT
+    remaining = [typical_hold - age for age in hold_ages]
+    soonest = min(remaining, default=0.0)
+    if soonest <= 0:
+        soonest = typical_hold / 10
+    return max(MIN_WAIT, min(soonest, typical_hold))
+
+
+def deferral_delay(wait: float, rng: random.Random) -> float:
+    """The delay a refused job is deferred by: its wait plus jitter, so refused jobs spread out."""
+    wait = max(MIN_WAIT, wait)
+    return wait + rng.uniform(0.0, max(MIN_JITTER, wait * JITTER_FRACTION))
+
+
+def nearest_rank(sorted_values: Sequence[float], fraction: float) -> float | None:
+    """Nearest-rank percentile of already sorted values (None when empty)."""
+    if not sorted_values:
+        return None
+    rank = max(1, math.ceil(fraction * len(sorted_values)))
+    return sorted_values[rank - 1]
