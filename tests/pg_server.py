@@ -122,8 +122,10 @@ class PostgresServer:
         tail = "&".join(f"{key}={quote(value, safe='')}" for key, value in query.items())
         return f"postgresql://{user}@127.0.0.1:{self.port}/{database}" + (f"?{tail}" if tail else "")
 
-    def socket_url(self, database: str = DATABASE) -> str:
-        return f"postgresql://postgres@/{database}?host={quote(str(self.directory), safe='')}&port={self.port}"
+    def socket_url(self, database: str = DATABASE, *, schema: str | None = None) -> str:
+        """A URL to ``database`` over the unix socket (the fastest way in, for most tests)."""
+        url = f"postgresql://postgres@/{database}?host={quote(str(self.directory), safe='')}&port={self.port}"
+        return url + (f"&options={quote(f'-csearch_path={schema}', safe='')}" if schema else "")
 
     def admin(self, sql: str, *, database: str = "postgres") -> list[tuple]:
         """Run one statement as the superuser (autocommit) and return its rows."""
@@ -134,8 +136,15 @@ class PostgresServer:
             cursor = conn.execute(sql)
             return cursor.fetchall() if cursor.description else []
 
-    def fresh_url(self, **params: str) -> str:
-        """The URL of a new, empty schema: a store of its own for one test."""
+    def fresh_schema(self) -> str:
         schema = f"t{os.getpid()}_{next(self._schemas)}"
         self.admin(f"CREATE SCHEMA {schema} AUTHORIZATION postgres", database=DATABASE)
-        return self.url(schema=schema, **params)
+        return schema
+
+    def fresh_url(self, *, tcp: bool = False, **params: str) -> str:
+        """The URL of a new, empty schema: a store of its own for one test."""
+        schema = self.fresh_schema()
+        if tcp:
+            return self.url(schema=schema, **params)
+        tail = "".join(f"&{key}={quote(value, safe='')}" for key, value in params.items())
+        return self.socket_url(schema=schema) + tail

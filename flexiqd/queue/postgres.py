@@ -1,0 +1,838 @@
+"""The PostgreSQL job store: the SQLite store's model, shared by many machines.
+
+One connection per backend, in autocommit mode, every method one explicit
+transaction.  Claims walk the claim index with ``FOR UPDATE SKIP LOCKED``, so
+workers claiming at once take different jobs without waiting on each other;
+recovery and promotion skip locked rows too, so maintenance may run from several
+processes at once.
+
+A connection that dropped (server restart, ``pg_terminate_backend``, a network
+cut) is opened again and the transaction run again -- only when the failure came
+before the COMMIT was sent, so work is never lost or done twice.  A deadlock or
+serialization failure is retried the same way: the whole transaction rolled back.
+
+``subscribe`` wakes idle workers with LISTEN/NOTIFY: every transaction that makes
+jobs due notifies the channel of their queue (see ``channel_of``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import math
+import os
+import random
+import select
+import threading
+from typing import Any, Callable, Iterable, Sequence
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+
+from ..errors import JobNotFound, QueueError, StoreUnavailable
+from .backend import Backend
+from .owners import owner_alive_here
+from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, VERSION_TABLE
+from .sqlite import COMING_DUE_LIMIT, _Endings, _row_to_job, _stats, encode_json
+from .types import FINISHED_STATES, ClaimRequest, Job, JobState, NewJob, Outcome, OutcomeKind, Stats
+
+log = logging.getLogger(__name__)
+
+_JOB_COLUMNS = ("id, queue, task, payload, priority, state, run_at, attempts, max_attempts, "
+                "timeout, idempotency_key, tenant, lease_owner, lease_expires, enqueued_at, "
+                "started_at, finished_at, result, error")
+_NEW_JOB_COLUMNS = ("queue", "task", "payload", "priority", "state", "delayed", "run_at",
+                    "max_attempts", "timeout", "idempotency_key", "tenant", "enqueued_at")
+# A live idempotency key makes the insert a no-op (the unique partial index decides, so two
+# producers racing with one key cannot both insert); the existing job is looked up after.
+_INSERT_JOB = (f"INSERT INTO flexiq_jobs ({', '.join(_NEW_JOB_COLUMNS)}) "
+               f"VALUES ({', '.join('%(' + name + ')s' for name in _NEW_JOB_COLUMNS)}) "
+               f"ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL "
+               f"AND state IN ('queued', 'running') DO NOTHING RETURNING id")
+
+# The same bounds as the SQLite store's, for the same reasons (see sqlite.py).
+_DURATION_SAMPLE = 1000
+_DURATION_HORIZON = 300.0
+_RATE_RETENTION = 3600
+_PROMOTION_BATCH = 10_000
+
+_UNLEASED = "lease_owner = NULL, lease_expires = NULL, lease_outcome = NULL"
+_REQUEUED = f"state = 'queued', started_at = NULL, {_UNLEASED}"
+_ACK = f"UPDATE flexiq_jobs SET state = 'done', finished_at = %s, result = %s, error = NULL, {_UNLEASED} WHERE id = %s"
+_RELEASE = f"UPDATE flexiq_jobs SET {_REQUEUED}, delayed = false, attempts = attempts - 1 WHERE id = %s"
+_LOSE = f"UPDATE flexiq_jobs SET {_REQUEUED}, delayed = false, error = %s WHERE id = %s"
+_RETRY = f"UPDATE flexiq_jobs SET {_REQUEUED}, delayed = %s, run_at = %s, error = %s WHERE id = %s"
+_DEAD_LETTER = f"UPDATE flexiq_jobs SET state = 'dead', finished_at = %s, error = %s, {_UNLEASED} WHERE id = %s"
+_RECORD = ("INSERT INTO flexiq_executions (job_id, attempt, worker, started_at, finished_at, outcome, error) "
+           "VALUES (%s, %s, %s, %s, %s, %s, %s)")
+_LIVE = "state IN ('queued', 'running')"
+_DUE = "state = 'queued' AND NOT delayed"
+_DELAYED = "state = 'queued' AND delayed"
+_WAITING_OR_HELD = "('queued', 'delayed', 'running', 'dead')"
+
+# Transactions run again after a dropped connection, a deadlock or a serialization failure.
+_ATTEMPTS = 3
+# Channel names are identifiers: at most 63 bytes.
+_CHANNEL_PREFIX = "flexiq."
+_MAX_CHANNEL = 63
+# The listener looks at its stop flag at least this often (seconds), and waits this long
+# before opening its connection again after losing it.
+_LISTEN_TICK = 1.0
+_LISTEN_RETRY = 2.0
+
+
+def channel_of(queue: str) -> str:
+    """The NOTIFY channel of ``queue``: ``flexiq.<queue>``, or a digest of a name too long for one."""
+    name = _CHANNEL_PREFIX + queue
+    if len(name.encode()) <= _MAX_CHANNEL:
+        return name
+    return _CHANNEL_PREFIX + hashlib.sha256(queue.encode()).hexdigest()[:40]
+
+
+@dataclasses.dataclass(frozen=True)
+class ConnectOptions:
+    """How to reach the database: libpq's conninfo (a URL without flexiqd's own options),
+    a password read from a file or credential (None: libpq finds one, e.g. in ~/.pgpass),
+    and whether idle workers LISTEN for new jobs."""
+
+    conninfo: str
+    password: str | None = None
+    listen: bool = True
+    connect_timeout: float = 10.0
+
+
+class _Ambiguous(Exception):
+    """The connection dropped while a COMMIT was under way: it may or may not have happened."""
+
+
+class _Committing:
+    """Marks that the transaction body finished: an error from here on is the COMMIT's."""
+
+    def __init__(self) -> None:
+        self.reached = False
+
+
+class PostgresBackend(Backend):
+    """A job store in a PostgreSQL database, shared by processes on many machines.
+
+    Thread-safe: calls are serialised on one connection by a lock.
+    """
+
+    def __init__(self, options: ConnectOptions, *, url: str, rng: random.Random | None = None) -> None:
+        self.url = url  # as shown in messages: never with a password
+        self.options = options
+        self._rng = rng or random.Random()
+        self._lock = threading.RLock()
+        self._closed = False
+        self._conn: psycopg.Connection | None = None
+        with self._lock:
+            conn = self._connect()
+            try:
+                self._migrate(conn)
+            except psycopg.Error as exc:
+                conn.close()
+                raise self._translate(exc, "open") from None
+            except StoreUnavailable:
+                conn.close()
+                raise
+            self._conn = conn
+
+    # -- connections -----------------------------------------------------------------------
+
+    def _connect(self) -> psycopg.Connection:
+        kwargs: dict[str, Any] = {"autocommit": True,
+                                  "connect_timeout": max(1, math.ceil(self.options.connect_timeout)),
+                                  "application_name": "flexiqd"}
+        if self.options.password is not None:
+            kwargs["password"] = self.options.password
+        try:
+            return psycopg.connect(self.options.conninfo, **kwargs)
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"cannot connect to the queue database {self.url}: "
+                                   f"{_first_line(exc)}") from None
+
+    def _connection(self) -> psycopg.Connection:
+        if self._closed:
+            raise QueueError(f"the queue database {self.url} is closed")
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            if self._conn is not None:
+                log.warning("The connection to the queue database %s was lost; connecting again.",
+                            self.url)
+                self._conn.close()
+                self._conn = None
+            self._conn = self._connect()
+        return self._conn
+
+    @staticmethod
+    def _read_version(conn: psycopg.Connection) -> int:
+        if conn.execute("SELECT to_regclass(%s)", (VERSION_TABLE,)).fetchone()[0] is None:
+            return 0
+        row = conn.execute(f"SELECT max(version) FROM {VERSION_TABLE}").fetchone()
+        return row[0] or 0
+
+    def _migrate(self, conn: psycopg.Connection) -> None:
+        """Create the schema, or bring an older one up to date, in one transaction.
+
+        The version is read again under an advisory lock (one per schema): processes
+        opening a new store at once must not both run the DDL.
+        """
+        version = self._read_version(conn)
+        if version > SCHEMA_VERSION:
+            raise StoreUnavailable(
+                f"the queue database {self.url} has schema version {version}, newer than "
+                f"this flexiqd understands ({SCHEMA_VERSION}): upgrade flexiqd")
+        if version == SCHEMA_VERSION:
+            return
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('flexiq schema of ' || current_schema()))")
+            version = self._read_version(conn)
+            if version >= SCHEMA_VERSION:
+                return
+            if version == 0:
+                statements: Sequence[str] = SCHEMA
+                conn.execute(f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} (version integer NOT NULL)")
+            else:
+                statements = [s for v in sorted(MIGRATIONS) if v > version for s in MIGRATIONS[v]]
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute(f"DELETE FROM {VERSION_TABLE}")
+            conn.execute(f"INSERT INTO {VERSION_TABLE} (version) VALUES (%s)", (SCHEMA_VERSION,))
+        log.info("The queue database %s is at schema version %d (was %d).", self.url,
+                 SCHEMA_VERSION, version)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    # -- transactions ----------------------------------------------------------------------
+
+    def _run(self, operation: str, body: Callable[[psycopg.Connection], Any], *,
+             snapshot: bool = False) -> Any:
+        """Run ``body(conn)`` in one transaction and return what it returns.
+
+        ``snapshot``: a read-only REPEATABLE READ transaction, so several SELECTs
+        see one state.  ``body`` may run more than once (a dropped connection, a
+        deadlock): it must keep nothing from a run that was rolled back.
+        """
+        with self._lock:
+            for attempt in range(1, _ATTEMPTS + 1):
+                conn = self._connection()
+                committing = _Committing()
+                try:
+                    return self._once(conn, body, snapshot, committing)
+                except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure) as exc:
+                    if attempt == _ATTEMPTS:
+                        raise self._translate(exc, operation) from None
+                except psycopg.OperationalError as exc:
+                    if not (conn.closed or conn.broken):
+                        raise self._translate(exc, operation) from None
+                    if committing.reached:
+                        raise StoreUnavailable(
+                            f"{operation} on the queue database {self.url}: the connection was lost "
+                            f"while committing, so it may or may not have happened "
+                            f"({_first_line(exc)})") from None
+                    if attempt == _ATTEMPTS:
+                        raise self._translate(exc, operation) from None
+                except psycopg.Error as exc:
+                    raise self._translate(exc, operation) from None
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _once(conn: psycopg.Connection, body: Callable[[psycopg.Connection], Any], snapshot: bool,
+              committing: _Committing) -> Any:
+        with conn.transaction():
+            if snapshot:
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            result = body(conn)
+            committing.reached = True
+        return result
+
+    def _translate(self, exc: psycopg.Error, operation: str) -> QueueError:
+        text = _first_line(exc)
+        if isinstance(exc, psycopg.OperationalError):
+            return StoreUnavailable(f"{operation} on the queue database {self.url} failed: {text}")
+        if isinstance(exc, (pg_errors.InsufficientPrivilege, pg_errors.ReadOnlySqlTransaction)):
+            return StoreUnavailable(f"{operation} on the queue database {self.url} was refused: {text}")
+        return QueueError(f"{operation} on the queue database {self.url} failed: {text}")
+
+    # -- enqueue ---------------------------------------------------------------------------
+
+    def enqueue(self, jobs: Sequence[NewJob], *, now: float) -> list[int]:
+        rows = [_new_row(job, now) for job in jobs]  # encode before the transaction: fail whole
+        if not rows:
+            return []
+
+        def body(conn: psycopg.Connection) -> list[int]:
+            cursor = conn.cursor()
+            cursor.executemany(_INSERT_JOB, rows, returning=True)
+            inserted: list[int | None] = []
+            while True:
+                row = cursor.fetchone()
+                inserted.append(row[0] if row else None)
+                if not cursor.nextset():
+                    break
+            ids: list[int] = []
+            arrivals: dict[tuple[str, str], int] = {}
+            for row, job_id in zip(rows, inserted):
+                if job_id is None:  # its key is live: that job stands for this one
+                    ids.append(conn.execute(
+                        f"SELECT id FROM flexiq_jobs WHERE idempotency_key = %s AND {_LIVE}",
+                        (row["idempotency_key"],)).fetchone()[0])
+                    continue
+                ids.append(job_id)
+                if not row["delayed"]:  # a delayed job arrives when it comes due (_promote)
+                    key = (row["queue"], row["tenant"])
+                    arrivals[key] = arrivals.get(key, 0) + 1
+            for (queue, tenant), n in sorted(arrivals.items()):
+                _bump_rate(conn, queue, tenant, int(now), arrivals=n)
+            _notify(conn, {queue for queue, _ in arrivals})
+            return ids
+
+        return self._run("enqueue", body)
+
+    # -- promotion -------------------------------------------------------------------------
+
+    @staticmethod
+    def _promote(conn: psycopg.Connection, now: float) -> int:
+        """Make up to ``_PROMOTION_BATCH`` delayed jobs whose run_at has come due; return how many.
+
+        As in the SQLite store, a job that never ran arrives in the second of its run_at.
+        Rows another transaction holds are skipped: it is promoting or cancelling them.
+        """
+        promoted = conn.execute(
+            f"UPDATE flexiq_jobs SET delayed = false WHERE id IN (SELECT id FROM flexiq_jobs "
+            f"WHERE {_DELAYED} AND run_at <= %s ORDER BY run_at LIMIT {_PROMOTION_BATCH} "
+            f"FOR UPDATE SKIP LOCKED) RETURNING queue, tenant, run_at, attempts", (now,)).fetchall()
+        arrivals: dict[tuple[str, str, int], int] = {}
+        for queue, tenant, run_at, attempts in promoted:
+            if attempts == 0:
+                key = (queue, tenant, int(run_at))
+                arrivals[key] = arrivals.get(key, 0) + 1
+        for (queue, tenant, second), n in sorted(arrivals.items()):
+            _bump_rate(conn, queue, tenant, second, arrivals=n)
+        _notify(conn, {row[0] for row in promoted})
+        return len(promoted)
+
+    @staticmethod
+    def _anything_due(conn: psycopg.Connection, now: float) -> bool:
+        return conn.execute(f"SELECT 1 FROM flexiq_jobs WHERE {_DELAYED} AND run_at <= %s LIMIT 1",
+                            (now,)).fetchone() is not None
+
+    # -- claim / settle --------------------------------------------------------------------
+
+    def claim(self, request: ClaimRequest, *, now: float) -> list[Job]:
+        return self._run("claim", lambda conn: self._claim(conn, request, now))
+
+    def settle(self, owner: str, outcomes: Iterable[Outcome], *, now: float) -> list[int]:
+        outcomes = list(outcomes)
+        if not outcomes:
+            return []
+        return self._run("settle", lambda conn: self._settle(conn, owner, outcomes, now))
+
+    def settle_and_claim(self, owner: str, outcomes: Iterable[Outcome],
+                         request: ClaimRequest | None, *, now: float) -> tuple[list[int], list[Job]]:
+        # One transaction, one round of commits: a busy worker pays one per exchange.
+        outcomes = list(outcomes)
+
+        def body(conn: psycopg.Connection) -> tuple[list[int], list[Job]]:
+            settled = self._settle(conn, owner, outcomes, now) if outcomes else []
+            claimed = self._claim(conn, request, now) if request and request.limit > 0 else []
+            return settled, claimed
+
+        return self._run("settle and claim", body)
+
+    def _claim(self, conn: psycopg.Connection, request: ClaimRequest, now: float) -> list[Job]:
+        self._recover(conn, now, owner=None, reason="lease expired")
+        self._promote(conn, now)
+        claimed: list[Job] = []
+        for queue in request.queues:
+            want = request.limit - len(claimed)
+            if want <= 0:
+                break
+            # run_at <= now still guards the walk: another machine's clock may run ahead.
+            rows = conn.execute(
+                f"UPDATE flexiq_jobs SET state = 'running', lease_owner = %s, lease_expires = %s, "
+                f"attempts = attempts + 1, started_at = %s WHERE id IN ("
+                f"  SELECT id FROM flexiq_jobs WHERE {_DUE} AND queue = %s AND run_at <= %s"
+                f"  ORDER BY priority DESC, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED) "
+                f"RETURNING {_JOB_COLUMNS}",
+                (request.owner, now + request.lease_seconds, now, queue, now, want)).fetchall()
+            jobs = [_row_to_job(row) for row in rows]
+            jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
+            claimed.extend(jobs)
+        return claimed
+
+    def _settle(self, conn: psycopg.Connection, owner: str, outcomes: list[Outcome],
+                now: float) -> list[int]:
+        held = {row[0]: row[1:] for row in conn.execute(
+            "SELECT id, queue, tenant, attempts, max_attempts, started_at FROM flexiq_jobs "
+            "WHERE id = ANY(%s) AND state = 'running' AND lease_owner = %s ORDER BY id FOR UPDATE",
+            (sorted({outcome.job_id for outcome in outcomes}), owner))}
+        endings = _Endings(now)
+        for outcome in outcomes:
+            row = held.pop(outcome.job_id, None)  # popped: a repeated outcome is ignored
+            if row is None:
+                continue  # not ours any more: expired and re-claimed, or cancelled
+            queue, tenant, attempts, max_attempts, started_at = row
+            kind, job_id = outcome.kind, outcome.job_id
+            if kind is OutcomeKind.ACK:
+                endings.ack(job_id, encode_json(outcome.result, f"the result of job {job_id}"),
+                            queue, tenant)
+            elif kind is OutcomeKind.RELEASE:
+                endings.release(job_id)
+            elif kind is OutcomeKind.DEAD:
+                endings.bury(job_id, outcome.error, queue, tenant)
+            else:
+                endings.fail(job_id, attempts, max_attempts, outcome.error, queue, tenant, self._rng)
+            endings.record(job_id, attempts, owner, started_at, kind.value, outcome.error)
+        _apply(conn, endings)
+        return endings.ids
+
+    def renew(self, owner: str, job_ids: Iterable[int], lease_seconds: float, *, now: float) -> list[int]:
+        ids = list(job_ids)
+        if not ids:
+            return []
+
+        def body(conn: psycopg.Connection) -> list[int]:
+            # An expired lease that nobody recovered is still the owner's: while its
+            # process lives, expiry alone never hands the job to another worker.
+            held = {row[0] for row in conn.execute(
+                "UPDATE flexiq_jobs SET lease_expires = %s WHERE id = ANY(%s) AND state = 'running' "
+                "AND lease_owner = %s RETURNING id", (now + lease_seconds, sorted(set(ids)), owner))}
+            return [job_id for job_id in dict.fromkeys(ids) if job_id in held]
+
+        return self._run("renew leases", body)
+
+    def abandon(self, owner: str, outcomes: Iterable[Outcome], *, now: float) -> list[int]:
+        marks = []
+        for outcome in outcomes:
+            if outcome.kind not in (OutcomeKind.RELEASE, OutcomeKind.FAIL):
+                raise QueueError(f"job {outcome.job_id}: only release or fail can wait for the "
+                                 f"worker's exit, not {outcome.kind.value}")
+            marks.append((outcome.kind.value, outcome.error, outcome.job_id, owner))
+        if not marks:
+            return []
+
+        def body(conn: psycopg.Connection) -> list[int]:
+            marked = []
+            for mark in marks:
+                if conn.execute(
+                        "UPDATE flexiq_jobs SET lease_outcome = %s, error = COALESCE(%s, error) "
+                        "WHERE id = %s AND state = 'running' AND lease_owner = %s", mark).rowcount:
+                    marked.append(mark[2])
+            return marked
+
+        return self._run("abandon jobs", body)
+
+    # -- recovery --------------------------------------------------------------------------
+
+    def recover_expired(self, *, now: float) -> int:
+        def body(conn: psycopg.Connection) -> int:
+            recovered = self._recover(conn, now, owner=None, reason="lease expired")
+            conn.execute("DELETE FROM flexiq_rates WHERE second < %s", (int(now) - _RATE_RETENTION,))
+            return recovered
+
+        return self._run("recover expired leases", body)
+
+    def recover_owner(self, owner: str, *, now: float, reason: str) -> int:
+        return self._run("recover a worker's jobs",
+                         lambda conn: self._recover(conn, now, owner=owner, reason=reason))
+
+    def _recover(self, conn: psycopg.Connection, now: float, *, owner: str | None, reason: str) -> int:
+        """Settle the jobs of a gone owner: its ``abandon`` mark if it left one, else "lost".
+
+        Rows another transaction holds are skipped (their owner is settling or renewing
+        them, or another process is recovering them), so recovery runs safely from
+        several processes at once.  Expired leases of a live process of this host are
+        left alone: a job runs again only when nothing can still be running it.
+        """
+        columns = ("id, attempts, max_attempts, lease_owner, started_at, queue, tenant, "
+                   "lease_outcome, error")
+        if owner is None:
+            rows = [row for row in conn.execute(
+                f"SELECT {columns} FROM flexiq_jobs WHERE state = 'running' AND lease_expires < %s "
+                f"ORDER BY id FOR UPDATE SKIP LOCKED", (now,))
+                if owner_alive_here(row[3]) is not True]
+        else:
+            rows = conn.execute(
+                f"SELECT {columns} FROM flexiq_jobs WHERE state = 'running' "
+                f"AND lease_expires IS NOT NULL AND lease_owner = %s ORDER BY id FOR UPDATE",
+                (owner,)).fetchall()
+        endings = _Endings(now)
+        for job_id, attempts, max_attempts, gone, started_at, queue, tenant, mark, error in rows:
+            if mark == OutcomeKind.RELEASE.value:
+                endings.release(job_id)  # given up at the end of a drain
+                endings.record(job_id, attempts, gone, started_at, mark, None)
+            elif mark == OutcomeKind.FAIL.value:
+                endings.fail(job_id, attempts, max_attempts, error, queue, tenant, self._rng)
+                endings.record(job_id, attempts, gone, started_at, mark, error)
+            else:
+                error = f"{reason} (worker {gone})"
+                endings.lose(job_id, attempts, max_attempts, error, queue, tenant)
+                endings.record(job_id, attempts, gone, started_at, "lost", error)
+        _apply(conn, endings)
+        if rows:
+            _notify(conn, {row[5] for row in rows})
+        return len(rows)
+
+    def lease_owners(self) -> dict[str, int]:
+        return self._run("list lease owners", lambda conn: dict(conn.execute(
+            "SELECT lease_owner, count(*) FROM flexiq_jobs WHERE state = 'running' "
+            "AND lease_expires IS NOT NULL GROUP BY lease_owner").fetchall()))
+
+    # -- management ------------------------------------------------------------------------
+
+    def cancel(self, job_id: int, *, now: float) -> bool:
+        def body(conn: psycopg.Connection) -> bool:
+            self._promote(conn, now)  # a job that came due arrived, cancelled or not
+            if conn.execute(
+                    f"UPDATE flexiq_jobs SET state = 'cancelled', finished_at = %s, {_UNLEASED} "
+                    f"WHERE id = %s AND state IN ('queued', 'running', 'dead')", (now, job_id)).rowcount:
+                return True
+            if conn.execute("SELECT 1 FROM flexiq_jobs WHERE id = %s", (job_id,)).fetchone() is None:
+                raise JobNotFound(f"no job with id {job_id}")
+            return False
+
+        return self._run("cancel", body)
+
+    def get(self, job_id: int) -> Job:
+        row = self._run("read a job", lambda conn: conn.execute(
+            f"SELECT {_JOB_COLUMNS} FROM flexiq_jobs WHERE id = %s", (job_id,)).fetchone())
+        if row is None:
+            raise JobNotFound(f"no job with id {job_id}")
+        return _row_to_job(row)
+
+    def list_jobs(self, *, queue: str | None = None, state: JobState | None = None,
+                  limit: int = 50) -> list[Job]:
+        where, args = [], []
+        if queue is not None:
+            where.append("queue = %s")
+            args.append(queue)
+        if state is not None:
+            where.append("state = %s")
+            args.append(JobState(state).value)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        rows = self._run("list jobs", lambda conn: conn.execute(
+            f"SELECT {_JOB_COLUMNS} FROM flexiq_jobs {clause} ORDER BY id DESC LIMIT %s",
+            (*args, limit)).fetchall())
+        return [_row_to_job(row) for row in rows]
+
+    def retry_dead(self, *, queue: str | None = None, job_ids: Iterable[int] | None = None,
+                   now: float) -> int:
+        where, args = ["state = 'dead'"], []
+        if queue is not None:
+            where.append("queue = %s")
+            args.append(queue)
+        ids = list(job_ids) if job_ids is not None else None
+        if ids is not None:
+            if not ids:
+                return 0
+            where.append("id = ANY(%s)")
+            args.append(ids)
+        # A revived job arrives again: it had left the queue for good.
+        revive = ("UPDATE flexiq_jobs SET state = 'queued', delayed = false, attempts = 0, "
+                  "run_at = %s, finished_at = NULL WHERE ")
+
+        def body(conn: psycopg.Connection) -> int:
+            revived = conn.execute(revive + " AND ".join(where + ["idempotency_key IS NULL"])
+                                   + " RETURNING queue, tenant", (now, *args)).fetchall()
+            # As in the SQLite store: only the newest dead job of a key that is free comes back.
+            keyed = conn.execute(
+                f"SELECT id, idempotency_key FROM flexiq_jobs WHERE {' AND '.join(where)} "
+                f"AND idempotency_key IS NOT NULL ORDER BY id DESC", args).fetchall()
+            for job_id, key in keyed:
+                revived += conn.execute(
+                    revive + f"id = %s AND NOT EXISTS (SELECT 1 FROM flexiq_jobs WHERE "
+                    f"idempotency_key = %s AND {_LIVE}) RETURNING queue, tenant",
+                    (now, job_id, key)).fetchall()
+            arrivals: dict[tuple[str, str], int] = {}
+            for queue_tenant in revived:
+                arrivals[queue_tenant] = arrivals.get(queue_tenant, 0) + 1
+            for (name, tenant), n in sorted(arrivals.items()):
+                _bump_rate(conn, name, tenant, int(now), arrivals=n)
+            _notify(conn, {name for name, _ in arrivals})
+            return len(revived)
+
+        return self._run("retry dead jobs", body)
+
+    def purge(self, *, states: Sequence[JobState], finished_before: float,
+              queue: str | None = None) -> int:
+        wanted = []
+        for state in states:
+            state = JobState(state)
+            if state not in FINISHED_STATES:
+                raise QueueError(f"only finished jobs can be purged, not {state.value} ones")
+            wanted.append(state.value)
+
+        def body(conn: psycopg.Connection) -> int:
+            names = [queue] if queue is not None else _queues(conn)
+            removed = 0
+            for name in names:  # one index range (queue, state, finished_at) per queue and state
+                for state in wanted:
+                    gone = [row[0] for row in conn.execute(
+                        "DELETE FROM flexiq_jobs WHERE queue = %s AND state = %s AND finished_at < %s "
+                        "RETURNING id", (name, state, finished_before))]
+                    if gone:
+                        conn.execute("DELETE FROM flexiq_executions WHERE job_id = ANY(%s)", (gone,))
+                    removed += len(gone)
+            return removed
+
+        return self._run("purge finished jobs", body)
+
+    def queues(self) -> list[str]:
+        return self._run("list queues", _queues)
+
+    def executions(self, *, job_id: int | None = None, limit: int | None = None) -> list[dict]:
+        clause, args = ("WHERE job_id = %s", [job_id]) if job_id is not None else ("", [])
+        tail = " LIMIT %s" if limit is not None else ""
+        if limit is not None:
+            args.append(limit)
+        rows = self._run("list executions", lambda conn: conn.execute(
+            f"SELECT job_id, attempt, worker, started_at, finished_at, outcome, error "
+            f"FROM flexiq_executions {clause} ORDER BY id{tail}", args).fetchall())
+        keys = ("job_id", "attempt", "worker", "started_at", "finished_at", "outcome", "error")
+        return [dict(zip(keys, row)) for row in rows]
+
+    # -- stats -----------------------------------------------------------------------------
+
+    def first_claims(self, owners: Iterable[str]) -> dict[str, float]:
+        names = list(owners)
+        if not names:
+            return {}
+
+        def body(conn: psycopg.Connection) -> dict[str, float]:
+            found: dict[str, float] = {}
+            for owner, started in conn.execute(
+                    "SELECT lease_owner, min(started_at) FROM flexiq_jobs WHERE state = 'running' "
+                    "AND lease_owner = ANY(%s) GROUP BY lease_owner "
+                    "UNION ALL SELECT worker, min(started_at) FROM flexiq_executions "
+                    "WHERE worker = ANY(%s) GROUP BY worker", (names, names)):
+                if started is not None:
+                    found[owner] = min(started, found.get(owner, started))
+            return found
+
+        return self._run("read first claims", body, snapshot=True)
+
+    def stats(self, queue: str, *, now: float, window: float = 60.0, horizon: float = 0.0) -> Stats:
+        """The queue's signals, read from counts and rates and a bounded sample (see SQLite's)."""
+        if not window > 0:
+            raise QueueError(f"a stats window must be more than 0s, got {window!r}")
+        if not horizon >= 0 or math.isinf(horizon):
+            raise QueueError(f"a coming-due horizon must be 0s or more, got {horizon!r}")
+        # Delayed jobs that came due are promoted first (in batches), so the figures count
+        # them as runnable and as arrivals; then one snapshot is read.
+        while self._run("read stats", lambda conn: self._anything_due(conn, now), snapshot=True):
+            if self._run("read stats", lambda conn: self._promote(conn, now)) < _PROMOTION_BATCH:
+                break
+        return self._run("read stats", lambda conn: _read_stats(conn, queue, now, window, horizon),
+                         snapshot=True)
+
+    # -- waking idle workers ---------------------------------------------------------------
+
+    def subscribe(self, queues: Sequence[str], wake: Callable[[], None]) -> Callable[[], None]:
+        """Call ``wake()`` (from another thread) when jobs become due on ``queues``.
+
+        A thread of its own LISTENs on its own connection; a lost connection is opened
+        again (and ``wake`` called, as notices may have been missed).  Returns a closer
+        that stops the thread within moments.  With ``listen=off`` in the URL (for a
+        pooler in transaction mode, where LISTEN cannot work) nothing listens: the
+        workers' polling alone finds new jobs.
+        """
+        if not self.options.listen or not queues:
+            return lambda: None
+        listener = _Listener(self, [channel_of(queue) for queue in queues], wake)
+        listener.start()
+        return listener.stop
+
+
+class _Listener(threading.Thread):
+    """LISTEN on some channels; call ``wake`` on every notice.
+
+    psycopg 3.1's ``notifies()`` cannot time out, so this waits with select() on the
+    socket and a pipe of its own: ``stop`` writes to the pipe and the wait ends at once.
+    """
+
+    def __init__(self, backend: PostgresBackend, channels: list[str], wake: Callable[[], None]) -> None:
+        super().__init__(name="flexiq-listen", daemon=True)
+        self._backend = backend
+        self._channels = channels
+        self._wake = wake
+        self._stopping = threading.Event()
+        self._stop_read, self._stop_write = os.pipe()
+
+    def stop(self) -> None:
+        """Stop listening; returns once the thread has ended (or after a few seconds).  Idempotent."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        os.write(self._stop_write, b"x")
+        self.join(timeout=5.0)
+        os.close(self._stop_read)
+        os.close(self._stop_write)
+
+    def run(self) -> None:
+        first = True
+        while not self._stopping.is_set():
+            try:
+                conn = self._backend._connect()
+            except StoreUnavailable as exc:
+                log.warning("Not listening for new jobs: %s; trying again in %gs.", exc, _LISTEN_RETRY)
+                self._pause(_LISTEN_RETRY)
+                continue
+            try:
+                for channel in self._channels:
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                if not first:
+                    self._wake()  # notices sent while we were away are lost: look once
+                first = False
+                self._listen(conn)
+            except psycopg.Error as exc:
+                if not self._stopping.is_set():
+                    log.warning("Listening for new jobs stopped (%s); listening again in %gs.",
+                                _first_line(exc), _LISTEN_RETRY)
+                    self._pause(_LISTEN_RETRY)
+            finally:
+                conn.close()
+
+    def _listen(self, conn: psycopg.Connection) -> None:
+        pgconn = conn.pgconn
+        while not self._stopping.is_set():
+            readable, _, _ = select.select([pgconn.socket, self._stop_read], [], [], _LISTEN_TICK)
+            if pgconn.socket not in readable:
+                continue
+            pgconn.consume_input()
+            if pgconn.status != psycopg.pq.ConnStatus.OK:
+                raise psycopg.OperationalError("the listening connection was closed")
+            heard = False
+            while pgconn.notifies() is not None:
+                heard = True
+            if heard:
+                self._wake()
+
+    def _pause(self, seconds: float) -> None:
+        select.select([self._stop_read], [], [], seconds)
+
+
+# -- helpers shared by the methods -----------------------------------------------------------
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _new_row(job: NewJob, now: float) -> dict[str, Any]:
+    if not job.task:
+        raise QueueError("a job needs a task name")
+    if job.max_attempts < 1:
+        raise QueueError(f"max_attempts must be at least 1, got {job.max_attempts}")
+    run_at = float(job.run_at) if job.run_at is not None else now + max(0.0, job.delay)
+    return {"queue": job.queue, "task": job.task,
+            "payload": encode_json(job.payload, f"the payload of {job.task}"),
+            "priority": job.priority, "state": JobState.QUEUED.value, "delayed": run_at > now,
+            "run_at": run_at, "max_attempts": job.max_attempts,
+            "timeout": float(job.timeout) if job.timeout is not None else None,
+            "idempotency_key": job.idempotency_key, "tenant": job.tenant or "",
+            "enqueued_at": float(now)}
+
+
+def _notify(conn: psycopg.Connection, queues: Iterable[str]) -> None:
+    """Tell listeners that jobs became due on ``queues`` (delivered at commit, once per channel)."""
+    for queue in sorted(set(queues)):
+        conn.execute("SELECT pg_notify(%s, '')", (channel_of(queue),))
+
+
+def _bump_rate(conn: psycopg.Connection, queue: str, tenant: str, second: int, *,
+               arrivals: int = 0, completions: int = 0, failures: int = 0) -> None:
+    conn.execute(
+        "INSERT INTO flexiq_rates AS r (queue, second, tenant, arrivals, completions, failures) "
+        "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (queue, second, tenant) DO UPDATE SET "
+        "arrivals = r.arrivals + excluded.arrivals, completions = r.completions + excluded.completions, "
+        "failures = r.failures + excluded.failures",
+        (queue, second, tenant, arrivals, completions, failures))
+
+
+def _apply(conn: psycopg.Connection, endings: _Endings) -> None:
+    """The row changes ``endings`` collected, in PostgreSQL's dialect (see sqlite._Endings)."""
+    cursor = conn.cursor()
+    for statement, rows in ((_ACK, endings._acks), (_RELEASE, endings._releases),
+                            (_LOSE, endings._losses), (_RETRY, endings._retries),
+                            (_DEAD_LETTER, endings._deaths), (_RECORD, endings._executions)):
+        if rows:
+            cursor.executemany(statement, rows)
+    for (queue, tenant), (completions, failures) in sorted(endings._tallies.items()):
+        _bump_rate(conn, queue, tenant, int(endings.now), completions=completions, failures=failures)
+
+
+def _queues(conn: psycopg.Connection) -> list[str]:
+    return [row[0] for row in conn.execute(
+        "SELECT DISTINCT queue FROM flexiq_counts WHERE n > 0 ORDER BY queue")]
+
+
+def _read_stats(conn: psycopg.Connection, queue: str, now: float, window: float,
+                due_within: float) -> Stats:
+    """Queue-wide and per-tenant stats, as the SQLite store reads them."""
+    counts: dict[str, dict[str, int]] = {}
+    for state, tenant, n in conn.execute(
+            f"SELECT state, tenant, n FROM flexiq_counts WHERE queue = %s AND n > 0 "
+            f"AND state IN {_WAITING_OR_HELD}", (queue,)):
+        counts.setdefault(tenant, {})[state] = n
+    events: dict[str, list[int]] = {}
+    for tenant, arrivals, completions, failures in conn.execute(
+            "SELECT tenant, sum(arrivals), sum(completions), sum(failures) FROM flexiq_rates "
+            "WHERE queue = %s AND second > %s GROUP BY tenant", (queue, now - window)):
+        events[tenant] = [int(arrivals), int(completions), int(failures)]
+    horizon = now - max(window, _DURATION_HORIZON)
+    durations: list[float] = []
+    shares: dict[str, list[float]] = {}
+    for tenant, duration in conn.execute(
+            "SELECT tenant, finished_at - started_at FROM flexiq_jobs WHERE queue = %s "
+            "AND state = 'done' AND finished_at >= %s AND started_at IS NOT NULL "
+            f"ORDER BY finished_at DESC LIMIT {_DURATION_SAMPLE}", (queue, horizon)):
+        durations.append(duration)
+        if tenant:
+            shares.setdefault(tenant, []).append(duration)
+    per_tenant = {}
+    for tenant in sorted(counts.keys() | events.keys()):
+        by_state = counts.get(tenant, {})
+        oldest = 0.0
+        if by_state.get("queued"):
+            first = conn.execute(f"SELECT min(run_at) FROM flexiq_jobs WHERE {_DUE} AND queue = %s "
+                                 f"AND tenant = %s", (queue, tenant)).fetchone()[0]
+            if first is not None and first <= now:
+                oldest = now - first
+        arrivals, completions, failures = events.get(tenant, (0, 0, 0))
+        per_tenant[tenant] = _stats(
+            queue, window, runnable=by_state.get("queued", 0), delayed=by_state.get("delayed", 0),
+            running=by_state.get("running", 0), dead=by_state.get("dead", 0), oldest=oldest,
+            arrivals=arrivals, completions=completions, failures=failures,
+            durations=sorted(shares.get(tenant, ())))
+    parts = per_tenant.values()
+    coming = 0
+    if due_within > 0 and any(p.delayed for p in parts):
+        coming = conn.execute(
+            f"SELECT count(*) FROM (SELECT 1 FROM flexiq_jobs WHERE {_DELAYED} AND queue = %s "
+            f"AND run_at <= %s LIMIT {COMING_DUE_LIMIT}) AS coming",
+            (queue, now + due_within)).fetchone()[0]
+    running_age = None
+    if any(p.running for p in parts):
+        count, total = conn.execute(
+            "SELECT count(*), COALESCE(sum(%s - started_at), 0) FROM flexiq_jobs "
+            "WHERE state = 'running' AND queue = %s AND started_at IS NOT NULL",
+            (float(now), queue)).fetchone()
+        running_age = max(0.0, total / count) if count else None
+    overall = _stats(
+        queue, window, runnable=sum(p.runnable for p in parts), delayed=sum(p.delayed for p in parts),
+        running=sum(p.running for p in parts), dead=sum(p.dead for p in parts),
+        oldest=max((p.oldest_runnable_age for p in parts), default=0.0),
+        arrivals=sum(tally[0] for tally in events.values()),
+        completions=sum(tally[1] for tally in events.values()),
+        failures=sum(tally[2] for tally in events.values()),
+        durations=sorted(durations),
+        tenants={name: stats for name, stats in per_tenant.items() if name})
+    return dataclasses.replace(overall, coming_due=coming, coming_due_within=float(due_within),
+                               running_age_mean=running_age)
