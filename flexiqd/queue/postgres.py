@@ -167,7 +167,13 @@ class PostgresBackend(Backend):
 
     @staticmethod
     def _read_version(conn: psycopg.Connection) -> int:
-        if conn.execute("SELECT to_regclass(%s)", (VERSION_TABLE,)).fetchone()[0] is None:
+        # Read from pg_class, not with to_regclass(): the backend's name cache may still say
+        # "no such table" after another process created it while we waited for the lock;
+        # opening the catalog in this transaction makes the backend catch up first.
+        if not conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+                "ON n.oid = c.relnamespace WHERE c.relname = %s AND n.nspname = current_schema())",
+                (VERSION_TABLE,)).fetchone()[0]:
             return 0
         row = conn.execute(f"SELECT max(version) FROM {VERSION_TABLE}").fetchone()
         return row[0] or 0
