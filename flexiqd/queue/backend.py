@@ -12,7 +12,7 @@ Contracts common to all methods:
 from __future__ import annotations
 
 import abc
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from .types import ClaimRequest, Job, JobState, NewJob, Outcome, Stats
 
@@ -140,6 +140,15 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def executions(self, *, job_id: int | None = None, limit: int | None = None) -> list[dict]:
         """Who ran what: one row per settled or lost attempt (job_id, attempt, worker, outcome, ...)."""
+
+    def subscribe(self, queues: Sequence[str], wake: Callable[[], None]) -> Callable[[], None]:
+        """Call ``wake()`` -- from another thread, soon after the commit -- when jobs become
+        due on one of ``queues``; return a function that stops it (idempotent).
+
+        A hint, not a delivery: callers still poll, and may be woken when there is
+        nothing left to claim.  Stores that cannot push (SQLite) do nothing here.
+        """
+        return lambda: None
 
     def close(self) -> None:
         """Release the store's resources.  Idempotent."""

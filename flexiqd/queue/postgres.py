@@ -643,8 +643,9 @@ class PostgresBackend(Backend):
     def subscribe(self, queues: Sequence[str], wake: Callable[[], None]) -> Callable[[], None]:
         """Call ``wake()`` (from another thread) when jobs become due on ``queues``.
 
-        A thread of its own LISTENs on its own connection; a lost connection is opened
-        again (and ``wake`` called, as notices may have been missed).  Returns a closer
+        A thread of its own LISTENs on its own connection and calls ``wake`` once
+        listening (notices sent before that reached nobody); a lost connection is
+        opened again, with the same call.  Returns a closer
         that stops the thread within moments.  With ``listen=off`` in the URL (for a
         pooler in transaction mode, where LISTEN cannot work) nothing listens: the
         workers' polling alone finds new jobs.
@@ -678,11 +679,11 @@ class _Listener(threading.Thread):
         self._stopping.set()
         os.write(self._stop_write, b"x")
         self.join(timeout=5.0)
-        os.close(self._stop_read)
-        os.close(self._stop_write)
+        if not self.is_alive():  # else it is stuck connecting: it ends on its own, pipe and all
+            os.close(self._stop_read)
+            os.close(self._stop_write)
 
     def run(self) -> None:
-        first = True
         while not self._stopping.is_set():
             try:
                 conn = self._backend._connect()
@@ -693,9 +694,9 @@ class _Listener(threading.Thread):
             try:
                 for channel in self._channels:
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-                if not first:
-                    self._wake()  # notices sent while we were away are lost: look once
-                first = False
+                # Jobs that came before the LISTEN (or while a lost connection was down)
+                # sent their notices to nobody: look once now.
+                self._wake()
                 self._listen(conn)
             except psycopg.Error as exc:
                 if not self._stopping.is_set():

@@ -235,12 +235,12 @@ def test_an_enqueue_wakes_a_subscriber_of_its_queue_only(pg_server):
     closers = [listener.subscribe(["mail"], woken["mail"].set),
                listener.subscribe(["other"], woken["other"].set)]
     try:
-        # The subscription is live once its LISTEN ran: poll by enqueueing until heard.
-        for _ in range(100):
-            producer.enqueue([NewJob(task="t", queue="mail")], now=T0)
-            if woken["mail"].wait(0.1):
-                break
-        assert woken["mail"].is_set()
+        # Each subscriber is woken once when its LISTEN is in place.
+        assert woken["mail"].wait(10) and woken["other"].wait(10)
+        woken["mail"].clear()
+        woken["other"].clear()
+        producer.enqueue([NewJob(task="t", queue="mail")], now=T0)
+        assert woken["mail"].wait(10)
         assert not woken["other"].is_set()
         woken["mail"].clear()
         producer.enqueue([NewJob(task="t", queue="mail", delay=60)], now=T0)  # not due: no wake
@@ -270,6 +270,8 @@ def test_a_listener_whose_connection_drops_listens_again_and_wakes_once(pg_serve
     woken = threading.Event()
     close = store.subscribe(["default"], woken.set)
     try:
+        assert woken.wait(10)  # listening
+        woken.clear()
         def listeners():
             return pg_server.admin("SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN%'",
                                    database="flexiq")

@@ -1,0 +1,115 @@
+"""``flexiq`` commands and worker processes on a PostgreSQL store (the session's own server).
+
+The ``store`` fixture of this folder's conftest is replaced by a fresh PostgreSQL schema,
+so the ``app`` and ``workers`` fixtures run on PostgreSQL here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from flexiqd import Queue
+from flexiqd.queue import JobState, NewJob, open_backend
+from flexiqd.worker.runtime import Worker, WorkerConfig
+
+from .conftest import REPO, read_marks, wait_for
+
+
+@pytest.fixture
+def store(pg_server) -> str:
+    return pg_server.fresh_url()
+
+
+def flexiq(url: str, *argv: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "flexiqd.cli.flexiq", "--url", url, *argv],
+                          capture_output=True, text=True, cwd=str(REPO), timeout=60,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_enqueue_stats_and_jobs_commands(store):
+    assert flexiq(store, "enqueue", "count", "--queue", "mail", "--count", "3").startswith("enqueued 3 jobs")
+    [job_id] = [int(flexiq(store, "enqueue", "count", "0.5", "--queue", "mail", "--tenant", "acme"))]
+    stats = json.loads(flexiq(store, "stats", "--json"))
+    assert (stats["mail"]["runnable"], stats["mail"]["tenants"]["acme"]["runnable"]) == (4, 1)
+    listed = json.loads(flexiq(store, "jobs", "list", "--queue", "mail", "--json"))
+    assert [job["id"] for job in listed][0] == job_id and len(listed) == 4
+    shown = json.loads(flexiq(store, "jobs", "show", str(job_id), "--json"))
+    assert (shown["payload"], shown["tenant"], shown["state"]) == ({"args": [0.5], "kwargs": {}},
+                                                                   "acme", "queued")
+    assert flexiq(store, "jobs", "cancel", str(job_id)).strip() == f"cancelled job {job_id}"
+    assert json.loads(flexiq(store, "stats", "--json", "--queue", "mail"))["mail"]["runnable"] == 3
+
+
+def test_a_store_error_is_one_line_without_a_traceback(pg_server):
+    done = subprocess.run([sys.executable, "-m", "flexiqd.cli.flexiq", "--url",
+                           pg_server.url("nosuchdb"), "stats"],
+                          capture_output=True, text=True, cwd=str(REPO), timeout=60,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert done.returncode == 1
+    assert 'database "nosuchdb" does not exist' in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_workers_run_each_job_once_and_dead_letters_are_listed_retried_and_purged(store, app, workers):
+    ids = [app.enqueue("count", [0.01]) for _ in range(40)]
+    flexiq(store, "enqueue", "no.such.task", "--count", "2", "--max-attempts", "1")
+    for _ in range(2):
+        workers.start(concurrency=4)
+    wait_for(lambda: all(app.get(job_id).state is JobState.DONE for job_id in ids), 60, "40 jobs done")
+    wait_for(lambda: len(json.loads(flexiq(store, "dead-letter", "list", "--json"))) == 2, 60,
+             "2 dead letters")
+    for proc in workers.procs:
+        proc.terminate()
+    for proc in workers.procs:
+        assert proc.wait(timeout=30) == 0
+    starts, ends = read_marks(workers.marks)
+    assert sorted(starts) == sorted(ids) and set(starts.values()) == {1} and starts == ends
+    dead = json.loads(flexiq(store, "dead-letter", "list", "--json"))
+    assert {job["task"] for job in dead} == {"no.such.task"}
+    assert flexiq(store, "dead-letter", "retry", str(dead[0]["id"])).strip() == "1 dead jobs queued again"
+    assert flexiq(store, "dead-letter", "purge").strip() == "1 dead jobs purged"
+    stats = json.loads(flexiq(store, "stats", "--json", "--queue", "default"))["default"]
+    assert (stats["runnable"], stats["dead"]) == (1, 0)
+
+
+def test_an_idle_worker_is_woken_by_an_enqueue_not_by_its_poll(store, app, tmp_path):
+    """The worker polls once an hour here: only the NOTIFY of the enqueue can wake it."""
+    os.environ["FLEXIQ_TEST_MARKS"] = str(tmp_path)
+    backend = open_backend(store)
+    worker = Worker(app, backend, WorkerConfig(concurrency=1, idle_poll_min=3600, idle_poll_max=3600))
+    producer = Queue(store)
+    job_ids: list[int] = []
+
+    async def main() -> None:
+        runner = asyncio.create_task(worker.run())
+        # Idle first: its first claims found nothing and it sleeps until woken.
+        await asyncio.sleep(1.0)
+        deadline = time.monotonic() + 30
+        while not job_ids or app.get(job_ids[-1]).state is not JobState.DONE:
+            assert time.monotonic() < deadline, "the enqueue did not wake the idle worker"
+            assert not runner.done()
+            if not job_ids:
+                job_ids.append(producer.backend.enqueue([NewJob(task="count")], now=time.time())[0])
+            await asyncio.sleep(0.05)
+        worker.request_stop()
+        assert await runner == 0
+
+    try:
+        asyncio.run(main())
+    finally:
+        os.environ.pop("FLEXIQ_TEST_MARKS", None)
+        producer.close()
+        backend.close()
+    assert worker.counters.done == 1
+    assert [t for t in threading.enumerate() if t.name == "flexiq-listen"] == []
