@@ -142,16 +142,7 @@ class PostgresBackend(Backend):
     # -- connections -----------------------------------------------------------------------
 
     def _connect(self) -> psycopg.Connection:
-        kwargs: dict[str, Any] = {"autocommit": True,
-                                  "connect_timeout": max(1, math.ceil(self.options.connect_timeout)),
-                                  "application_name": "flexiqd"}
-        if self.options.password is not None:
-            kwargs["password"] = self.options.password
-        try:
-            return psycopg.connect(self.options.conninfo, **kwargs)
-        except psycopg.Error as exc:
-            raise StoreUnavailable(f"cannot connect to the queue database {self.url}: "
-                                   f"{_first_line(exc)}") from None
+        return _connect(self.options, self.url)
 
     def _connection(self) -> psycopg.Connection:
         if self._closed:
@@ -657,6 +648,24 @@ class PostgresBackend(Backend):
         return listener.stop
 
 
+def probe(options: ConnectOptions, url: str) -> str:
+    """Connect, read the server's version and the store's schema version, change nothing;
+    return a short description.  StoreUnavailable, in one line, when that cannot be done."""
+    connection = _connect(options, url)
+    try:
+        server = connection.info.parameter_status("server_version") or "?"
+        version = PostgresBackend._read_version(connection)
+    except psycopg.Error as exc:
+        raise StoreUnavailable(f"cannot read the queue database {url}: {_first_line(exc)}") from None
+    finally:
+        connection.close()
+    if version > SCHEMA_VERSION:
+        raise StoreUnavailable(f"the queue database {url} has schema version {version}, newer than "
+                               f"this flexiqd understands ({SCHEMA_VERSION}): upgrade flexiqd")
+    schema = f"schema version {version}" if version else "schema not created yet (the first process creates it)"
+    return f"PostgreSQL {server.split()[0]}, {schema}"
+
+
 class _Listener(threading.Thread):
     """LISTEN on some channels; call ``wake`` on every notice.
 
@@ -726,6 +735,19 @@ class _Listener(threading.Thread):
 
 
 # -- helpers shared by the methods -----------------------------------------------------------
+
+def _connect(options: ConnectOptions, url: str) -> psycopg.Connection:
+    """A new autocommit connection; StoreUnavailable in one line (``url`` has no password)."""
+    kwargs: dict[str, Any] = {"autocommit": True,
+                              "connect_timeout": max(1, math.ceil(options.connect_timeout)),
+                              "application_name": "flexiqd"}
+    if options.password is not None:
+        kwargs["password"] = options.password
+    try:
+        return psycopg.connect(options.conninfo, **kwargs)
+    except psycopg.Error as exc:
+        raise StoreUnavailable(f"cannot connect to the queue database {url}: {_first_line(exc)}") from None
+
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()

@@ -140,3 +140,14 @@ def open_backend(url: str) -> Backend:
 
     return SQLiteBackend(sqlite_path(url), synchronous=options.get("synchronous", "full"),
                          busy_timeout=float(options.get("busy_timeout", 5.0)), url=url)
+
+
+def probe_store(url: str) -> str | None:
+    """Check that the store of ``url`` can be reached, changing nothing; a short description, or
+    None for stores that are files (checked when opened).  StoreUnavailable when it cannot."""
+    check_url(url)
+    if urlsplit(url).scheme not in POSTGRES_SCHEMES:
+        return None
+    from .postgres import probe
+
+    return probe(postgres_connect_options(url), safe_url(url))

@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import pathlib
+import socket
 import subprocess
 import sys
 import threading
@@ -113,3 +114,45 @@ def test_an_idle_worker_is_woken_by_an_enqueue_not_by_its_poll(store, app, tmp_p
         backend.close()
     assert worker.counters.done == 1
     assert [t for t in threading.enumerate() if t.name == "flexiq-listen"] == []
+
+
+def closed_port() -> int:
+    """A local port nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def check_config(tmp_path: pathlib.Path, store: str) -> subprocess.CompletedProcess:
+    config = tmp_path / "flexiqd.yaml"
+    config.write_text(f"store: '{store}'\nfleet: process\n")
+    return subprocess.run([sys.executable, "-m", "flexiqd.cli.daemon", "--check-config", str(config)],
+                          capture_output=True, text=True, cwd=str(REPO), timeout=60,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+
+
+def test_check_config_connects_to_the_database_and_changes_nothing(pg_server, store, tmp_path):
+    done = check_config(tmp_path, store)
+    assert done.returncode == 0, done.stderr
+    assert "PostgreSQL 15" in done.stdout and "schema not created yet" in done.stdout
+    open_backend(store).close()
+    assert "schema version 1" in check_config(tmp_path, store).stdout
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("missing-database", 'database "nosuchdb" does not exist'),
+    ("auth-failed", "password authentication failed"),
+    ("unreachable", "Connection refused"),
+    ("bad-option", "listen must be on or off"),
+])
+def test_check_config_says_in_one_line_why_the_database_cannot_be_used(pg_server, tmp_path, case, expected):
+    secret = tmp_path / "wrong.password"
+    secret.write_text("wrong")
+    store = {"missing-database": pg_server.url("nosuchdb"),
+             "auth-failed": pg_server.url(user="flexiq_pw", password_file=str(secret)),
+             "unreachable": f"postgresql://flexiq@127.0.0.1:{closed_port()}/flexiq",
+             "bad-option": pg_server.url(listen="sometimes")}[case]
+    done = check_config(tmp_path, store)
+    assert done.returncode == 1
+    assert expected in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith("flexiqd: ")
