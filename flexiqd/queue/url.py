@@ -98,7 +98,8 @@ def _postgres_options(url: str) -> dict[str, str]:
 
 def postgres_connect_options(url: str) -> "ConnectOptions":
     """How to connect for a postgresql:// URL: the libpq URL without flexiqd's options, and the
-    password from ``password_file`` or the systemd credential ``password_credential``.
+    password from ``password_file`` or the systemd credential ``password_credential``
+    (the first line of either).
 
     A password in the URL itself wins; with none given libpq looks as it always does
     (``$PGPASSFILE``, ``~/.pgpass``).
@@ -115,13 +116,13 @@ def postgres_connect_options(url: str) -> "ConnectOptions":
         path = options["password_file"]
         try:
             with open(path, encoding="utf-8") as handle:
-                password = handle.read().rstrip("\r\n")
+                password = handle.readline().rstrip("\r\n")
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise StoreUnavailable(f"{safe_url(url)}: cannot read password_file {path}: {reason}") from None
     elif parts.password is None and "password_credential" in options:
         try:
-            password = credential(options["password_credential"]).rstrip("\r\n")
+            password = credential(options["password_credential"]).split("\n", 1)[0].rstrip("\r")
         except CredentialError as exc:
             raise StoreUnavailable(f"{safe_url(url)}: {exc}") from None
     return ConnectOptions(conninfo=conninfo, password=password,
