@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 from ..credentials import CredentialError, credential
 from ..errors import StoreUnavailable
@@ -108,8 +108,10 @@ def postgres_connect_options(url: str) -> "ConnectOptions":
 
     options = _postgres_options(url)
     parts = urlsplit(url)
-    libpq_query = urlencode([(key, value) for key, value in parse_qsl(parts.query, keep_blank_values=True)
-                             if key not in POSTGRES_OPTIONS])
+    # The other parameters reach libpq exactly as written (re-encoding would turn a space
+    # into '+', which libpq reads as a plus sign).
+    libpq_query = "&".join(piece for piece in parts.query.split("&")
+                           if piece and unquote(piece.split("=", 1)[0]) not in POSTGRES_OPTIONS)
     conninfo = urlunsplit(parts._replace(query=libpq_query))
     password = None
     if parts.password is None and "password_file" in options:

@@ -302,3 +302,14 @@ def test_the_pid_in_owner_names_is_this_process(postgres_backend):
     me = f"{os.uname().nodename}:w:{os.getpid()}"
     claim(store, me)
     assert store.recover_expired(now=T0 + 1000) == 0
+
+
+def test_libpq_parameters_reach_libpq_as_written_and_flexiqds_own_do_not(tmp_path):
+    from flexiqd.queue.url import postgres_connect_options
+
+    secret = tmp_path / "pw"
+    secret.write_text("first line\nsecond line\n")
+    options = postgres_connect_options(
+        f"postgresql://u@h/d?options=-c%20search_path%3Dq&listen=off&password_file={secret}&sslmode=disable")
+    assert options.conninfo == "postgresql://u@h/d?options=-c%20search_path%3Dq&sslmode=disable"
+    assert (options.password, options.listen) == ("first line", False)
