@@ -825,15 +825,18 @@ def _read_stats(conn: psycopg.Connection, queue: str, now: float, window: float,
         durations.append(duration)
         if tenant:
             shares.setdefault(tenant, []).append(duration)
+    # Each tenant's oldest runnable job: one index probe (jobs_age) per tenant, in one round trip.
+    waiting = sorted(tenant for tenant, by_state in counts.items() if by_state.get("queued"))
+    firsts = dict(conn.execute(
+        f"SELECT t.tenant, (SELECT min(run_at) FROM flexiq_jobs WHERE {_DUE} AND queue = %s "
+        f"AND tenant = t.tenant) FROM unnest(%s::text[]) AS t(tenant)", (queue, waiting))) if waiting else {}
     per_tenant = {}
     for tenant in sorted(counts.keys() | events.keys()):
         by_state = counts.get(tenant, {})
         oldest = 0.0
-        if by_state.get("queued"):
-            first = conn.execute(f"SELECT min(run_at) FROM flexiq_jobs WHERE {_DUE} AND queue = %s "
-                                 f"AND tenant = %s", (queue, tenant)).fetchone()[0]
-            if first is not None and first <= now:
-                oldest = now - first
+        first = firsts.get(tenant)
+        if first is not None and first <= now:
+            oldest = now - first
         arrivals, completions, failures = events.get(tenant, (0, 0, 0))
         per_tenant[tenant] = _stats(
             queue, window, runnable=by_state.get("queued", 0), delayed=by_state.get("delayed", 0),

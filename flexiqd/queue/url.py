@@ -104,8 +104,6 @@ def postgres_connect_options(url: str) -> "ConnectOptions":
     A password in the URL itself wins; with none given libpq looks as it always does
     (``$PGPASSFILE``, ``~/.pgpass``).
     """
-    from .postgres import ConnectOptions
-
     options = _postgres_options(url)
     parts = urlsplit(url)
     # The other parameters reach libpq exactly as written (re-encoding would turn a space
@@ -127,7 +125,7 @@ def postgres_connect_options(url: str) -> "ConnectOptions":
             password = credential(options["password_credential"]).split("\n", 1)[0].rstrip("\r")
         except CredentialError as exc:
             raise StoreUnavailable(f"{safe_url(url)}: {exc}") from None
-    return ConnectOptions(conninfo=conninfo, password=password,
+    return _postgres().ConnectOptions(conninfo=conninfo, password=password,
                           listen=_SWITCH[options.get("listen", "on").lower()])
 
 
@@ -136,9 +134,7 @@ def open_backend(url: str) -> Backend:
     ``postgresql://user@host/database[?password_file=/path&listen=off&<libpq parameters>]``."""
     options = check_url(url)
     if urlsplit(url).scheme in POSTGRES_SCHEMES:
-        from .postgres import PostgresBackend
-
-        return PostgresBackend(postgres_connect_options(url), url=safe_url(url))
+        return _postgres().PostgresBackend(postgres_connect_options(url), url=safe_url(url))
     from .sqlite import SQLiteBackend
 
     return SQLiteBackend(sqlite_path(url), synchronous=options.get("synchronous", "full"),
@@ -151,6 +147,14 @@ def probe_store(url: str) -> str | None:
     check_url(url)
     if urlsplit(url).scheme not in POSTGRES_SCHEMES:
         return None
-    from .postgres import probe
+    return _postgres().probe(postgres_connect_options(url), safe_url(url))
 
-    return probe(postgres_connect_options(url), safe_url(url))
+
+def _postgres():
+    """The PostgreSQL store's module: psycopg is needed only by those who use it."""
+    try:
+        from . import postgres
+    except ImportError as exc:
+        raise StoreUnavailable(f"the PostgreSQL store needs psycopg 3 ({exc}); install python3-psycopg "
+                               f"(Debian) or python3-psycopg3 / pip's psycopg") from None
+    return postgres

@@ -313,3 +313,15 @@ def test_libpq_parameters_reach_libpq_as_written_and_flexiqds_own_do_not(tmp_pat
         f"postgresql://u@h/d?options=-c%20search_path%3Dq&listen=off&password_file={secret}&sslmode=disable")
     assert options.conninfo == "postgresql://u@h/d?options=-c%20search_path%3Dq&sslmode=disable"
     assert (options.password, options.listen) == ("first line", False)
+
+
+def test_without_psycopg_a_postgresql_store_is_refused_in_one_line(monkeypatch):
+    import sys
+
+    import flexiqd.queue
+
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if python3-psycopg were not installed
+    monkeypatch.delitem(sys.modules, "flexiqd.queue.postgres", raising=False)
+    monkeypatch.delattr(flexiqd.queue, "postgres", raising=False)
+    with pytest.raises(StoreUnavailable, match="needs psycopg 3 .*install python3-psycopg"):
+        open_backend("postgresql://flexiq@db/flexiq")
