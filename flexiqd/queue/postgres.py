@@ -95,11 +95,14 @@ def channel_of(queue: str) -> str:
 class ConnectOptions:
     """How to reach the database: libpq's conninfo (a URL without flexiqd's own options),
     a password read from a file or credential (None: libpq finds one, e.g. in ~/.pgpass),
-    and whether idle workers LISTEN for new jobs."""
+    whether idle workers LISTEN for new jobs, and whether statements run often are
+    prepared on the server (psycopg's default; off behind a pooler in transaction mode,
+    where the next transaction may run on another server connection)."""
 
     conninfo: str
     password: str | None = None
     listen: bool = True
+    prepare: bool = True
     connect_timeout: float = 10.0
 
 
@@ -744,9 +747,12 @@ def _connect(options: ConnectOptions, url: str) -> psycopg.Connection:
     if options.password is not None:
         kwargs["password"] = options.password
     try:
-        return psycopg.connect(options.conninfo, **kwargs)
+        conn = psycopg.connect(options.conninfo, **kwargs)
     except psycopg.Error as exc:
         raise StoreUnavailable(f"cannot connect to the queue database {url}: {_first_line(exc)}") from None
+    if not options.prepare:
+        conn.prepare_threshold = None
+    return conn
 
 
 def _first_line(exc: BaseException) -> str:

@@ -18,7 +18,7 @@ DEFAULT_URL = "sqlite:////var/lib/flexiq/queue.db"
 URL_ENV = "FLEXIQ_URL"
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 # flexiqd's own options of a postgresql:// URL; every other query parameter is libpq's.
-POSTGRES_OPTIONS = ("password_file", "password_credential", "listen")
+POSTGRES_OPTIONS = ("password_file", "password_credential", "listen", "prepare")
 _SWITCH = {"on": True, "true": True, "yes": True, "1": True,
            "off": False, "false": False, "no": False, "0": False}
 
@@ -91,8 +91,9 @@ def _postgres_options(url: str) -> dict[str, str]:
     if "password_file" in options and not os.path.isabs(options["password_file"]):
         raise StoreUnavailable(f"{shown}: password_file must be an absolute path, "
                                f"got {options['password_file']!r}")
-    if options.get("listen", "on").lower() not in _SWITCH:
-        raise StoreUnavailable(f"{shown}: listen must be on or off, got {options['listen']!r}")
+    for key in ("listen", "prepare"):
+        if options.get(key, "on").lower() not in _SWITCH:
+            raise StoreUnavailable(f"{shown}: {key} must be on or off, got {options[key]!r}")
     return options
 
 
@@ -126,7 +127,8 @@ def postgres_connect_options(url: str) -> "ConnectOptions":
         except CredentialError as exc:
             raise StoreUnavailable(f"{safe_url(url)}: {exc}") from None
     return _postgres().ConnectOptions(conninfo=conninfo, password=password,
-                          listen=_SWITCH[options.get("listen", "on").lower()])
+                          listen=_SWITCH[options.get("listen", "on").lower()],
+                          prepare=_SWITCH[options.get("prepare", "on").lower()])
 
 
 def open_backend(url: str) -> Backend:

@@ -312,7 +312,21 @@ def test_libpq_parameters_reach_libpq_as_written_and_flexiqds_own_do_not(tmp_pat
     options = postgres_connect_options(
         f"postgresql://u@h/d?options=-c%20search_path%3Dq&listen=off&password_file={secret}&sslmode=disable")
     assert options.conninfo == "postgresql://u@h/d?options=-c%20search_path%3Dq&sslmode=disable"
-    assert (options.password, options.listen) == ("first line", False)
+    assert (options.password, options.listen, options.prepare) == ("first line", False, True)
+    assert postgres_connect_options("postgres://u@h/d?prepare=off").prepare is False
+
+
+def test_prepare_off_prepares_nothing_on_the_server(pg_server):
+    store = open_backend(pg_server.fresh_url(prepare="off"))
+    for _ in range(10):
+        store.stats("default", now=T0)
+    assert store._conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0] == 0
+    store.close()
+    store = open_backend(pg_server.fresh_url())
+    for _ in range(10):
+        store.stats("default", now=T0)
+    assert store._conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0] > 0
+    store.close()
 
 
 def test_without_psycopg_a_postgresql_store_is_refused_in_one_line(monkeypatch):
