@@ -57,6 +57,9 @@ _DURATION_SAMPLE = 1000
 _DURATION_HORIZON = 300.0
 _RATE_RETENTION = 3600
 _PROMOTION_BATCH = 10_000
+# A worker folds the appended count and rate changes into their totals every this many
+# claims (a stats read folds them too): a few hundred rows, a millisecond.
+_FOLD_EVERY = 200
 
 _UNLEASED = "lease_owner = NULL, lease_expires = NULL, lease_outcome = NULL"
 _REQUEUED = f"state = 'queued', started_at = NULL, {_UNLEASED}"
@@ -129,6 +132,7 @@ class PostgresBackend(Backend):
         self._rng = rng or random.Random()
         self._lock = threading.RLock()
         self._closed = False
+        self._claims = 0
         self._conn: psycopg.Connection | None = None
         with self._lock:
             conn = self._connect()
@@ -326,7 +330,16 @@ class PostgresBackend(Backend):
     # -- claim / settle --------------------------------------------------------------------
 
     def claim(self, request: ClaimRequest, *, now: float) -> list[Job]:
-        return self._run("claim", lambda conn: self._claim(conn, request, now))
+        claimed = self._run("claim", lambda conn: self._claim(conn, request, now))
+        self._fold_now_and_then()
+        return claimed
+
+    def _fold_now_and_then(self) -> None:
+        """Fold the changes every ``_FOLD_EVERY`` claims, so a store that nobody reads the
+        stats of (workers without a daemon) does not pile them up."""
+        self._claims += 1
+        if self._claims % _FOLD_EVERY == 0:
+            self._run("fold counts", _fold)
 
     def settle(self, owner: str, outcomes: Iterable[Outcome], *, now: float) -> list[int]:
         outcomes = list(outcomes)
@@ -344,7 +357,10 @@ class PostgresBackend(Backend):
             claimed = self._claim(conn, request, now) if request and request.limit > 0 else []
             return settled, claimed
 
-        return self._run("settle and claim", body)
+        result = self._run("settle and claim", body)
+        if request and request.limit > 0:
+            self._fold_now_and_then()
+        return result
 
     def _claim(self, conn: psycopg.Connection, request: ClaimRequest, now: float) -> list[Job]:
         self._recover(conn, now, owner=None, reason="lease expired")
@@ -434,6 +450,7 @@ class PostgresBackend(Backend):
     def recover_expired(self, *, now: float) -> int:
         def body(conn: psycopg.Connection) -> int:
             recovered = self._recover(conn, now, owner=None, reason="lease expired")
+            _fold(conn)
             conn.execute("DELETE FROM flexiq_rates WHERE second < %s", (int(now) - _RATE_RETENTION,))
             return recovered
 
@@ -629,6 +646,7 @@ class PostgresBackend(Backend):
         while self._run("read stats", lambda conn: self._anything_due(conn, now), snapshot=True):
             if self._run("read stats", lambda conn: self._promote(conn, now)) < _PROMOTION_BATCH:
                 break
+        self._run("read stats", _fold)  # the read then sums totals, not a backlog of changes
         return self._run("read stats", lambda conn: _read_stats(conn, queue, now, window, horizon),
                          snapshot=True)
 
@@ -783,12 +801,33 @@ def _notify(conn: psycopg.Connection, queues: Iterable[str]) -> None:
 
 def _bump_rate(conn: psycopg.Connection, queue: str, tenant: str, second: int, *,
                arrivals: int = 0, completions: int = 0, failures: int = 0) -> None:
+    # Appended, never updated in place: no lock for concurrent transactions to wait on.
     conn.execute(
+        "INSERT INTO flexiq_rate_changes (queue, second, tenant, arrivals, completions, failures) "
+        "VALUES (%s, %s, %s, %s, %s, %s)", (queue, second, tenant, arrivals, completions, failures))
+
+
+def _fold(conn: psycopg.Connection) -> None:
+    """Move the appended count and rate changes into their totals (see postgres_schema.py).
+
+    Safe from several processes at once: a change row is deleted -- and so added --
+    by one fold only, and the totals are upserted in key order.  Readers add the
+    changes not folded yet, so the figures are the same before and after.
+    """
+    conn.execute(
+        "WITH moved AS (DELETE FROM flexiq_count_changes RETURNING queue, state, tenant, n) "
+        "INSERT INTO flexiq_counts AS c (queue, state, tenant, n) "
+        "SELECT queue, state, tenant, sum(n) FROM moved GROUP BY 1, 2, 3 HAVING sum(n) <> 0 "
+        "ORDER BY 1, 2, 3 ON CONFLICT (queue, state, tenant) DO UPDATE SET n = c.n + excluded.n")
+    conn.execute("DELETE FROM flexiq_counts WHERE n = 0")
+    conn.execute(
+        "WITH moved AS (DELETE FROM flexiq_rate_changes "
+        "RETURNING queue, second, tenant, arrivals, completions, failures) "
         "INSERT INTO flexiq_rates AS r (queue, second, tenant, arrivals, completions, failures) "
-        "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (queue, second, tenant) DO UPDATE SET "
+        "SELECT queue, second, tenant, sum(arrivals), sum(completions), sum(failures) FROM moved "
+        "GROUP BY 1, 2, 3 ORDER BY 1, 2, 3 ON CONFLICT (queue, second, tenant) DO UPDATE SET "
         "arrivals = r.arrivals + excluded.arrivals, completions = r.completions + excluded.completions, "
-        "failures = r.failures + excluded.failures",
-        (queue, second, tenant, arrivals, completions, failures))
+        "failures = r.failures + excluded.failures")
 
 
 def _apply(conn: psycopg.Connection, endings: _Endings) -> None:
@@ -803,23 +842,33 @@ def _apply(conn: psycopg.Connection, endings: _Endings) -> None:
         _bump_rate(conn, queue, tenant, int(endings.now), completions=completions, failures=failures)
 
 
+# Depth per (state, tenant): the totals plus the changes not folded yet.
+_COUNTS = ("SELECT queue, state, tenant, sum(n) AS n FROM ("
+           "SELECT queue, state, tenant, n FROM flexiq_counts {where} UNION ALL "
+           "SELECT queue, state, tenant, n FROM flexiq_count_changes {where}) AS parts "
+           "GROUP BY queue, state, tenant HAVING sum(n) > 0")
+
+
 def _queues(conn: psycopg.Connection) -> list[str]:
     return [row[0] for row in conn.execute(
-        "SELECT DISTINCT queue FROM flexiq_counts WHERE n > 0 ORDER BY queue")]
+        f"SELECT DISTINCT queue FROM ({_COUNTS.format(where='')}) AS counts ORDER BY queue")]
 
 
 def _read_stats(conn: psycopg.Connection, queue: str, now: float, window: float,
                 due_within: float) -> Stats:
     """Queue-wide and per-tenant stats, as the SQLite store reads them."""
     counts: dict[str, dict[str, int]] = {}
-    for state, tenant, n in conn.execute(
-            f"SELECT state, tenant, n FROM flexiq_counts WHERE queue = %s AND n > 0 "
-            f"AND state IN {_WAITING_OR_HELD}", (queue,)):
-        counts.setdefault(tenant, {})[state] = n
+    where = f"WHERE queue = %(queue)s AND state IN {_WAITING_OR_HELD}"
+    for _, state, tenant, n in conn.execute(_COUNTS.format(where=where), {"queue": queue}):
+        counts.setdefault(tenant, {})[state] = int(n)
     events: dict[str, list[int]] = {}
     for tenant, arrivals, completions, failures in conn.execute(
-            "SELECT tenant, sum(arrivals), sum(completions), sum(failures) FROM flexiq_rates "
-            "WHERE queue = %s AND second > %s GROUP BY tenant", (queue, now - window)):
+            "SELECT tenant, sum(arrivals), sum(completions), sum(failures) FROM ("
+            "SELECT tenant, arrivals, completions, failures FROM flexiq_rates "
+            "WHERE queue = %(queue)s AND second > %(since)s UNION ALL "
+            "SELECT tenant, arrivals, completions, failures FROM flexiq_rate_changes "
+            "WHERE queue = %(queue)s AND second > %(since)s) AS parts GROUP BY tenant",
+            {"queue": queue, "since": now - window}):
         events[tenant] = [int(arrivals), int(completions), int(failures)]
     horizon = now - max(window, _DURATION_HORIZON)
     durations: list[float] = []

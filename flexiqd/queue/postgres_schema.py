@@ -2,24 +2,28 @@
 
 The same model as the SQLite store (see sqlite_schema.py): a queued job is *due*
 (``delayed = false``) or *delayed*; partial indexes each serve one hot path
-(jobs_claim is walked in claim order with ``FOR UPDATE SKIP LOCKED``, so workers
-claiming at once take different jobs and never wait on each other); ``flexiq_counts``
-holds depth per (queue, state, tenant) so ``stats()`` reads instead of counting;
-``flexiq_rates`` holds per-second arrivals, completions and failures.
+(flexiq_jobs_claim is walked in claim order with ``FOR UPDATE SKIP LOCKED``, so
+workers claiming at once take different jobs and never wait on each other).
 
-The counts are kept by statement-level triggers over transition tables: a claim of
-100 jobs changes two counts rows once each, not 200 times, so the hot rows are
-locked briefly and in one (sorted) order.  Rows whose count reaches 0 are deleted.
+Depth per (queue, state, tenant) and events per (queue, second, tenant) are kept so
+``stats()`` reads instead of counting -- but never by updating shared rows in the
+transactions of enqueue, claim and settle: a row every transaction updates is a
+lock every transaction waits for, held until its commit, and two such rows taken in
+different orders by different transactions are a deadlock.  So those transactions
+only *append* rows -- ``flexiq_count_changes`` (by statement-level triggers over
+transition tables: a claim of 100 jobs appends two rows) and ``flexiq_rate_changes``
+-- and a *fold* (``PostgresBackend._fold``, run by stats reads and maintenance) moves
+them into the totals ``flexiq_counts`` and ``flexiq_rates`` in one statement each.
+Readers add the changes not folded yet, so the figures are exact either way.
 
 Tables carry a ``flexiq_`` prefix: the store may share a database (or schema) with
 an application.  ``flexiq_schema`` holds the schema version; whichever process
 opens the store first creates or migrates it under a transaction-scoped advisory
 lock, so processes starting together never run the DDL twice.
 
-Autovacuum is tuned per table where the write pattern is known: the small hot
-tables (counts, rates) are rewritten all day and are vacuumed after a fixed number
-of dead rows rather than a fraction of a tiny table; jobs is vacuumed at 2% dead
-rows instead of the default 20%, so a long backlog does not wait behind bloat.
+Autovacuum is tuned per table where the write pattern is known (docs/postgresql.md):
+jobs is vacuumed at 2% dead rows instead of 20%, the small tables that are
+rewritten all day after a fixed number of dead rows.
 """
 
 SCHEMA_VERSION = 1
@@ -33,33 +37,27 @@ _BUCKET = "CASE WHEN state = 'queued' AND delayed THEN 'delayed' ELSE state END"
 _COUNT_FUNCTION = f"""CREATE FUNCTION flexiq_count_changes() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
-        INSERT INTO flexiq_counts AS c (queue, state, tenant, n)
-            SELECT queue, {_BUCKET}, tenant, count(*) FROM new_rows
-            GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
-            ON CONFLICT (queue, state, tenant) DO UPDATE SET n = c.n + excluded.n;
-        RETURN NULL;
+        INSERT INTO flexiq_count_changes (queue, state, tenant, n)
+            SELECT queue, {_BUCKET}, tenant, count(*) FROM new_rows GROUP BY 1, 2, 3;
+    ELSIF TG_OP = 'DELETE' THEN
+        INSERT INTO flexiq_count_changes (queue, state, tenant, n)
+            SELECT queue, {_BUCKET}, tenant, -count(*) FROM old_rows GROUP BY 1, 2, 3;
+    ELSE
+        INSERT INTO flexiq_count_changes (queue, state, tenant, n)
+            SELECT queue, bucket, tenant, sum(n) FROM (
+                SELECT queue, {_BUCKET} AS bucket, tenant, 1 AS n FROM new_rows
+                UNION ALL
+                SELECT queue, {_BUCKET}, tenant, -1 FROM old_rows) AS moves
+            GROUP BY 1, 2, 3 HAVING sum(n) <> 0;
     END IF;
-    IF TG_OP = 'DELETE' THEN
-        INSERT INTO flexiq_counts AS c (queue, state, tenant, n)
-            SELECT queue, {_BUCKET}, tenant, -count(*) FROM old_rows
-            GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
-            ON CONFLICT (queue, state, tenant) DO UPDATE SET n = c.n + excluded.n;
-        DELETE FROM flexiq_counts c WHERE c.n = 0 AND (c.queue, c.state, c.tenant) IN (
-            SELECT queue, {_BUCKET}, tenant FROM old_rows);
-        RETURN NULL;
-    END IF;
-    INSERT INTO flexiq_counts AS c (queue, state, tenant, n)
-        SELECT queue, bucket, tenant, sum(n) FROM (
-            SELECT queue, {_BUCKET} AS bucket, tenant, 1 AS n FROM new_rows
-            UNION ALL
-            SELECT queue, {_BUCKET}, tenant, -1 FROM old_rows) AS moves
-        GROUP BY 1, 2, 3 HAVING sum(n) <> 0 ORDER BY 1, 2, 3
-        ON CONFLICT (queue, state, tenant) DO UPDATE SET n = c.n + excluded.n;
-    DELETE FROM flexiq_counts c WHERE c.n = 0 AND (c.queue, c.state, c.tenant) IN (
-        SELECT queue, {_BUCKET}, tenant FROM old_rows);
     RETURN NULL;
 END
 $$"""
+
+# Small tables rewritten all day: vacuumed after a fixed number of dead rows (not a
+# fraction of a tiny table); the totals leave room on each page for updates in place.
+_VACUUM_OFTEN = "autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000"
+_SMALL_AND_BUSY = f"fillfactor = 50, {_VACUUM_OFTEN}"
 
 SCHEMA: tuple[str, ...] = (
     """CREATE TABLE flexiq_jobs (
@@ -99,13 +97,22 @@ SCHEMA: tuple[str, ...] = (
     "WHERE finished_at IS NOT NULL",
     "CREATE UNIQUE INDEX flexiq_jobs_idempotency ON flexiq_jobs (idempotency_key) "
     "WHERE idempotency_key IS NOT NULL AND state IN ('queued', 'running')",
-    """CREATE TABLE flexiq_counts (
+    # Totals, written by the fold alone; a row whose count reaches 0 is deleted.
+    f"""CREATE TABLE flexiq_counts (
     queue text NOT NULL,
     state text NOT NULL,
     tenant text NOT NULL,
     n bigint NOT NULL,
     PRIMARY KEY (queue, state, tenant)
-) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000)""",
+) WITH ({_SMALL_AND_BUSY})""",
+    # Appended by the triggers, moved into flexiq_counts by the fold.
+    f"""CREATE TABLE flexiq_count_changes (
+    queue text NOT NULL,
+    state text NOT NULL,
+    tenant text NOT NULL,
+    n bigint NOT NULL
+) WITH ({_VACUUM_OFTEN})""",
+    "CREATE INDEX flexiq_count_changes_queue ON flexiq_count_changes (queue)",
     _COUNT_FUNCTION,
     "CREATE TRIGGER flexiq_jobs_count_insert AFTER INSERT ON flexiq_jobs "
     "REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION flexiq_count_changes()",
@@ -114,8 +121,8 @@ SCHEMA: tuple[str, ...] = (
     "FOR EACH STATEMENT EXECUTE FUNCTION flexiq_count_changes()",
     "CREATE TRIGGER flexiq_jobs_count_delete AFTER DELETE ON flexiq_jobs "
     "REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION flexiq_count_changes()",
-    # Per-second buckets: a rate over a window is the sum of its seconds' rows.
-    """CREATE TABLE flexiq_rates (
+    # Per-second totals: a rate over a window is the sum of its seconds' rows.
+    f"""CREATE TABLE flexiq_rates (
     queue text NOT NULL,
     second bigint NOT NULL,
     tenant text NOT NULL,
@@ -123,7 +130,17 @@ SCHEMA: tuple[str, ...] = (
     completions bigint NOT NULL DEFAULT 0,
     failures bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (queue, second, tenant)
-) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000)""",
+) WITH ({_SMALL_AND_BUSY})""",
+    # Appended by each transaction with events, moved into flexiq_rates by the fold.
+    f"""CREATE TABLE flexiq_rate_changes (
+    queue text NOT NULL,
+    second bigint NOT NULL,
+    tenant text NOT NULL,
+    arrivals bigint NOT NULL DEFAULT 0,
+    completions bigint NOT NULL DEFAULT 0,
+    failures bigint NOT NULL DEFAULT 0
+) WITH ({_VACUUM_OFTEN})""",
+    "CREATE INDEX flexiq_rate_changes_queue ON flexiq_rate_changes (queue, second)",
     # Who ran what: one row per attempt that ended (settled, or lost with its worker).
     """CREATE TABLE flexiq_executions (
     id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,

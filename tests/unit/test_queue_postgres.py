@@ -154,9 +154,34 @@ def test_counts_rows_of_emptied_tenants_are_deleted(postgres_backend):
     store.enqueue([NewJob(task="t", tenant=f"t{i}") for i in range(5)], now=T0)
     for job in claim(store, limit=5):
         store.settle("w1", [Outcome.ack(job.id)], now=T0)
+    store.stats("default", now=T0)  # folds the changes into the totals
+    assert store._conn.execute("SELECT count(*) FROM flexiq_counts").fetchone()[0] == 5  # done, per tenant
     store.purge(states=[JobState.DONE], finished_before=T0 + 1)
-    assert store._conn.execute("SELECT count(*) FROM flexiq_counts").fetchone()[0] == 0
     assert store.queues() == []
+    store.stats("default", now=T0)
+    assert store._conn.execute("SELECT count(*) FROM flexiq_counts").fetchone()[0] == 0
+    assert store._conn.execute("SELECT count(*) FROM flexiq_count_changes").fetchone()[0] == 0
+
+
+def test_the_figures_are_the_same_before_and_after_the_changes_are_folded(postgres_backend):
+    from flexiqd.queue.postgres import _fold, _read_stats
+
+    store = postgres_backend
+    store.enqueue([NewJob(task="t", tenant=f"t{i % 3}") for i in range(30)], now=T0)
+    store.enqueue([NewJob(task="t", delay=5) for i in range(4)], now=T0)
+    held = claim(store, limit=12, now=T0 + 1)
+    store.settle("w1", [Outcome.ack(job.id) for job in held[:5]] + [Outcome.fail(held[5].id, "x")],
+                 now=T0 + 2)
+
+    def read():
+        return store._run("read", lambda conn: _read_stats(conn, "default", T0 + 3, 60.0, 10.0))
+
+    unfolded = read()
+    assert store._conn.execute("SELECT count(*) FROM flexiq_count_changes").fetchone()[0] > 0
+    store._run("fold", _fold)
+    assert store._conn.execute("SELECT count(*) FROM flexiq_count_changes").fetchone()[0] == 0
+    assert read() == unfolded
+    assert (unfolded.runnable, unfolded.running, unfolded.delayed) == (18, 6, 5)
 
 
 # -- passwords and connection errors ---------------------------------------------------------
@@ -339,3 +364,34 @@ def test_without_psycopg_a_postgresql_store_is_refused_in_one_line(monkeypatch):
     monkeypatch.delattr(flexiqd.queue, "postgres", raising=False)
     with pytest.raises(StoreUnavailable, match="needs psycopg 3 .*install python3-psycopg"):
         open_backend("postgresql://flexiq@db/flexiq")
+
+
+def test_busy_producers_and_workers_never_deadlock_and_the_counts_stay_exact(pg_server):
+    """Enqueues, claims and settles of one queue and tenant at once: the counts and rates they
+    all change must not make them wait on each other in a cycle (each wait would be a deadlock
+    found after a second, and a transaction run again)."""
+    url = pg_server.fresh_url()
+    stores = [open_backend(url) for _ in range(4)]
+    deadlocks = "SELECT deadlocks FROM pg_stat_database WHERE datname = 'flexiq'"
+    before = pg_server.admin(deadlocks)[0][0]
+
+    def work(i):
+        store, owner, held = stores[i], f"w{i}", []
+        for round_ in range(60):
+            now = T0 + round_
+            if i % 2 == 0:
+                store.enqueue([NewJob(task="t", tenant="acme") for _ in range(3)], now=now)
+            _, held = store.settle_and_claim(owner, [Outcome.ack(job.id) for job in held],
+                                             ClaimRequest(owner, ("default",), 3), now=now)
+        store.settle(owner, [Outcome.ack(job.id) for job in held], now=T0 + 60)
+
+    run_together(4, work)
+    assert pg_server.admin(deadlocks)[0][0] == before
+    stats = stores[0].stats("default", now=T0 + 60, window=120)
+    rows = dict(stores[0]._conn.execute("SELECT state, count(*) FROM flexiq_jobs GROUP BY state").fetchall())
+    assert (stats.runnable, stats.running) == (rows.get("queued", 0), rows.get("running", 0)) == (
+        2 * 60 * 3 - rows["done"], 0)
+    assert stats.completion_rate * stats.window == rows["done"]
+    assert stats.arrival_rate * stats.window == 2 * 60 * 3
+    for store in stores:
+        store.close()
