@@ -219,7 +219,7 @@ class Controller:
                 pool=pool.name, active=_count(mine, WorkerState.ACTIVE),
                 starting=_count(mine, WorkerState.STARTING), draining=_count(mine, WorkerState.DRAINING),
                 concurrency=pool.concurrency, metrics=self._metrics(pool, stats[pool.name], mine),
-                start_cost=start_cost)
+                start_cost=start_cost, tick=self.config.tick)
         return _Seen(observations=observations, workers=dict(by_pool), busy=busy, failed=failed, stats=stats)
 
     def _measure_start_costs(self, workers: list[WorkerInfo], now: float) -> None:
@@ -331,7 +331,8 @@ class Controller:
     def _read_stats(self, pool: PoolConfig, now: float, start_cost: float | None) -> list | None:
         try:
             # Work coming due within the lead time: what a worker started now would be ready for.
-            horizon = lead_time(pool.policy.targets, start_cost_or_default(start_cost, pool.policy.behavior))
+            horizon = lead_time(pool.policy.targets, start_cost_or_default(start_cost, pool.policy.behavior),
+                                self.config.tick)
             return [self.backend.stats(queue, now=now, horizon=horizon) for queue in pool.queues]
         except QueueError as exc:
             # No information is not "no load": the policy holds the pool.

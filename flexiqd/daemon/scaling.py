@@ -116,4 +116,6 @@ def combine_metrics(per_queue: Sequence) -> PoolMetrics:
         duration_p99=max((s.duration_p99 for s in per_queue if s.duration_p99 is not None), default=None),
         coming_due=sum(s.coming_due for s in per_queue),
         coming_due_within=min(s.coming_due_within for s in per_queue),
-        running_age_mean=sum(a * n for a, n in ages) / running if running else None)
+        running_age_mean=sum(a * n for a, n in ages) / running if running else None,
+        recent_duration_p50=busiest.recent_duration_p50, recent_completions=busiest.recent_completions,
+        recent_window=busiest.recent_window)

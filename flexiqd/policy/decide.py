@@ -167,7 +167,8 @@ def _combine(obs: Observation, policy: PoolPolicy, history: History, now: float)
     assert obs.metrics is not None
     load = record_load(history.load, now, obs)
     busy = mean_running(load, obs.metrics.rate_window)
-    history = replace(history, load=load, knee=update_knee(history.knee, obs, policy.knee, now, busy))
+    recent_busy = mean_running(load, obs.metrics.recent_window) if obs.metrics.recent_window else None
+    history = replace(history, load=load, knee=update_knee(history.knee, obs, policy.knee, now, busy, recent_busy))
     inputs = signal_inputs(obs, policy, load)
     recommendations = recommend_all(inputs)
     raw, winner = combine(recommendations)

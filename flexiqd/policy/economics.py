@@ -32,41 +32,50 @@ def start_cost_or_default(measured: float | None, behavior: Behavior) -> float:
     return behavior.start_cost if measured is None else measured
 
 
-def break_even_hold(cost: float, age_target: float) -> float:
+def break_even_hold(cost: float, age_target: float, tick: float = DEFAULT_TICK) -> float:
     """How long an idle worker is held before it is given back (the rent-or-buy break-even time).
 
     Holding an idle worker for as long as one start costs and then giving it
     back is never worse than twice the offline optimum (Karlin et al., 1988).
     A start is only that cheap while a restarted worker still claims the
-    oldest job within its target: the less slack the age target leaves a
-    start, the more a restart risks, so the hold grows as
-    ``cost * age / (age - cost)`` (about ``cost`` for a cost well inside the
-    target, twice it at half the target) up to ``LONGEST_HOLD`` for a start
-    that does not fit in the target at all.
+    oldest job within its target.  A job that arrives after the worker left
+    waits for the next decision (up to a ``tick``) and then a start: the less
+    slack the age target leaves that reaction time, the more a restart risks,
+    so the hold grows as ``cost * age / (age - (cost + tick))`` (about
+    ``cost`` for a reaction well inside the target, twice it at half the
+    target) up to ``LONGEST_HOLD`` when the reaction does not fit in the
+    target at all.
     """
     if cost <= 0:
         return 0.0
-    if cost >= age_target:
+    slack = age_target - (cost + tick)
+    if slack <= 0:
         return LONGEST_HOLD
-    return min(LONGEST_HOLD, cost * age_target / (age_target - cost))
+    return min(LONGEST_HOLD, cost * age_target / slack)
+
+
+def tick(obs: Observation) -> float:
+    """Seconds between decisions: the observation's, else the daemon's default."""
+    return DEFAULT_TICK if obs.tick is None else obs.tick
 
 
 def down_hold(obs: Observation, behavior: Behavior, targets: Targets) -> float:
     """The down window in force: the operator's ``behavior.down_window``, else the break-even hold."""
     if behavior.down_window is not None:
         return behavior.down_window
-    return break_even_hold(start_cost(obs, behavior), targets.age)
+    return break_even_hold(start_cost(obs, behavior), targets.age, tick(obs))
 
 
-def lead_time(targets: Targets, cost: float) -> float:
+def lead_time(targets: Targets, cost: float, interval: float = DEFAULT_TICK) -> float:
     """How long before a job reaches its target the age signal acts.
 
-    ``targets.lead_time`` when set; otherwise the start cost plus one tick,
-    never more than half the age target (so a short target alone is valid).
+    ``targets.lead_time`` when set; otherwise the start cost plus one decision
+    ``interval``, never more than half the age target (so a short target alone
+    is valid).
     """
     if targets.lead_time is not None:
         return targets.lead_time
-    return min(cost + DEFAULT_TICK, targets.age / 2)
+    return min(cost + interval, targets.age / 2)
 
 
 def reversal(changes: tuple[ScaleChange, ...], now: float, change: int, window: float) -> int:

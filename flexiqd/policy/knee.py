@@ -20,7 +20,8 @@ An undeclared dependency shows first as job durations rising with the number
 of busy workers, before the completion rate flattens.  So every decision
 also records, while jobs wait (every slot busy, so busy workers / p50 is
 what they can do), the p50 duration per busy worker count -- from the first
-tick of a backlog, not after ``settle_time``; a count whose jobs take more than ``EARLY_DURATION_RISE`` longer than
+tick of a backlog, not after ``settle_time``, and from the jobs that finished
+in the last few seconds (``recent_duration_p50``) as soon as enough did; a count whose jobs take more than ``EARLY_DURATION_RISE`` longer than
 at a smaller count, and whose workers together complete less than
 ``EARLY_EFFICIENCY`` of what the extra workers would add at the smaller
 count's pace (workers / p50, Little's law), holds the pool at the smaller
@@ -74,10 +75,34 @@ def duration_knee(samples: tuple[ThroughputSample, ...], sample: ThroughputSampl
     return max(worse, key=lambda kept: (kept.workers / kept.duration_p50, -kept.workers)).workers
 
 
-def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: float, busy: float) -> KneeState:
+def _durations_now(metrics, concurrency: int, busy: float, recent_busy: float | None) -> tuple[int, float] | None:
+    """(busy workers, p50 duration) for the duration rule; None when too few jobs finished to tell.
+
+    The jobs that finished in the last few seconds ran with about as many
+    workers as are busy now: their p50, with the busy count of the same
+    seconds, is the first to show durations rising.  The p50 of the whole
+    sample (up to minutes of completions) is the fallback while too few
+    jobs finished recently.
+    """
+    if (recent_busy is not None and metrics.recent_duration_p50
+            and metrics.recent_completions >= EARLY_MIN_COMPLETIONS):
+        workers, p50 = round(recent_busy / concurrency), metrics.recent_duration_p50
+    else:
+        finished = (metrics.completion_rate or 0.0) * (metrics.rate_window or 0.0)
+        if finished < EARLY_MIN_COMPLETIONS:
+            return None
+        workers, p50 = round(busy / concurrency), metrics.duration_p50
+    if not p50 or workers < 1:
+        return None
+    return workers, p50
+
+
+def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: float, busy: float,
+                recent_busy: float | None = None) -> KneeState:
     """The knee state after observing ``obs`` at ``now``.
 
-    ``busy`` is the mean number of running jobs over the rate window.
+    ``busy`` is the mean number of running jobs over the rate window;
+    ``recent_busy`` over the metrics' recent window.
     """
     metrics = obs.metrics
     if not config.enabled or metrics is None:
@@ -86,10 +111,10 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         newest = max((kept.at for kept in state.samples), default=None)
         if newest is None or now - newest > config.sample_max_age:
             state = replace(state, held_at=None, held_since=None)
-    workers = round(busy / obs.concurrency)
-    finished = (metrics.completion_rate or 0.0) * (metrics.rate_window or 0.0)
-    if metrics.runnable_depth > 0 and metrics.duration_p50 and workers >= 1 and finished >= EARLY_MIN_COMPLETIONS:
-        observed = ThroughputSample(workers, metrics.completion_rate or 0.0, metrics.duration_p50, now)
+    durations_now = _durations_now(metrics, obs.concurrency, busy, recent_busy)
+    if metrics.runnable_depth > 0 and durations_now is not None:
+        workers, p50 = durations_now
+        observed = ThroughputSample(workers, metrics.completion_rate or 0.0, p50, now)
         kept = tuple(d for d in state.durations if d.workers != workers and now - d.at <= config.sample_max_age)
         state = replace(state, durations=tuple(sorted(kept + (observed,))))
         if state.held_at is None or workers > state.held_at:
@@ -103,7 +128,7 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         return replace(state, backlog_since=now)
     if now - state.backlog_since < config.settle_time or not metrics.completion_rate or not metrics.duration_p50:
         return state
-    if finished < MIN_COMPLETIONS:
+    if metrics.completion_rate * (metrics.rate_window or 0.0) < MIN_COMPLETIONS:
         return state  # a p50 of a handful of long jobs is noise, not a knee
     workers = round(busy / obs.concurrency)
     if workers < 1:

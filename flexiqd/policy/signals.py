@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .config import PoolPolicy
-from .economics import lead_time, start_cost
+from .economics import lead_time, start_cost, tick
 from .types import LoadSample, Observation, PoolMetrics, SignalRecommendation
 
 # When the oldest job is already close to (or past) its target, the backlog
@@ -227,7 +227,7 @@ def signal_inputs(obs: Observation, policy: PoolPolicy, load: tuple[LoadSample, 
         slots = obs.concurrency * sum(s.active for s in over_util_window) / len(over_util_window)
     else:
         slots = float(obs.active * obs.concurrency)
-    lead = lead_time(policy.targets, start_cost(obs, policy.behavior))
+    lead = lead_time(policy.targets, start_cost(obs, policy.behavior), tick(obs))
     return SignalInputs(
         obs=obs,
         metrics=metrics,

@@ -33,6 +33,9 @@ class PoolMetrics:
     ``coming_due_within`` seconds (a forecast the store holds).
     ``running_age_mean``: how long the running jobs have run so far, on average
     (None: none running) -- a lower bound on their duration before any completes.
+    ``recent_duration_p50`` / ``recent_completions``: the jobs that finished in
+    the last ``recent_window`` seconds (None: not reported) -- the durations of
+    now, for the knee.
     """
 
     runnable_depth: int
@@ -49,6 +52,9 @@ class PoolMetrics:
     coming_due: int = 0
     coming_due_within: float = 0.0
     running_age_mean: float | None = None
+    recent_duration_p50: float | None = None
+    recent_completions: int = 0
+    recent_window: float | None = None
 
     def __post_init__(self) -> None:
         if self.runnable_depth < 0 or self.running < 0:
@@ -84,6 +90,9 @@ class PoolMetrics:
             coming_due=stats.coming_due,
             coming_due_within=stats.coming_due_within,
             running_age_mean=stats.running_age_mean,
+            recent_duration_p50=getattr(stats, "recent_duration_p50", None),
+            recent_completions=getattr(stats, "recent_completions", 0),
+            recent_window=getattr(stats, "recent_window", None),
         )
 
     @property
@@ -112,6 +121,8 @@ class Observation:
     None when reading them failed: the decision then holds the pool.
     ``start_cost``: what starting one worker costs this pool, in seconds from the
     decision to the worker's first claim, as measured (None: not measured yet).
+    ``tick``: seconds between decisions (None: the daemon's default), the longest
+    a change in the queue waits before a decision can answer it.
     """
 
     pool: str
@@ -121,6 +132,7 @@ class Observation:
     concurrency: int = 1
     metrics: PoolMetrics | None
     start_cost: float | None = None
+    tick: float | None = None
 
     def __post_init__(self) -> None:
         if min(self.active, self.starting, self.draining) < 0:

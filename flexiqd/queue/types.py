@@ -24,6 +24,10 @@ class JobState(str, enum.Enum):
 
 FINISHED_STATES = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
 
+# Seconds of completions behind ``Stats.recent_duration_p50``: short enough that the
+# jobs in it ran with about as many workers as run now.
+RECENT_WINDOW = 15.0
+
 
 @dataclass(frozen=True)
 class NewJob:
@@ -139,7 +143,11 @@ class Stats:
     ``coming_due_within`` seconds (the horizon asked for; 0: not asked), counted
     up to ``COMING_DUE_LIMIT`` -- a forecast of work to start workers for.
     ``running_age_mean``: how long the running jobs have run so far, on average
-    (None: none running).  Both are of the whole queue, not given per tenant.
+    (None: none running).  ``recent_duration_p50`` and ``recent_completions``:
+    the p50 duration and the count of the jobs of the duration sample that
+    finished in the last ``RECENT_WINDOW`` seconds -- the durations of now,
+    where the p50 above spans minutes.  All of the whole queue, not given per
+    tenant.
     """
 
     queue: str
@@ -159,6 +167,9 @@ class Stats:
     coming_due: int = 0
     coming_due_within: float = 0.0
     running_age_mean: float | None = None
+    recent_duration_p50: float | None = None
+    recent_completions: int = 0
+    recent_window: float = RECENT_WINDOW
 
     @property
     def time_to_drain(self) -> float | None:

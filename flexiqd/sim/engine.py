@@ -89,6 +89,8 @@ class Snapshot:
     ``running_age_mean``: how long the running jobs have run so far, on average
     (None: none running).  ``start_cost``: seconds from a start decision to the
     worker's first claim (the trace's ``cold_start``; 0 for instant starts).
+    ``recent_duration_p50``, ``recent_completions``: of the completions in the
+    last ``RECENT_WINDOW`` seconds.
     """
 
     now: float
@@ -113,6 +115,8 @@ class Snapshot:
     coming_due_within: float = COMING_DUE_WITHIN
     running_age_mean: float | None = None
     start_cost: float | None = None
+    recent_duration_p50: float | None = None
+    recent_completions: int = 0
 
 
 class Worker:
@@ -306,6 +310,7 @@ class Simulation:
         now = self.now
         cutoff = now - RATE_WINDOW
         durations = self.durations.sample(now, RATE_WINDOW)
+        recent = self.durations.recent(now)
         starting, active, draining = self.counts()
         cpu = self._cpu(cutoff)
         utilisation = self.dependency_utilisation()
@@ -333,6 +338,8 @@ class Simulation:
             coming_due_within=self.coming_due_within,
             running_age_mean=self.running_age_mean(),
             start_cost=self.cold_start,
+            recent_duration_p50=percentile(recent, 0.50),
+            recent_completions=len(recent),
         )
 
     def _cpu(self, cutoff: float) -> float:

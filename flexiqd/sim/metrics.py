@@ -12,7 +12,8 @@ sees in the simulator what it sees in the daemon:
   not arrive again;
 - duration percentiles are nearest-rank (the store's ``percentile``) over the
   ``DURATION_SAMPLE`` most recent completions no older than
-  ``max(window, DURATION_HORIZON)``.
+  ``max(window, DURATION_HORIZON)``; the recent p50 over those of them that
+  finished in the last ``RECENT_WINDOW`` seconds.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ from typing import TYPE_CHECKING, Any, Mapping
 from ..queue.sqlite import _DURATION_HORIZON as DURATION_HORIZON
 from ..queue.sqlite import _DURATION_SAMPLE as DURATION_SAMPLE
 from ..queue.sqlite import percentile
+from ..queue.types import RECENT_WINDOW
 
 if TYPE_CHECKING:
     from .engine import Simulation
 
-__all__ = ["DURATION_HORIZON", "DURATION_SAMPLE", "EventCounter", "RecentDurations", "percentile"]
+__all__ = ["DURATION_HORIZON", "DURATION_SAMPLE", "RECENT_WINDOW", "EventCounter", "RecentDurations", "percentile"]
 
 
 class EventCounter:
@@ -80,6 +82,10 @@ class RecentDurations:
         while finished and finished[0][0] < horizon:
             finished.popleft()
         return sorted(duration for _, duration in finished)
+
+    def recent(self, now: float) -> list[float]:
+        """Ascending durations of the sample's completions in the last ``RECENT_WINDOW`` seconds."""
+        return sorted(duration for at, duration in self.finished if at >= now - RECENT_WINDOW)
 
     def copy(self) -> "RecentDurations":
         return RecentDurations(deque(self.finished, maxlen=self.finished.maxlen))

@@ -46,6 +46,7 @@ from ..policy import (
 from ..policy.smoothing import rate_limit, record, record_change, stabilize
 from ..policy.types import ScaleChange, TimedCount
 from .engine import FleetModel, Simulation, Snapshot
+from .metrics import RECENT_WINDOW
 from .trace import Trace
 
 KUBERNETES_GRACE = 30.0  # terminationGracePeriodSeconds' default
@@ -265,10 +266,14 @@ def observation_from(snapshot: Snapshot, trace: Trace) -> Observation:
         coming_due=snapshot.coming_due,
         coming_due_within=snapshot.coming_due_within,
         running_age_mean=snapshot.running_age_mean,
+        recent_duration_p50=snapshot.recent_duration_p50,
+        recent_completions=snapshot.recent_completions,
+        recent_window=RECENT_WINDOW,
     )
     return Observation(
         pool=trace.name, active=snapshot.active, starting=snapshot.starting, draining=snapshot.draining,
         concurrency=snapshot.concurrency, metrics=metrics, start_cost=snapshot.start_cost,
+        tick=trace.tick_interval,
     )
 
 

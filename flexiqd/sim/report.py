@@ -39,20 +39,23 @@ class GoalCheck:
     """flexiqd against the goal on one trace.
 
     ``age``: no more seconds with the oldest job over target than the oracle;
-    ``dependency``: never over the dependency's capacity; ``cost``: at most
-    ``COST_GOAL`` times the oracle's worker-seconds.
+    ``dependency``: never over the dependency's capacity (declared or not);
+    ``cost``: at most ``COST_GOAL`` times the oracle's worker-seconds;
+    ``killed``: no busy worker killed (its stop timeout ran out).
     """
 
     age: bool
     dependency: bool
     cost: bool
+    killed: bool
 
     @property
     def met(self) -> bool:
-        return self.age and self.dependency and self.cost
+        return self.age and self.dependency and self.cost and self.killed
 
     def shortfalls(self) -> list[str]:
-        names = {"age": "age target", "dependency": "dependency capacity", "cost": "cost"}
+        names = {"age": "age target", "dependency": "dependency capacity", "cost": "cost",
+                 "killed": "busy workers killed"}
         return [label for key, label in names.items() if not getattr(self, key)]
 
 
@@ -66,6 +69,7 @@ def check_goal(report: TraceReport) -> GoalCheck | None:
         age=subject.slo_seconds <= oracle.slo_seconds + 1e-6,
         dependency=subject.over_capacity_seconds == 0,
         cost=ratio <= COST_GOAL,
+        killed=subject.killed == 0,
     )
 
 
@@ -146,6 +150,7 @@ def to_json(reports: Sequence[TraceReport]) -> dict[str, Any]:
             ],
             "goal": None if goal is None else {
                 "met": goal.met, "age": goal.age, "dependency": goal.dependency, "cost": goal.cost,
+                "killed": goal.killed,
             },
         })
     return {"cost_goal": COST_GOAL, "traces": traces}

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import math
 
+from dataclasses import replace
+
 import pytest
 
 from flexiqd.policy import (
@@ -39,25 +41,33 @@ def costing(active: int, cost: float | None, **fields) -> Observation:
 
 # ---------------------------------------------------------------- rent or buy
 
-@pytest.mark.parametrize("cost, age, hold", [
-    (0.0, 30.0, 0.0),            # free starts: give idle workers back at once
-    (0.5, 5.0, 0.5 * 5 / 4.5),   # a measured systemd start, a 5 s target
-    (5.0, 60.0, 5.0 * 60 / 55),  # the simulator's cold start
-    (5.0, 10.0, 10.0),           # half the target: twice the cost
-    (10.0, 10.0, LONGEST_HOLD),  # a start that does not fit in the target at all
-    (20.0, 10.0, LONGEST_HOLD),
+@pytest.mark.parametrize("cost, age, tick, hold", [
+    (0.0, 30.0, 5.0, 0.0),             # free starts: give idle workers back at once
+    (0.5, 5.0, 1.0, 0.5 * 5 / 3.5),    # a measured systemd start, a 5 s target, 1 s ticks
+    (5.0, 60.0, 5.0, 5.0 * 60 / 50),   # the simulator's cold start
+    (5.0, 20.0, 5.0, 10.0),            # a reaction of half the target: twice the cost
+    (5.0, 10.0, 5.0, LONGEST_HOLD),    # a reaction that does not fit in the target at all
+    (20.0, 10.0, 1.0, LONGEST_HOLD),
 ])
-def test_an_idle_worker_is_held_for_the_break_even_time(cost, age, hold):
-    assert break_even_hold(cost, age) == pytest.approx(hold)
+def test_an_idle_worker_is_held_for_the_break_even_time(cost, age, tick, hold):
+    assert break_even_hold(cost, age, tick) == pytest.approx(hold)
+
+
+def test_the_hold_allows_for_the_wait_until_the_next_decision():
+    # The same start cost: with slower decisions a restart eats more of the target.
+    assert break_even_hold(1.0, 10.0, 0.5) < break_even_hold(1.0, 10.0, 5.0)
 
 
 def test_the_operators_down_window_overrides_the_break_even_hold():
     targets = Targets(age=60)
     obs = costing(4, 5.0)
-    assert down_hold(obs, Behavior(), targets) == pytest.approx(5.0 * 60 / 55)
+    assert down_hold(obs, Behavior(), targets) == pytest.approx(5.0 * 60 / 50)  # the default 5 s tick
     assert down_hold(obs, Behavior(down_window=120.0), targets) == 120.0
     # Not measured yet: the configured fallback.
-    assert down_hold(costing(4, None), Behavior(start_cost=2.0), targets) == pytest.approx(2.0 * 60 / 58)
+    assert down_hold(costing(4, None), Behavior(start_cost=2.0), targets) == pytest.approx(2.0 * 60 / 53)
+    # The daemon's own tick when the observation carries it.
+    ticking = replace(costing(4, 5.0), tick=1.0)
+    assert down_hold(ticking, Behavior(), targets) == pytest.approx(5.0 * 60 / 54)
 
 
 def idle_after_busy(policy: PoolPolicy, cost: float):
@@ -67,8 +77,8 @@ def idle_after_busy(policy: PoolPolicy, cost: float):
 
 
 def test_idle_workers_are_given_back_once_the_hold_has_passed():
-    decisions = idle_after_busy(PoolPolicy(max_workers=10), cost=4.0)
-    # hold = 4 x 30 / 26 = 4.6 s: the busy tick 5 s earlier no longer holds anything.
+    decisions = idle_after_busy(PoolPolicy(max_workers=10), cost=3.0)
+    # hold = 3 x 30 / (30 - 3 - 5) = 4.1 s: the busy tick 5 s earlier no longer holds anything.
     assert [d.desired for d in decisions] == [4, 1, 1, 1]
     assert decisions[1].reason == "ScaleDownIdle"
     assert decisions[1].message.startswith("no runnable or running jobs")
@@ -113,6 +123,10 @@ def test_a_reversal_is_reported_with_its_cost():
 ])
 def test_the_lead_time_follows_the_start_cost_and_the_age_target(targets, cost, expected):
     assert lead_time(targets, cost) == pytest.approx(expected)
+
+
+def test_the_lead_time_follows_the_decision_interval():
+    assert lead_time(Targets(age=30), 0.5, 1.0) == pytest.approx(1.5)
 
 
 def test_an_age_target_alone_is_accepted():
@@ -190,8 +204,12 @@ def test_nothing_coming_due_has_no_opinion():
 def test_an_idle_pool_is_not_read_as_busy():
     # The issue: "ScaleDownIdle ... while keeping 3 and 2 workers" -- a mean over two minutes.
     policy = PoolPolicy(max_workers=8, targets=Targets(age=5))
-    ticks = [(float(t), costing(4, 0.5, running=16, completion_rate=16.0, arrival_rate=16.0)) for t in range(0, 60, 5)]
-    ticks += [(60.0, costing(4, 0.5, running=0, completion_rate=16.0)), (65.0, costing(4, 0.5, running=0))]
+
+    def seen(**fields) -> Observation:
+        return replace(costing(4, 0.5, **fields), tick=1.0)  # the installed daemon decides every second
+
+    ticks = [(float(t), seen(running=16, completion_rate=16.0, arrival_rate=16.0)) for t in range(0, 60, 5)]
+    ticks += [(60.0, seen(running=0, completion_rate=16.0)), (65.0, seen(running=0))]
     last = run(policy, ticks)[-1]
     assert (last.desired, last.reason) == (1, "ScaleDownIdle")
 
@@ -288,6 +306,25 @@ def sample(workers: int, p50: float) -> ThroughputSample:
 def test_durations_rising_with_the_workers_show_a_hidden_ceiling(smaller, now, held):
     from flexiqd.policy.config import KneeConfig
     assert duration_knee(smaller, now, KneeConfig()) == held
+
+
+def test_the_jobs_finished_just_now_show_a_hidden_ceiling_before_the_whole_sample_does():
+    # A flood: 4 workers busy at first, then 10.  The whole sample's p50 (minutes of
+    # completions) still reads the quiet 2 s; the last seconds' completions read 4.5 s.
+    policy = PoolPolicy(max_workers=40, targets=Targets(age=60))
+
+    def flood(busy_workers: int, recent_p50: float, recent: int) -> Observation:
+        return observe(busy_workers, runnable_depth=500, oldest_runnable_age=20.0, running=4 * busy_workers,
+                       completion_rate=8.0, arrival_rate=18.0, duration_p50=2.0,
+                       recent_duration_p50=recent_p50, recent_completions=recent, recent_window=15.0)
+
+    ticks = [(float(t), flood(4, 2.0, 120)) for t in range(0, 20, 5)]
+    ticks += [(float(t), flood(10, 4.5, 120)) for t in range(20, 40, 5)]
+    knee = run(policy, ticks)[-1].history.knee
+    assert knee.held_at == 4
+    # With too few recent completions to judge, only the whole sample counts: no knee.
+    ticks = [(t, flood(4, 2.0, 20) if t < 20 else flood(10, 4.5, 20)) for t, _ in ticks]
+    assert run(policy, ticks)[-1].history.knee.held_at is None
 
 
 def test_the_early_knee_is_kept_in_the_history():

@@ -14,6 +14,7 @@ import pytest
 from flexiqd.errors import JobNotFound, PayloadError, QueueError
 from flexiqd.queue import ClaimRequest, JobState, NewJob, Outcome
 from flexiqd.queue.owners import owner_name
+from flexiqd.queue.types import RECENT_WINDOW
 
 T0 = 1_700_000_000.0
 LEASE = 30.0
@@ -841,6 +842,20 @@ def test_duration_percentiles_come_from_recent_completions(backend):
     stats = backend.stats("default", now=T0 + 101)
     assert (stats.duration_p50, stats.duration_p95, stats.duration_p99) == (50, 95, 99)
     assert backend.stats("default", now=T0 + 101 + 100_000).duration_p50 is None
+
+
+def test_the_recent_p50_is_of_the_jobs_finished_in_the_last_seconds(backend):
+    ids = enqueue(backend, 40)
+    assert len(claim(backend, "w1", limit=40, now=T0)) == 40
+    # 30 quick jobs long ago, then 10 slow ones finishing within the recent window.
+    backend.settle("w1", [Outcome.ack(job_id) for job_id in ids[:30]], now=T0 + 1)
+    backend.settle("w1", [Outcome.ack(job_id) for job_id in ids[30:]], now=T0 + 50)
+    stats = backend.stats("default", now=T0 + 55)
+    assert stats.recent_window == RECENT_WINDOW
+    assert (stats.recent_completions, stats.recent_duration_p50) == (10, 50)
+    assert stats.duration_p50 == 1  # the whole sample: mostly the quick ones
+    later = backend.stats("default", now=T0 + 50 + RECENT_WINDOW + 1)
+    assert (later.recent_completions, later.recent_duration_p50) == (0, None)
 
 
 def test_time_to_drain_is_runnable_over_completion_rate(backend):

@@ -25,7 +25,7 @@ def test_json_has_every_policy_cost_ratios_and_the_goal(small_file, capsys):
     assert policies == ["fixed-peak", "hpa-cpu", "keda-depth", "flexiq", "flexiqd", "oracle"]
     oracle = trace["results"][-1]
     assert oracle["cost_ratio"] == 1.0
-    assert set(trace["goal"]) == {"met", "age", "dependency", "cost"}
+    assert set(trace["goal"]) == {"met", "age", "dependency", "cost", "killed"}
 
 
 def test_the_table_names_each_trace_and_policy(small_file, capsys):
@@ -67,3 +67,18 @@ def test_a_bad_trace_file_gives_one_line_and_exit_2(tmp_path, capsys):
     assert lines[0].startswith("flexiq bench: error: broken.json: not valid JSON")
     assert lines[1] == "flexiq bench: error: invalid.json: duration: must be a number > 0, got -1"
     assert len(lines) == 2
+
+
+def test_a_busy_worker_killed_fails_the_goal(small_file):
+    from dataclasses import replace
+
+    from flexiqd.sim.bench import bench_trace
+    from flexiqd.sim.report import TraceReport, check_goal
+    from flexiqd.sim.trace import load_trace
+
+    report = bench_trace(load_trace(small_file))
+    killed = TraceReport(trace=report.trace, results=tuple(
+        replace(result, killed=1) if result.policy == "flexiqd" else result for result in report.results))
+    goal = check_goal(killed)
+    assert not goal.killed and not goal.met and "busy workers killed" in goal.shortfalls()
+    assert check_goal(report).killed == (report.result("flexiqd").killed == 0)
