@@ -35,8 +35,8 @@ from ..errors import JobNotFound, QueueError, StoreUnavailable
 from .backend import Backend
 from .owners import owner_alive_here
 from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, VERSION_TABLE
-from .sqlite import COMING_DUE_LIMIT, _Endings, _row_to_job, _stats, encode_json
-from .types import FINISHED_STATES, ClaimRequest, Job, JobState, NewJob, Outcome, OutcomeKind, Stats
+from .sqlite import COMING_DUE_LIMIT, _Endings, _row_to_job, _stats, encode_json, percentile
+from .types import FINISHED_STATES, RECENT_WINDOW, ClaimRequest, Job, JobState, NewJob, Outcome, OutcomeKind, Stats
 
 log = logging.getLogger(__name__)
 
@@ -872,12 +872,16 @@ def _read_stats(conn: psycopg.Connection, queue: str, now: float, window: float,
         events[tenant] = [int(arrivals), int(completions), int(failures)]
     horizon = now - max(window, _DURATION_HORIZON)
     durations: list[float] = []
+    recent: list[float] = []  # of the jobs that finished in the last RECENT_WINDOW seconds
+    recent_since = now - RECENT_WINDOW
     shares: dict[str, list[float]] = {}
-    for tenant, duration in conn.execute(
-            "SELECT tenant, finished_at - started_at FROM flexiq_jobs WHERE queue = %s "
+    for tenant, finished_at, duration in conn.execute(
+            "SELECT tenant, finished_at, finished_at - started_at FROM flexiq_jobs WHERE queue = %s "
             "AND state = 'done' AND finished_at >= %s AND started_at IS NOT NULL "
             f"ORDER BY finished_at DESC LIMIT {_DURATION_SAMPLE}", (queue, horizon)):
         durations.append(duration)
+        if finished_at >= recent_since:
+            recent.append(duration)
         if tenant:
             shares.setdefault(tenant, []).append(duration)
     # Each tenant's oldest runnable job: one index probe (jobs_age) per tenant, in one round trip.
@@ -922,4 +926,6 @@ def _read_stats(conn: psycopg.Connection, queue: str, now: float, window: float,
         durations=sorted(durations),
         tenants={name: stats for name, stats in per_tenant.items() if name})
     return dataclasses.replace(overall, coming_due=coming, coming_due_within=float(due_within),
-                               running_age_mean=running_age)
+                               running_age_mean=running_age,
+                               recent_duration_p50=percentile(sorted(recent), 0.50),
+                               recent_completions=len(recent))
