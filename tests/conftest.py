@@ -7,17 +7,11 @@ PostgreSQL tests, and a skip there would hide a broken runner.
 
 from __future__ import annotations
 
-import os
 from typing import Iterator
 
 import pytest
 
-from pg_server import PostgresServer, unavailable_reason
-
-
-def in_ci() -> bool:
-    """True when ``CI`` is set to anything but "", "0", "false" or "no"."""
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+from pg_server import PostgresServer, in_ci, unavailable_reason
 
 
 @pytest.fixture(scope="session")

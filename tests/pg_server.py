@@ -27,8 +27,17 @@ PASSWORD_ROLE = "flexiq_pw"
 PASSWORD = "s3cret-for-tests"
 
 
+def in_ci() -> bool:
+    """True when ``CI`` is set to anything but "", "0", "false" or "no"."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
 def unavailable_reason() -> str | None:
     """Why this machine cannot run the test server, or None when it can."""
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        return "psycopg 3 is not installed (apt-get install python3-psycopg)"
     for tool in ("initdb", "pg_ctl", "postgres"):
         if not (BIN / tool).exists():
             return f"PostgreSQL server binaries not found ({BIN / tool} is missing)"

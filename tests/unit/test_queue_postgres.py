@@ -6,14 +6,19 @@ from __future__ import annotations
 import os
 import threading
 
-import psycopg
 import pytest
 
 from flexiqd.errors import QueueError, StoreUnavailable
 from flexiqd.queue import ClaimRequest, JobState, NewJob, Outcome, open_backend
-from flexiqd.queue.postgres import channel_of
 from flexiqd.queue.postgres_schema import SCHEMA_VERSION
-from pg_server import PASSWORD, PASSWORD_ROLE
+from pg_server import PASSWORD, PASSWORD_ROLE, in_ci
+
+try:
+    from flexiqd.queue.postgres import channel_of
+except ImportError:  # no psycopg: skipped on a laptop, a failure in CI
+    if in_ci():
+        raise
+    pytest.skip("psycopg 3 is not installed", allow_module_level=True)
 
 T0 = 1_700_000_000.0
 
