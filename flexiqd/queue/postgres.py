@@ -43,14 +43,20 @@ log = logging.getLogger(__name__)
 _JOB_COLUMNS = ("id, queue, task, payload, priority, state, run_at, attempts, max_attempts, "
                 "timeout, idempotency_key, tenant, lease_owner, lease_expires, enqueued_at, "
                 "started_at, finished_at, result, error")
-_NEW_JOB_COLUMNS = ("queue", "task", "payload", "priority", "state", "delayed", "run_at",
-                    "max_attempts", "timeout", "idempotency_key", "tenant", "enqueued_at")
-# A live idempotency key makes the insert a no-op (the unique partial index decides, so two
-# producers racing with one key cannot both insert); the existing job is looked up after.
-_INSERT_JOB = (f"INSERT INTO flexiq_jobs ({', '.join(_NEW_JOB_COLUMNS)}) "
-               f"VALUES ({', '.join('%(' + name + ')s' for name in _NEW_JOB_COLUMNS)}) "
-               f"ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL "
-               f"AND state IN ('queued', 'running') DO NOTHING RETURNING id")
+# A batch is one INSERT of arrays (one trigger run, one round trip), with ids taken from
+# the sequence first so they follow the batch's order.  A live idempotency key makes a
+# row's insert a no-op (the unique partial index decides, so two producers racing with
+# one key cannot both insert); the job that holds the key is looked up after.
+_NEW_JOB_TYPES = (("id", "bigint"), ("queue", "text"), ("task", "text"), ("payload", "text"),
+                  ("priority", "integer"), ("state", "text"), ("delayed", "boolean"),
+                  ("run_at", "double precision"), ("max_attempts", "integer"),
+                  ("timeout", "double precision"), ("idempotency_key", "text"), ("tenant", "text"),
+                  ("enqueued_at", "double precision"))
+_INSERT_JOBS = (f"INSERT INTO flexiq_jobs ({', '.join(name for name, _ in _NEW_JOB_TYPES)}) "
+                f"SELECT * FROM unnest({', '.join(f'%s::{kind}[]' for _, kind in _NEW_JOB_TYPES)}) "
+                f"ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL "
+                f"AND state IN ('queued', 'running') DO NOTHING RETURNING id")
+_NEW_IDS = "SELECT nextval(pg_get_serial_sequence('flexiq_jobs', 'id')) FROM generate_series(1, %s)"
 
 # The same bounds as the SQLite store's, for the same reasons (see sqlite.py).
 _DURATION_SAMPLE = 1000
@@ -272,21 +278,19 @@ class PostgresBackend(Backend):
             return []
 
         def body(conn: psycopg.Connection) -> list[int]:
-            cursor = conn.cursor()
-            cursor.executemany(_INSERT_JOB, rows, returning=True)
-            inserted: list[int | None] = []
-            while True:
-                row = cursor.fetchone()
-                inserted.append(row[0] if row else None)
-                if not cursor.nextset():
-                    break
+            new_ids = sorted(row[0] for row in conn.execute(_NEW_IDS, (len(rows),)))
+            columns = [new_ids] + [[row[name] for row in rows] for name, _ in _NEW_JOB_TYPES[1:]]
+            inserted = {row[0] for row in conn.execute(_INSERT_JOBS, columns)}
+            # Rows left out hold a key that is live: the job holding it stands for them.
+            keys = [row["idempotency_key"] for row, job_id in zip(rows, new_ids) if job_id not in inserted]
+            holders = dict(conn.execute(
+                f"SELECT idempotency_key, id FROM flexiq_jobs WHERE idempotency_key = ANY(%s) "
+                f"AND {_LIVE}", (keys,)).fetchall()) if keys else {}
             ids: list[int] = []
             arrivals: dict[tuple[str, str], int] = {}
-            for row, job_id in zip(rows, inserted):
-                if job_id is None:  # its key is live: that job stands for this one
-                    ids.append(conn.execute(
-                        f"SELECT id FROM flexiq_jobs WHERE idempotency_key = %s AND {_LIVE}",
-                        (row["idempotency_key"],)).fetchone()[0])
+            for row, job_id in zip(rows, new_ids):
+                if job_id not in inserted:
+                    ids.append(holders[row["idempotency_key"]])
                     continue
                 ids.append(job_id)
                 if not row["delayed"]:  # a delayed job arrives when it comes due (_promote)

@@ -56,7 +56,8 @@ $$"""
 
 # Small tables rewritten all day: vacuumed after a fixed number of dead rows (not a
 # fraction of a tiny table); the totals leave room on each page for updates in place.
-_VACUUM_OFTEN = "autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000"
+_VACUUM_OFTEN = ("autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000, "
+                 "autovacuum_vacuum_cost_delay = 0")
 _SMALL_AND_BUSY = f"fillfactor = 50, {_VACUUM_OFTEN}"
 
 SCHEMA: tuple[str, ...] = (
