@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterable, Sequence
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
 from ..errors import JobNotFound, QueueError, StoreUnavailable
 from .backend import Backend
@@ -113,10 +114,6 @@ class ConnectOptions:
     listen: bool = True
     prepare: bool = True
     connect_timeout: float = 10.0
-
-
-class _Ambiguous(Exception):
-    """The connection dropped while a COMMIT was under way: it may or may not have happened."""
 
 
 class _Committing:
@@ -763,9 +760,13 @@ class _Listener(threading.Thread):
 
 def _connect(options: ConnectOptions, url: str) -> psycopg.Connection:
     """A new autocommit connection; StoreUnavailable in one line (``url`` has no password)."""
-    kwargs: dict[str, Any] = {"autocommit": True,
-                              "connect_timeout": max(1, math.ceil(options.connect_timeout)),
-                              "application_name": "flexiqd"}
+    given = conninfo_to_dict(options.conninfo)
+    kwargs: dict[str, Any] = {"autocommit": True}
+    # Defaults only: what the URL says wins (keyword arguments would override it).
+    if "connect_timeout" not in given:
+        kwargs["connect_timeout"] = max(1, math.ceil(options.connect_timeout))
+    if "application_name" not in given:
+        kwargs["application_name"] = "flexiqd"
     if options.password is not None:
         kwargs["password"] = options.password
     try:

@@ -400,3 +400,12 @@ def test_busy_producers_and_workers_never_deadlock_and_the_counts_stay_exact(pg_
     assert stats.arrival_rate * stats.window == 2 * 60 * 3
     for store in stores:
         store.close()
+
+
+def test_connection_parameters_in_the_url_win_over_flexiqds_defaults(pg_server):
+    store = open_backend(pg_server.fresh_url(application_name="billing-workers"))
+    assert store._conn.execute("SHOW application_name").fetchone()[0] == "billing-workers"
+    store.close()
+    store = open_backend(pg_server.fresh_url())
+    assert store._conn.execute("SHOW application_name").fetchone()[0] == "flexiqd"
+    store.close()
