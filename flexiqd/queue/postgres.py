@@ -252,9 +252,10 @@ class PostgresBackend(Backend):
     @staticmethod
     def _once(conn: psycopg.Connection, body: Callable[[psycopg.Connection], Any], snapshot: bool,
               committing: _Committing) -> Any:
+        # Said in the BEGIN itself (no round trip of its own), and only for this transaction.
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ if snapshot else None
+        conn.read_only = True if snapshot else None
         with conn.transaction():
-            if snapshot:
-                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             result = body(conn)
             committing.reached = True
         return result
@@ -322,11 +323,6 @@ class PostgresBackend(Backend):
             _bump_rate(conn, queue, tenant, second, arrivals=n)
         _notify(conn, {row[0] for row in promoted})
         return len(promoted)
-
-    @staticmethod
-    def _anything_due(conn: psycopg.Connection, now: float) -> bool:
-        return conn.execute(f"SELECT 1 FROM flexiq_jobs WHERE {_DELAYED} AND run_at <= %s LIMIT 1",
-                            (now,)).fetchone() is not None
 
     # -- claim / settle --------------------------------------------------------------------
 
@@ -644,10 +640,15 @@ class PostgresBackend(Backend):
             raise QueueError(f"a coming-due horizon must be 0s or more, got {horizon!r}")
         # Delayed jobs that came due are promoted first (in batches), so the figures count
         # them as runnable and as arrivals; then one snapshot is read.
-        while self._run("read stats", lambda conn: self._anything_due(conn, now), snapshot=True):
-            if self._run("read stats", lambda conn: self._promote(conn, now)) < _PROMOTION_BATCH:
-                break
-        self._run("read stats", _fold)  # the read then sums totals, not a backlog of changes
+        # Delayed jobs that came due are promoted (in batches), and the appended changes
+        # folded, so the read that follows sums a few totals.
+        def promote_and_fold(conn: psycopg.Connection) -> int:
+            promoted = self._promote(conn, now)
+            _fold(conn)
+            return promoted
+
+        while self._run("read stats", promote_and_fold) >= _PROMOTION_BATCH:
+            pass
         return self._run("read stats", lambda conn: _read_stats(conn, queue, now, window, horizon),
                          snapshot=True)
 
