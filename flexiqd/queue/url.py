@@ -70,12 +70,15 @@ def check_url(url: str) -> dict[str, str]:
 
 
 def safe_url(url: str) -> str:
-    """``url`` with any password in it replaced by ``***``: the form shown in messages and logs."""
+    """``url`` with any password in it (``user:password@`` or libpq's ``?password=``) replaced
+    by ``***``: the form shown in messages and logs."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+    if parts.password is not None:
+        host = parts.netloc.rsplit("@", 1)[1]
+        parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")
+    query = "&".join("password=***" if unquote(piece.split("=", 1)[0]) == "password" else piece
+                     for piece in parts.query.split("&"))
+    return urlunsplit(parts._replace(query=query))
 
 
 def _postgres_options(url: str) -> dict[str, str]:
@@ -127,8 +130,8 @@ def postgres_connect_options(url: str) -> "ConnectOptions":
         except CredentialError as exc:
             raise StoreUnavailable(f"{safe_url(url)}: {exc}") from None
     return _postgres().ConnectOptions(conninfo=conninfo, password=password,
-                          listen=_SWITCH[options.get("listen", "on").lower()],
-                          prepare=_SWITCH[options.get("prepare", "on").lower()])
+                                      listen=_SWITCH[options.get("listen", "on").lower()],
+                                      prepare=_SWITCH[options.get("prepare", "on").lower()])
 
 
 def open_backend(url: str) -> Backend:

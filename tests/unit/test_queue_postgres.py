@@ -248,6 +248,9 @@ def test_a_password_in_the_url_is_never_shown(pg_server):
     with pytest.raises(StoreUnavailable) as caught:
         open_backend(f"postgresql://{PASSWORD_ROLE}:hunter2@127.0.0.1:{pg_server.port}/nosuchdb")
     assert "hunter2" not in str(caught.value) and ":***@" in str(caught.value)
+    with pytest.raises(StoreUnavailable) as caught:
+        open_backend(f"postgresql://{PASSWORD_ROLE}@127.0.0.1:{pg_server.port}/nosuchdb?password=hunter2")
+    assert "hunter2" not in str(caught.value) and "password=***" in str(caught.value)
 
 
 # -- waking idle workers ---------------------------------------------------------------------
