@@ -12,29 +12,26 @@ before the COMMIT was sent, so work is never lost or done twice.  A deadlock or
 serialization failure is retried the same way: the whole transaction rolled back.
 
 ``subscribe`` wakes idle workers with LISTEN/NOTIFY: every transaction that makes
-jobs due notifies the channel of their queue (see ``channel_of``).
+jobs due notifies the channel of their queue (see postgres_listen.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import math
-import os
 import random
-import select
 import threading
 from typing import Any, Callable, Iterable, Sequence
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from ..errors import JobNotFound, QueueError, StoreUnavailable
 from .backend import Backend
 from .owners import owner_alive_here
+from .postgres_listen import Listener, channel_of
 from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, VERSION_TABLE
 from .sqlite import COMING_DUE_LIMIT, _Endings, _row_to_job, _stats, encode_json, percentile
 from .types import FINISHED_STATES, RECENT_WINDOW, ClaimRequest, Job, JobState, NewJob, Outcome, OutcomeKind, Stats
@@ -84,21 +81,6 @@ _WAITING_OR_HELD = "('queued', 'delayed', 'running', 'dead')"
 
 # Transactions run again after a dropped connection, a deadlock or a serialization failure.
 _ATTEMPTS = 3
-# Channel names are identifiers: at most 63 bytes.
-_CHANNEL_PREFIX = "flexiq."
-_MAX_CHANNEL = 63
-# The listener looks at its stop flag at least this often (seconds), and waits this long
-# before opening its connection again after losing it.
-_LISTEN_TICK = 1.0
-_LISTEN_RETRY = 2.0
-
-
-def channel_of(queue: str) -> str:
-    """The NOTIFY channel of ``queue``: ``flexiq.<queue>``, or a digest of a name too long for one."""
-    name = _CHANNEL_PREFIX + queue
-    if len(name.encode()) <= _MAX_CHANNEL:
-        return name
-    return _CHANNEL_PREFIX + hashlib.sha256(queue.encode()).hexdigest()[:40]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -666,7 +648,7 @@ class PostgresBackend(Backend):
         """
         if not self.options.listen or not queues:
             return lambda: None
-        listener = _Listener(self, [channel_of(queue) for queue in queues], wake)
+        listener = Listener(self._connect, [channel_of(queue) for queue in queues], wake)
         listener.start()
         return listener.stop
 
@@ -687,74 +669,6 @@ def probe(options: ConnectOptions, url: str) -> str:
                                f"this flexiqd understands ({SCHEMA_VERSION}): upgrade flexiqd")
     schema = f"schema version {version}" if version else "schema not created yet (the first process creates it)"
     return f"PostgreSQL {server.split()[0]}, {schema}"
-
-
-class _Listener(threading.Thread):
-    """LISTEN on some channels; call ``wake`` on every notice.
-
-    psycopg 3.1's ``notifies()`` cannot time out, so this waits with select() on the
-    socket and a pipe of its own: ``stop`` writes to the pipe and the wait ends at once.
-    """
-
-    def __init__(self, backend: PostgresBackend, channels: list[str], wake: Callable[[], None]) -> None:
-        super().__init__(name="flexiq-listen", daemon=True)
-        self._backend = backend
-        self._channels = channels
-        self._wake = wake
-        self._stopping = threading.Event()
-        self._stop_read, self._stop_write = os.pipe()
-
-    def stop(self) -> None:
-        """Stop listening; returns once the thread has ended (or after a few seconds).  Idempotent."""
-        if self._stopping.is_set():
-            return
-        self._stopping.set()
-        os.write(self._stop_write, b"x")
-        self.join(timeout=5.0)
-        if not self.is_alive():  # else it is stuck connecting: it ends on its own, pipe and all
-            os.close(self._stop_read)
-            os.close(self._stop_write)
-
-    def run(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                conn = self._backend._connect()
-            except StoreUnavailable as exc:
-                log.warning("Not listening for new jobs: %s; trying again in %gs.", exc, _LISTEN_RETRY)
-                self._pause(_LISTEN_RETRY)
-                continue
-            try:
-                for channel in self._channels:
-                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-                # Jobs that came before the LISTEN (or while a lost connection was down)
-                # sent their notices to nobody: look once now.
-                self._wake()
-                self._listen(conn)
-            except psycopg.Error as exc:
-                if not self._stopping.is_set():
-                    log.warning("Listening for new jobs stopped (%s); listening again in %gs.",
-                                _first_line(exc), _LISTEN_RETRY)
-                    self._pause(_LISTEN_RETRY)
-            finally:
-                conn.close()
-
-    def _listen(self, conn: psycopg.Connection) -> None:
-        pgconn = conn.pgconn
-        while not self._stopping.is_set():
-            readable, _, _ = select.select([pgconn.socket, self._stop_read], [], [], _LISTEN_TICK)
-            if pgconn.socket not in readable:
-                continue
-            pgconn.consume_input()
-            if pgconn.status != psycopg.pq.ConnStatus.OK:
-                raise psycopg.OperationalError("the listening connection was closed")
-            heard = False
-            while pgconn.notifies() is not None:
-                heard = True
-            if heard:
-                self._wake()
-
-    def _pause(self, seconds: float) -> None:
-        select.select([self._stop_read], [], [], seconds)
 
 
 # -- helpers shared by the methods -----------------------------------------------------------
