@@ -412,3 +412,12 @@ def test_connection_parameters_in_the_url_win_over_flexiqds_defaults(pg_server):
     store = open_backend(pg_server.fresh_url())
     assert store._conn.execute("SHOW application_name").fetchone()[0] == "flexiqd"
     store.close()
+
+
+def test_reads_that_must_agree_run_in_one_read_only_snapshot_and_writes_do_not(postgres_backend):
+    def isolation(conn):
+        return [conn.execute(f"SHOW {name}").fetchone()[0]
+                for name in ("transaction_isolation", "transaction_read_only")]
+
+    assert postgres_backend._run("read", isolation, snapshot=True) == ["repeatable read", "on"]
+    assert postgres_backend._run("write", isolation) == ["read committed", "off"]
