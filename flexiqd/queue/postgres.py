@@ -7,9 +7,11 @@ recovery and promotion skip locked rows too, so maintenance may run from several
 processes at once.
 
 A connection that dropped (server restart, ``pg_terminate_backend``, a network
-cut) is opened again and the transaction run again -- only when the failure came
-before the COMMIT was sent, so work is never lost or done twice.  A deadlock or
-serialization failure is retried the same way: the whole transaction rolled back.
+cut) is opened again and the transaction run again -- when the failure came
+before the COMMIT was sent.  During the COMMIT, nobody knows whether it happened:
+claims find out from the jobs they stamp (``_exchange``); other calls raise
+``CommitUnknown``.  So work is never lost or done twice.  A deadlock or
+serialization failure is retried like a dropped connection.
 
 ``subscribe`` wakes idle workers with LISTEN/NOTIFY: every transaction that makes
 jobs due notifies the channel of their queue (see postgres_listen.py).
@@ -96,6 +98,10 @@ class ConnectOptions:
     listen: bool = True
     prepare: bool = True
     connect_timeout: float = 10.0
+
+
+class CommitUnknown(StoreUnavailable):
+    """The connection was lost while a COMMIT was under way: it may or may not have happened."""
 
 
 class _Committing:
@@ -221,7 +227,7 @@ class PostgresBackend(Backend):
                     if not (conn.closed or conn.broken):
                         raise self._translate(exc, operation) from None
                     if committing.reached:
-                        raise StoreUnavailable(
+                        raise CommitUnknown(
                             f"{operation} on the queue database {self.url}: the connection was lost "
                             f"while committing, so it may or may not have happened "
                             f"({_first_line(exc)})") from None
@@ -309,9 +315,7 @@ class PostgresBackend(Backend):
     # -- claim / settle --------------------------------------------------------------------
 
     def claim(self, request: ClaimRequest, *, now: float) -> list[Job]:
-        claimed = self._run("claim", lambda conn: self._claim(conn, request, now))
-        self._fold_now_and_then()
-        return claimed
+        return self._exchange("claim", request.owner, [], request, now)[1]
 
     def _fold_now_and_then(self) -> None:
         """Fold the changes every ``_FOLD_EVERY`` claims, so a store that nobody reads the
@@ -324,20 +328,47 @@ class PostgresBackend(Backend):
         outcomes = list(outcomes)
         if not outcomes:
             return []
-        return self._run("settle", lambda conn: self._settle(conn, owner, outcomes, now))
+        return self._exchange("settle", owner, outcomes, None, now)[0]
 
     def settle_and_claim(self, owner: str, outcomes: Iterable[Outcome],
                          request: ClaimRequest | None, *, now: float) -> tuple[list[int], list[Job]]:
         # One transaction, one round of commits: a busy worker pays one per exchange.
-        outcomes = list(outcomes)
+        return self._exchange("settle and claim", owner, list(outcomes), request, now)
+
+    def _exchange(self, operation: str, owner: str, outcomes: list[Outcome],
+                  request: ClaimRequest | None, now: float) -> tuple[list[int], list[Job]]:
+        """Settle ``outcomes``, then claim for ``request``, in one transaction.
+
+        When the connection is lost during the COMMIT, the next transaction finds out
+        whether it happened: a claim stamps its jobs with the owner and ``now``, so jobs
+        running under that stamp were claimed by it, and are returned (rather than left
+        leased to a worker that does not know it holds them).  Finding none, it runs
+        the exchange again -- safe either way: outcomes already applied are ignored
+        the second time.  (After a lost COMMIT the ids it settled are not reported.)
+        """
+        claiming = request is not None and request.limit > 0
 
         def body(conn: psycopg.Connection) -> tuple[list[int], list[Job]]:
             settled = self._settle(conn, owner, outcomes, now) if outcomes else []
-            claimed = self._claim(conn, request, now) if request and request.limit > 0 else []
+            claimed = self._claim(conn, request, now) if claiming else []
             return settled, claimed
 
-        result = self._run("settle and claim", body)
-        if request and request.limit > 0:
+        def after_lost_commit(conn: psycopg.Connection) -> tuple[list[int], list[Job]]:
+            if claiming:
+                stamped = [_row_to_job(row) for row in conn.execute(
+                    f"SELECT {_JOB_COLUMNS} FROM flexiq_jobs WHERE state = 'running' "
+                    f"AND lease_owner = %s AND started_at = %s", (owner, now))]
+                if stamped:
+                    stamped.sort(key=lambda j: (request.queues.index(j.queue), -j.priority, j.run_at, j.id))
+                    return [], stamped
+            return body(conn)
+
+        try:
+            result = self._run(operation, body)
+        except CommitUnknown as exc:
+            log.warning("%s; finding out whether it did.", exc)
+            result = self._run(operation, after_lost_commit)
+        if claiming:
             self._fold_now_and_then()
         return result
 

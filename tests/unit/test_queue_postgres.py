@@ -421,3 +421,56 @@ def test_reads_that_must_agree_run_in_one_read_only_snapshot_and_writes_do_not(p
 
     assert postgres_backend._run("read", isolation, snapshot=True) == ["repeatable read", "on"]
     assert postgres_backend._run("write", isolation) == ["read committed", "off"]
+
+
+def lose_the_next_commit_reply(pg_server, store, monkeypatch):
+    """Make the next transaction commit, then cut its connection before the caller hears so:
+    to the store, the COMMIT may or may not have happened."""
+    import psycopg
+
+    real_once = store._once
+    armed = [True]
+
+    def once_then_cut(conn, body, snapshot, committing):
+        result = real_once(conn, body, snapshot, committing)
+        if armed:
+            armed.clear()
+            cut_connection(pg_server, store)
+            conn.execute("SELECT 1")  # raises: the connection is gone
+            raise AssertionError("the cut connection still answered")
+        return result
+
+    monkeypatch.setattr(store, "_once", once_then_cut)
+    return armed
+
+
+def test_a_claim_whose_commit_reply_was_lost_returns_the_jobs_it_did_claim(pg_server, postgres_backend,
+                                                                          monkeypatch):
+    store = postgres_backend
+    ids = store.enqueue([NewJob(task="t", payload=i) for i in range(5)], now=T0)
+    armed = lose_the_next_commit_reply(pg_server, store, monkeypatch)
+    settled, claimed = store.settle_and_claim("w1", [], ClaimRequest("w1", ("default",), 3), now=T0 + 1)
+    assert not armed  # the commit did happen, and its reply was lost
+    assert [job.id for job in claimed] == ids[:3]
+    assert [store.get(job_id).attempts for job_id in ids] == [1, 1, 1, 0, 0]  # claimed once each
+    assert store.stats("default", now=T0 + 1).running == 3
+
+
+def test_a_settle_whose_commit_reply_was_lost_is_applied_once(pg_server, postgres_backend, monkeypatch):
+    store = postgres_backend
+    store.enqueue([NewJob(task="t") for _ in range(2)], now=T0)
+    held = claim(store)
+    lose_the_next_commit_reply(pg_server, store, monkeypatch)
+    store.settle_and_claim("w1", [Outcome.ack(job.id) for job in held], None, now=T0 + 1)
+    assert [row["outcome"] for row in store.executions()] == ["ack", "ack"]
+    stats = store.stats("default", now=T0 + 1)
+    assert (stats.running, stats.completion_rate * stats.window) == (0, 2)
+
+
+def test_an_enqueue_whose_commit_reply_was_lost_says_so_and_is_not_repeated(pg_server, postgres_backend,
+                                                                           monkeypatch):
+    store = postgres_backend
+    lose_the_next_commit_reply(pg_server, store, monkeypatch)
+    with pytest.raises(StoreUnavailable, match="may or may not have happened"):
+        store.enqueue([NewJob(task="t")], now=T0)
+    assert len(store.list_jobs()) == 1  # it had happened: stored once, not twice
