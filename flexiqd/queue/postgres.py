@@ -10,7 +10,7 @@ A connection that dropped (server restart, ``pg_terminate_backend``, a network
 cut) is opened again and the transaction run again -- when the failure came
 before the COMMIT was sent.  During the COMMIT, nobody knows whether it happened:
 claims find out from the jobs they stamp (``_exchange``); other calls raise
-``CommitUnknown``.  So work is never lost or done twice.  A deadlock or
+``CommitUnknown``, so a worker's claims and results are never lost or doubled.  A deadlock or
 serialization failure is retried like a dropped connection.
 
 ``subscribe`` wakes idle workers with LISTEN/NOTIFY: every transaction that makes
