@@ -107,7 +107,7 @@ def test_workers_claiming_at_once_never_get_the_same_job(pg_server):
         store.close()
 
 
-def test_recovery_from_several_processes_at_once_settles_each_job_once(pg_server):
+def test_recovery_and_purges_from_several_processes_at_once_handle_each_job_once(pg_server):
     url = pg_server.fresh_url()
     stores = [open_backend(url) for _ in range(3)]
     stores[0].enqueue([NewJob(task="t") for _ in range(60)], now=T0)
@@ -117,6 +117,11 @@ def test_recovery_from_several_processes_at_once_settles_each_job_once(pg_server
     assert [row["outcome"] for row in stores[0].executions()] == ["lost"] * 60
     stats = stores[0].stats("default", now=T0 + 100)
     assert (stats.runnable, stats.running) == (60, 0)
+    held = claim(stores[0], "w1", limit=60, now=T0 + 100)
+    stores[0].settle("w1", [Outcome.ack(job.id) for job in held], now=T0 + 101)
+    purged = run_together(3, lambda i: stores[i].purge(states=[JobState.DONE], finished_before=T0 + 200))
+    assert sum(purged) == 60 and stores[0].list_jobs() == [] and stores[0].executions() == []
+    assert stores[0].queues() == []
     for store in stores:
         store.close()
 
