@@ -135,6 +135,18 @@ def build_parser() -> argparse.ArgumentParser:
     autoscale.add_argument("--fleet", choices=["process", "systemd"], default="process")
     autoscale.add_argument("--pool", default="autoscale", help="the pool's name (unit names use it)")
 
+    scaler = commands.add_parser(
+        "scaler", help="serve the KEDA endpoint (/api/scaler, /health) from the store, without the daemon")
+    scaler.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1; a non-loopback one needs --token-file)")
+    scaler.add_argument("--port", type=whole_number(1, 65535), default=8739, help="default 8739")
+    scaler.add_argument("--target-queue-depth", type=_positive_int, default=15,
+                        help="targetValue: jobs (runnable and running) per replica (default 15)")
+    scaler.add_argument("--queue", action="append", default=None,
+                        help="serve only this queue (repeatable; default: every queue in the store)")
+    scaler.add_argument("--token-file", default=None,
+                        help="a file holding the bearer token clients must send (Authorization: Bearer)")
+
     bench = commands.add_parser("bench", help="benchmarks")
     bench.add_argument("what", choices=["policies", "replay"],
                        help="what to run: policies (every policy on every trace, in the simulator) or replay "
@@ -162,6 +174,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _worker(args)
     if args.command == "autoscale":
         return _autoscale(args)
+    if args.command == "scaler":
+        return _scaler(args)
     if args.command == "bench":
         if args.what == "replay":
             from ..sim.replay import main as replay_main
@@ -216,6 +230,17 @@ def _autoscale(args: argparse.Namespace) -> int:
         serve_autoscaler(queue, config)
     finally:
         queue.close()
+    return EXIT_OK
+
+
+def _scaler(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from ..http.standalone import ScalerOptions, serve_scaler
+
+    asyncio.run(serve_scaler(ScalerOptions(
+        url=args.url or default_url(), host=args.host, port=args.port, target=args.target_queue_depth,
+        queues=tuple(args.queue) if args.queue else None, token_file=args.token_file)))
     return EXIT_OK
 
 

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import json
 import os
 import sys
 import time
 from typing import Any, Callable, Sequence
 
-from ..busnames import BUS_NAME, INTERFACE, OBJECT_PATH
+from ..busnames import (BUS_NAME, DBUS_INTERFACE, DBUS_NAME, DBUS_PATH, DEFAULT_SYSTEM_BUS, ERROR_ACCESS_DENIED,
+                        ERROR_DISCONNECTED, ERROR_NAME_HAS_NO_OWNER, ERROR_NO_REPLY, ERROR_SERVICE_UNKNOWN,
+                        ERROR_TIMEOUT, ERROR_UNKNOWN_INTERFACE, ERROR_UNKNOWN_METHOD, ERROR_UNKNOWN_OBJECT,
+                        INTERFACE, OBJECT_PATH, SIGNAL_CONFIG_RELOADED, SIGNAL_SCALE_EVENT)
 from ..durations import format_duration
 from .argtypes import duration, whole_number
+from .live import LiveView
 from .render import render_event, render_status
 
 EXIT_OK = 0
@@ -26,7 +29,6 @@ EXIT_USAGE = 2        # bad command-line arguments (argparse's own code)
 EXIT_NOT_RUNNING = 3  # nothing to talk to: no flexiqd on the bus, or no bus at all
 EXIT_INTERRUPTED = 130
 
-DEFAULT_SYSTEM_BUS = "unix:path=/run/dbus/system_bus_socket"  # as sd-bus and dbus-fast default
 CALL_TIMEOUT = 30.0      # seconds for one call; D-Bus's own default is 25s
 RELOAD_TIMEOUT = 30.0    # seconds for flexiqd to report a reload's outcome
 MAX_UINT32 = 2**32 - 1
@@ -45,17 +47,16 @@ class CtlError(Exception):
 
 def error_from_reply(name: str, text: str, where: str) -> CtlError:
     """A D-Bus error reply as flexiqctl reports it: the one table of error names."""
-    if name in ("org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner"):
+    if name in (ERROR_SERVICE_UNKNOWN, ERROR_NAME_HAS_NO_OWNER):
         return CtlError(f"flexiqd is not running (nothing owns {BUS_NAME} on {where}); {START_HINT}",
                         EXIT_NOT_RUNNING)
-    if name == "org.freedesktop.DBus.Error.AccessDenied":
+    if name == ERROR_ACCESS_DENIED:
         return CtlError(f"permission denied ({ACCESS_HINT}): {text}")
-    if name == "org.freedesktop.DBus.Error.Disconnected":
+    if name == ERROR_DISCONNECTED:
         return CtlError(f"lost the connection to {where}; {START_HINT}", EXIT_NOT_RUNNING)
-    if name in ("org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Timeout"):
+    if name in (ERROR_NO_REPLY, ERROR_TIMEOUT):
         return CtlError(f"flexiqd did not answer: {text}")
-    if name in ("org.freedesktop.DBus.Error.UnknownMethod", "org.freedesktop.DBus.Error.UnknownObject",
-                "org.freedesktop.DBus.Error.UnknownInterface"):
+    if name in (ERROR_UNKNOWN_METHOD, ERROR_UNKNOWN_OBJECT, ERROR_UNKNOWN_INTERFACE):
         return CtlError(f"the flexiqd on {where} does not understand this request (a different version?): {text}")
     return CtlError(text or name)
 
@@ -118,8 +119,7 @@ class Client:
         self.bus.add_message_handler(on_message)
         rule = (f"type='signal',sender='{BUS_NAME}',path='{OBJECT_PATH}',interface='{INTERFACE}',"
                 f"member='{member}'")
-        await self.call("AddMatch", "s", [rule], interface="org.freedesktop.DBus",
-                        destination="org.freedesktop.DBus", path="/org/freedesktop/DBus")
+        await self.call("AddMatch", "s", [rule], interface=DBUS_INTERFACE, destination=DBUS_NAME, path=DBUS_PATH)
 
     async def status(self) -> dict[str, Any]:
         return json.loads((await self.call("Status"))[0])
@@ -148,17 +148,13 @@ async def cmd_events(client: Client, args: argparse.Namespace) -> int:
     signals: asyncio.Queue = asyncio.Queue()
     if args.follow:
         # Subscribe before reading the history: an event between the two is not lost.
-        await client.subscribe("ScaleEvent", signals.put_nowait)
-    last = args.since
+        await client.subscribe(SIGNAL_SCALE_EVENT, signals.put_nowait)
+    shown = 0  # the sequence number printed last
     for event in await client.events(args.since):
         _show_event(event, args.json)
-        last = max(last, event["seq"])
+        shown = max(shown, event["seq"])
     if not args.follow:
         return EXIT_OK
-    # Each signal is one event; the full record (seq, time, rationale) comes from Events.
-    # An event already printed by an earlier fetch is matched to its signal here, and a
-    # signal with no record (a daemon that kept no history) is printed from the signal.
-    unmatched: collections.deque = collections.deque(maxlen=1000)
     disconnected = asyncio.ensure_future(client.bus.wait_for_disconnect())
     while True:
         getter = asyncio.ensure_future(signals.get())
@@ -166,18 +162,28 @@ async def cmd_events(client: Client, args: argparse.Namespace) -> int:
         if not getter.done():
             getter.cancel()
             raise CtlError(f"lost the connection to {client.address}", EXIT_NOT_RUNNING)
-        pool, previous, desired, reason = getter.result()
-        key = (pool, previous, desired, reason)
-        if key not in unmatched:
-            for event in await client.events(last):
-                _show_event(event, args.json)
-                last = max(last, event["seq"])
-                unmatched.append((event["pool"], event["previous"], event["desired"], event["reason"]))
-        if key in unmatched:
-            unmatched.remove(key)
-        else:
-            _show_event({"seq": "?", "at": time.time(), "pool": pool, "previous": previous,
-                         "desired": desired, "reason": reason, "rationale": ""}, args.json)
+        shown = await follow_event(client, getter.result(), shown, args.since, args.json)
+
+
+async def follow_event(client: Client, body: list[Any], shown: int, since: int, as_json: bool) -> int:
+    """Print the event one ScaleEvent signal announces (and any before it not printed yet).
+
+    ``shown`` is the sequence number printed last; the one printed last after this is returned.
+    The full record (time, rationale) comes from Events; the signal's own sequence
+    number says whether it was printed already.  An event Events does not return
+    (no longer kept, or not after ``--since``) is printed from the signal itself.
+    """
+    pool, previous, desired, reason, seq = body
+    if seq <= shown:
+        return shown
+    for event in await client.events(max(shown, since)):
+        _show_event(event, as_json)
+        shown = max(shown, event["seq"])
+    if shown < seq:
+        _show_event({"seq": seq, "at": time.time(), "pool": pool, "previous": previous,
+                     "desired": desired, "reason": reason, "rationale": ""}, as_json)
+        shown = seq
+    return shown
 
 
 async def cmd_scale(client: Client, args: argparse.Namespace) -> int:
@@ -211,7 +217,7 @@ async def cmd_reload(client: Client, args: argparse.Namespace) -> int:
         if not outcome.done():
             outcome.set_result(body)
 
-    await client.subscribe("ConfigReloaded", reported)
+    await client.subscribe(SIGNAL_CONFIG_RELOADED, reported)
     await client.call("Reload")
     try:
         ok, message = await asyncio.wait_for(outcome, RELOAD_TIMEOUT)
@@ -225,21 +231,25 @@ async def cmd_reload(client: Client, args: argparse.Namespace) -> int:
 
 
 async def cmd_watch(client: Client, args: argparse.Namespace) -> int:
-    clear = "\x1b[H\x1b[2J" if sys.stdout.isatty() else ""
+    """The status screen every interval, redrawn in place on a terminal, until Ctrl-C (exit 130)."""
     first = True
-    while True:
+    with LiveView(sys.stdout) as view:
         try:
-            body = render_status(await client.status())
-        except CtlError as exc:
-            if first:
-                raise
-            body = f"flexiqctl: {exc}"  # keep watching: the daemon may come back
-        first = False
-        header = (f"every {format_duration(args.interval)}, Ctrl-C to quit"
-                  f"{' ' * 4}{time.strftime('%H:%M:%S')}")
-        sys.stdout.write(f"{clear}{header}\n\n{body}\n" + ("" if clear else "\n"))
-        sys.stdout.flush()
-        await asyncio.sleep(args.interval)
+            while True:
+                try:
+                    body = render_status(await client.status())
+                except CtlError as exc:
+                    if first:
+                        raise
+                    body = f"flexiqctl: {exc}"  # keep watching: the daemon may come back
+                first = False
+                header = (f"every {format_duration(args.interval)}, Ctrl-C to quit"
+                          f"{' ' * 4}{time.strftime('%H:%M:%S')}")
+                view.show(f"{header}\n\n{body}")
+                await asyncio.sleep(args.interval)
+        except asyncio.CancelledError:
+            # Ctrl-C: asyncio.run cancels this task; the view gives the cursor back on the way out.
+            return EXIT_INTERRUPTED
 
 
 COMMANDS = {"status": cmd_status, "events": cmd_events, "scale": cmd_scale, "unpin": cmd_simple,

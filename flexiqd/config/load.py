@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import ipaddress
 import re
 from typing import Any, Mapping
 
@@ -20,9 +21,10 @@ from ..fleet.base import POOL_NAME, Credential
 from ..policy.config import Dependency, pool_policy_from_mapping
 from ..policy.errors import PolicyConfigError
 from ..queue.url import check_url
-from .model import DEFAULT_STORE, DaemonConfig, FlexiqOptions, PoolConfig
+from .model import DEFAULT_HTTP_PORT, DEFAULT_STORE, DaemonConfig, FlexiqOptions, HttpConfig, PoolConfig
 
-TOP_KEYS = ("store", "tick", "fleet", "retention", "dead_retention", "dependencies", "pools")
+TOP_KEYS = ("store", "tick", "fleet", "retention", "dead_retention", "dependencies", "pools", "http")
+HTTP_KEYS = ("listen", "token_file", "allow_remote", "scaler_target")
 POOL_KEYS = ("app", "queues", "concurrency", "batch_size", "drain_timeout", "lease", "policy", "environment",
              "credentials", "resources", "min_workers", "max_workers", "scale_to_zero", "cpu_bound", "targets",
              "behavior", "knee", "uses", "flexiq")
@@ -143,9 +145,59 @@ def _daemon(data: Any, path: str, fleet_override: str | None) -> DaemonConfig:
              for name, value in _mapping(pools_data, "pools").items()}
     retention = _duration(data.get("retention", "7d"), "retention")
     dead_retention = _duration(data.get("dead_retention", "30d"), "dead_retention")
+    http = _http(data["http"]) if data.get("http") is not None else None
     return DaemonConfig(path=path, store=store, tick=tick, fleet=fleet, retention=retention,
                         dead_retention=dead_retention,
-                        dependencies=dependencies, pools=pools)
+                        dependencies=dependencies, pools=pools, http=http)
+
+
+def parse_listen(value: Any, where: str) -> tuple[str, int]:
+    """``127.0.0.1:8739``, ``[::1]:8739``, ``localhost:8739`` or a bare port -> (host, port)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        host, port_text = "127.0.0.1", str(value)
+    elif isinstance(value, str):
+        match = re.match(r"^(?:\[([0-9A-Fa-f:.]+)\]|([^:\[\]]*)):(\d{1,5})$", value.strip())
+        if not match:
+            raise _fail(where, f"must be host:port such as 127.0.0.1:{DEFAULT_HTTP_PORT} "
+                               f"(an IPv6 address in brackets), got {_show(value)}")
+        host, port_text = match.group(1) or match.group(2), match.group(3)
+    else:
+        raise _fail(where, f"must be host:port such as 127.0.0.1:{DEFAULT_HTTP_PORT}, got {_show(value)}")
+    port = int(port_text)
+    if not 1 <= port <= 65535:
+        raise _fail(where, f"the port must be between 1 and 65535, got {port}")
+    if host != "localhost":
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise _fail(where, f"the host must be an IP address or localhost, got {host!r}") from None
+    return host, port
+
+
+def is_loopback(host: str) -> bool:
+    return host == "localhost" or ipaddress.ip_address(host).is_loopback
+
+
+def _http(value: Any) -> HttpConfig:
+    value = _mapping(value, "http")
+    _known(value, HTTP_KEYS, "http")
+    host, port = parse_listen(value.get("listen", f"127.0.0.1:{DEFAULT_HTTP_PORT}"), "http.listen")
+    allow_remote = value.get("allow_remote", False)
+    if not isinstance(allow_remote, bool):
+        raise _fail("http.allow_remote", f"must be true or false, got {_show(allow_remote)}")
+    token_file = value.get("token_file")
+    if token_file is not None and (not isinstance(token_file, str) or not token_file.startswith("/")):
+        raise _fail("http.token_file", f"must be an absolute file path, got {_show(token_file)}")
+    if not is_loopback(host):
+        if not allow_remote:
+            raise _fail("http.listen", f"{host} is not a loopback address: set http.allow_remote: true "
+                                       f"(and http.token_file) to serve other machines")
+        if token_file is None:
+            raise _fail("http.token_file", f"is required to listen on {host}, which is not loopback: "
+                                           f"other machines must present a bearer token")
+    target = _int(value.get("scaler_target", 15), "http.scaler_target", 1)
+    return HttpConfig(host=host, port=port, token_file=token_file, allow_remote=allow_remote,
+                      scaler_target=target)
 
 
 def _dependency(name: str, value: Any) -> Dependency:

@@ -51,6 +51,22 @@ class PoolConfig:
                           credentials=self.credentials)
 
 
+# The port flexiqd serves /metrics and /api/scaler on unless told otherwise: outside the
+# 9100-9999 range of Prometheus's port allocations, which is fully taken (docs/metrics.md).
+DEFAULT_HTTP_PORT = 8739
+
+
+@dataclasses.dataclass(frozen=True)
+class HttpConfig:
+    """The HTTP endpoint: /metrics, /api/scaler and /health."""
+
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_HTTP_PORT
+    token_file: str | None = None       # a bearer token, required off loopback
+    allow_remote: bool = False          # must be said to bind a non-loopback address
+    scaler_target: int = 15             # KEDA's targetValue: jobs per replica
+
+
 @dataclasses.dataclass(frozen=True)
 class DaemonConfig:
     """The whole file."""
@@ -63,4 +79,5 @@ class DaemonConfig:
     pools: Mapping[str, PoolConfig]
     retention: float = 7 * 86400.0       # finished (done, cancelled) jobs are kept this long
     dead_retention: float = 30 * 86400.0  # dead-lettered jobs are kept this long
+    http: HttpConfig | None = None        # None: no HTTP endpoint
     source: str = dataclasses.field(default="", repr=False)  # the file's text, as validated

@@ -28,7 +28,8 @@ from ..config.model import DaemonConfig, PoolConfig
 from ..config.runtime import write_paused_pools
 from ..errors import ControlError, FleetError, QueueError
 from ..fleet.base import Fleet, WorkerInfo, WorkerState, instance_name, parse_instance
-from ..policy import Decision, History, Observation, PoolMetrics
+from ..logs import MessageId, journal
+from ..policy import CapValue, Decision, History, Observation, PoolMetrics
 from ..policy.economics import lead_time, start_cost_or_default
 from ..queue.backend import Backend
 from ..queue.owners import owner_parts, process_exists, this_host
@@ -119,6 +120,7 @@ class Controller:
         self._warned_p99: set[str] = set()
         self._maintained_at: float | None = None
         self._resuming: dict[str, set[str]] = {}   # pool -> instances to tell "resume" once ready
+        self._binding_caps: dict[str, CapValue | None] = {}  # pool -> the cap that last bound its count
         loaded = self.intent.load(clock())
         self.overrides: dict[str, Override] = {n: o for n, o in loaded.items() if n in config.pools}
         for name, override in sorted(self.overrides.items()):
@@ -141,6 +143,7 @@ class Controller:
         """
         self.config = config
         self.histories = {name: h for name, h in self.histories.items() if name in config.pools}
+        self._binding_caps = {name: c for name, c in self._binding_caps.items() if name in config.pools}
         self.start_costs.forget_pools(config.pools)
         kept = {name: o for name, o in self.overrides.items() if name in config.pools}
         if kept != self.overrides:
@@ -180,6 +183,7 @@ class Controller:
         decided = decide_pools(self.config, seen.observations, self.histories, now)
         decisions = {name: self._steer(decision, now) for name, decision in decided.items()}
         for name, decision in decisions.items():
+            self._note_binding_cap(decision, seen.observations[name])
             self._apply(self.config.pools[name], decision, seen, now)
         self.views = {name: self._view(name, decisions.get(name), seen) for name in self.config.pools
                       if name in seen.observations}
@@ -247,7 +251,8 @@ class Controller:
         history = decision.history
         override = self.overrides.get(name)
         if override is not None and override.expired(now):
-            log.info("Pool %s: the operator's pin ended; the policy decides again.", name)
+            log.info("Pool %s: the operator's pin ended; the policy decides again.", name,
+                     extra=journal(MessageId.OPERATOR_OVERRIDE, POOL=name, ACTION="pin-ended"))
             del self.overrides[name]
             self._intent_changed()
             override = None
@@ -324,7 +329,8 @@ class Controller:
             log.warning("Queue maintenance failed (it is retried in a minute): %s", exc)
             return
         if recovered:
-            log.warning("Made %d jobs with expired leases runnable again.", recovered)
+            log.warning("Made %d jobs with expired leases runnable again.", recovered,
+                        extra=journal(MessageId.EXPIRED_LEASES_RECOVERED, JOBS=recovered))
         if purged:
             log.info("Removed %d finished jobs past their retention.", purged)
 
@@ -354,7 +360,7 @@ class Controller:
         self.activity = f"resizing pool {pool.name}"
         if decision.changed:
             line = self._line(pool.name, decision, seen.observations[pool.name])
-            log.info("%s", line)
+            log.info("%s", line, extra=_decision_fields(decision))
             self.events.record(now, pool.name, decision.current, decision.desired, decision.reason, line)
             try:
                 if decision.desired > decision.current:
@@ -371,6 +377,27 @@ class Controller:
                 log.error("Pool %s: could not apply %d -> %d: %s", pool.name, decision.current,
                           decision.desired, exc)
         self._hold_pause(pool.name, workers)
+
+    def _note_binding_cap(self, decision: Decision, obs: Observation) -> None:
+        """Log when another cap (or none) starts to bound the pool's count."""
+        if obs.metrics is None:
+            return  # a hold for want of stats says nothing about the caps
+        name, binding = decision.pool, decision.binding_cap
+        if name in self._binding_caps and self._binding_caps[name] == binding:
+            return
+        before = self._binding_caps.get(name)
+        self._binding_caps[name] = binding
+        if binding is None and before is None:
+            return  # the pool's first decision, uncapped: nothing changed
+        fields = journal(MessageId.BINDING_CAP_CHANGED, POOL=name, CAP=binding.cap if binding else "none",
+                         CAP_WORKERS=binding.workers if binding else None,
+                         PREVIOUS_CAP=before.cap if before else "none", REASON=decision.reason)
+        if binding is None:
+            log.info("Pool %s: no cap bounds its count any more (was %s=%d).", name, before.cap, before.workers,
+                     extra=fields)
+        else:
+            log.info("Pool %s: bounded by cap %s=%d (wanted %d).", name, binding.cap, binding.workers,
+                     decision.raw_desired, extra=fields)
 
     def _check_drain_budget(self, pool: PoolConfig, p99: float | None) -> None:
         """Warn (once, until it is fixed) when a scale-in would have to release p99 jobs."""
@@ -423,9 +450,15 @@ class Controller:
             except QueueError as exc:
                 log.warning("Could not release the jobs of dead worker %s: %s", instance, exc)
                 continue
-            log.warning("Worker %s (pid %d) is gone: released its %d jobs to run again.",
-                        instance, pid, recovered)
+            log.warning("Worker %s (pid %d) is gone: released its %d jobs to run again.", instance, pid, recovered,
+                        extra=self._released_fields(instance, pid, recovered))
         return busy
+
+    def _released_fields(self, instance: str, pid: int, jobs: int) -> dict:
+        # UNIT= only where workers are units: the process fleet's have the same names but no unit.
+        unit = f"flexiq-worker@{instance}.service" if self.config.fleet == "systemd" else None
+        return journal(MessageId.DEAD_WORKER_JOBS_RELEASED, POOL=parse_instance(instance)[0], WORKER=instance,
+                       UNIT=unit, WORKER_PID=pid, JOBS=jobs)
 
     def _forget_failed(self, workers: list[WorkerInfo]) -> None:
         for worker in workers:
@@ -466,7 +499,9 @@ class Controller:
                                         paused=self.overrides.get(name, Override()).paused)
         self._intent_changed()
         log.info("Pool %s pinned at %d workers%s by an operator.", name, workers,
-                 f" for {seconds:g}s" if seconds else "")
+                 f" for {seconds:g}s" if seconds else "",
+                 extra=journal(MessageId.OPERATOR_OVERRIDE, POOL=name, ACTION="pin", TO=workers,
+                               DURATION_SEC=f"{seconds:g}" if seconds else None))
 
     def unpin(self, name: str) -> None:
         self._pool(name)
@@ -474,14 +509,16 @@ class Controller:
         if override is not None and override.paused:
             self.overrides[name] = Override(paused=True)
         self._intent_changed()
-        log.info("Pool %s unpinned: the policy decides again.", name)
+        log.info("Pool %s unpinned: the policy decides again.", name,
+                 extra=journal(MessageId.OPERATOR_OVERRIDE, POOL=name, ACTION="unpin"))
 
     def drain(self, name: str) -> None:
         """Drain every worker of the pool and keep it at zero until ``unpin``."""
         self._pool(name)
         self.overrides[name] = Override(pinned=0, until=None)
         self._intent_changed()
-        log.info("Pool %s: draining every worker by an operator's request.", name)
+        log.info("Pool %s: draining every worker by an operator's request.", name,
+                 extra=journal(MessageId.OPERATOR_OVERRIDE, POOL=name, ACTION="drain", TO=0))
 
     def pause(self, name: str) -> None:
         """Workers stop claiming (nothing is killed) and the pool is held as it is."""
@@ -491,7 +528,8 @@ class Controller:
         self._resuming.pop(name, None)
         self._intent_changed()  # first: a worker starting now reads it
         self.fleet.set_paused(self._workers_of(name), True)
-        log.info("Pool %s paused: its workers claim nothing new.", name)
+        log.info("Pool %s paused: its workers claim nothing new.", name,
+                 extra=journal(MessageId.OPERATOR_OVERRIDE, POOL=name, ACTION="pause"))
 
     def resume(self, name: str) -> None:
         self._pool(name)
@@ -503,7 +541,7 @@ class Controller:
         # Those still starting may have read the file before: tell them once they are ready.
         self._resuming[name] = {w.instance for w in workers if w.state is WorkerState.STARTING}
         self.fleet.set_paused(workers, False)
-        log.info("Pool %s resumed.", name)
+        log.info("Pool %s resumed.", name, extra=journal(MessageId.OPERATOR_OVERRIDE, POOL=name, ACTION="resume"))
 
     def _workers_of(self, name: str) -> list[WorkerInfo]:
         return [w for w in self.fleet.list() if w.pool == name
@@ -526,6 +564,14 @@ class Controller:
                          f"{format_duration(metrics.oldest_runnable_age)} "
                          f"ttd {format_duration(metrics.time_to_drain)}")
         return "; ".join(parts) or "no pools"
+
+
+def _decision_fields(decision: Decision) -> dict:
+    """The journal fields of a scale decision (``journalctl POOL=default MESSAGE_ID=...``)."""
+    cap = decision.binding_cap
+    return journal(MessageId.SCALE_DECISION, POOL=decision.pool, FROM=decision.current, TO=decision.desired,
+                   REASON=decision.reason, SIGNAL=decision.winner, CAP=cap.cap if cap else None,
+                   CAP_WORKERS=cap.workers if cap else None)
 
 
 def _describe(override: Override) -> str:

@@ -1,24 +1,25 @@
 """flexiqd's D-Bus API: ``org.flexiq.flexiqd1`` on the system bus, for flexiqctl and others.
 
     bus name   org.flexiq.flexiqd1
-    object     /org/flexiq/flexiqd1
-    interface  org.flexiq.flexiqd1.Manager
+    objects    /org/flexiq/flexiqd1             org.flexiq.flexiqd1.Manager, ObjectManager
+               /org/flexiq/flexiqd1/pool/<name> org.flexiq.flexiqd1.Pool (dbus_pools.py)
 
 Read-only members (``Status``, ``Events``, the properties) are for everyone;
 mutating ones (``Scale``, ``Unpin``, ``Pause``, ``Resume``, ``Drain``,
-``Reload``) for root and members of the ``flexiq`` group.  The bus policy
-(``/usr/share/dbus-1/system.d/org.flexiq.flexiqd1.conf``) enforces that first;
-the daemon checks again with the caller's credentials as the bus reports them,
-so a missing or loosened policy file does not open the controls to every user.
+``Reload``, on the manager and on each pool) for root and members of the
+``flexiq`` group.  The bus policy (``/usr/share/dbus-1/system.d/org.flexiq.flexiqd1.conf``)
+enforces that first; the daemon checks again with the caller's credentials as the
+bus reports them, so a missing or loosened policy file does not open the controls
+to every user.
 
 A ``@method`` handler of dbus-fast does not see its caller, so mutating calls
 are taken before dbus-fast dispatches them (``bus.add_message_handler``): ask
 the bus who sent it (``GetConnectionCredentials``), then run or refuse it.  The
 ``@method`` stubs exist for introspection only and refuse if ever reached.
 
-Everything that touches the controller runs on the daemon's I/O thread
-(``daemon.io``): the controller is not thread-safe.  docs/dbus-api.md describes
-every member and the ``Status`` document.
+The service sees the daemon only through ``ApiPort`` (api_port.py).  It lives on
+the daemon's event loop and is not thread-safe.  docs/dbus-api.md describes every
+member and the ``Status`` document.
 """
 
 from __future__ import annotations
@@ -28,26 +29,25 @@ import grp
 import json
 import logging
 import math
-import time
-from typing import TYPE_CHECKING, Any, Awaitable, Iterable, Mapping
+from typing import Any, Awaitable, Coroutine, Iterable, Mapping
 
 from dbus_fast import BusType, DBusError, Message, MessageFlag, MessageType, NameFlag, RequestNameReply
 from dbus_fast.aio import MessageBus
 from dbus_fast.service import PropertyAccess, ServiceInterface, dbus_property, method, signal
 
 from .. import __version__
-from ..busnames import (BUS_NAME, ERROR_ACCESS_DENIED, ERROR_FAILED, ERROR_INVALID_ARGS, INTERFACE,
-                        OBJECT_PATH, OPERATOR_GROUP)
+from ..busnames import (BUS_NAME, DBUS_INTERFACE, DBUS_NAME, DBUS_PATH, ERROR_ACCESS_DENIED, ERROR_FAILED,
+                        ERROR_INVALID_ARGS, INTERFACE, OBJECT_MANAGER_INTERFACE, OBJECT_PATH, OPERATOR_GROUP,
+                        POOL_INTERFACE, POOL_PATH_PREFIX, SIGNAL_CONFIG_RELOADED, SIGNAL_SCALE_EVENT,
+                        pool_from_path)
 from ..errors import ControlError, FlexiqdError
-from .documents import event_document, status_document
-
-if TYPE_CHECKING:
-    from .service import Daemon
+from .api_port import ApiPort
+from .dbus_pools import POOL_MUTATING, PoolInterface, PoolObjects
 
 log = logging.getLogger(__name__)
 
 
-# Mutating members and their input signatures: the credentials check covers exactly these.
+# Mutating members of the manager and their input signatures: the credentials check covers exactly these.
 MUTATING = {"Scale": "sud", "Unpin": "s", "Pause": "s", "Resume": "s", "Drain": "s", "Reload": ""}
 
 CONNECT_TIMEOUT = 10.0   # seconds to reach the bus and own the name at startup
@@ -69,24 +69,70 @@ def operator_gid() -> int | None:
         return None
 
 
-# -- the interface ------------------------------------------------------------------------------
+def mutating_request(msg: Message, pools: PoolObjects) -> tuple[str, list[Any]] | None:
+    """(member, arguments as the manager takes them) of a mutating call; None for any other message.
+
+    A pool object's call gets its pool as first argument: ``Pause()`` on
+    ``.../pool/default`` is the manager's ``Pause("default")``.
+    """
+    if msg.message_type is not MessageType.METHOD_CALL:
+        return None
+    if msg.path == OBJECT_PATH and msg.interface == INTERFACE and MUTATING.get(msg.member) == msg.signature:
+        return msg.member, list(msg.body)
+    pool = pool_from_path(msg.path or "")
+    if (pool is not None and pool in pools and msg.interface == POOL_INTERFACE
+            and POOL_MUTATING.get(msg.member) == msg.signature):
+        return msg.member, [pool, *msg.body]
+    return None  # dbus-fast dispatches it (or replies UnknownMethod/UnknownObject)
+
+
+# -- the bus -----------------------------------------------------------------------------------------
+
+class ApiBus(MessageBus):
+    """A MessageBus whose ObjectManager signals come from the manager object, as the specification says.
+
+    dbus-fast emits InterfacesAdded/InterfacesRemoved from the added object's own
+    path, where a client following the manager (sd-bus, GDBus, ``busctl monitor
+    --match path=/org/flexiq/flexiqd1``) does not look.
+    """
+
+    def _emit_interface_added(self, path: str, interface: ServiceInterface) -> None:
+        if self._disconnected or not isinstance(interface, PoolInterface):
+            return  # nothing manages the manager object itself
+        self.send(Message.new_signal(OBJECT_PATH, OBJECT_MANAGER_INTERFACE, "InterfacesAdded",
+                                     "oa{sa{sv}}", [path, {interface.name: interface.variants()}]))
+
+    def _emit_interface_removed(self, path: str, removed_interfaces: list[str]) -> None:
+        if self._disconnected or not path.startswith(POOL_PATH_PREFIX):
+            return
+        self.send(Message.new_signal(OBJECT_PATH, OBJECT_MANAGER_INTERFACE, "InterfacesRemoved",
+                                     "oas", [path, list(removed_interfaces)]))
+
+
+# -- the manager interface ----------------------------------------------------------------------------
 
 class ManagerInterface(ServiceInterface):
     """``org.flexiq.flexiqd1.Manager``.  Lives on the daemon's event loop; not thread-safe."""
 
-    def __init__(self, api: "ApiService") -> None:
+    def __init__(self, port: ApiPort) -> None:
         super().__init__(INTERFACE)
-        self._api = api
+        self._port = port
 
     # read-only -----------------------------------------------------------------------------
 
     @method(name="Status")
     async def status(self) -> "s":
-        return await _answer("Status", self._api.status_json())
+        return await _answer("Status", self._status_json())
 
     @method(name="Events")
     async def events(self, since: "t") -> "s":
-        return await _answer("Events", self._api.events_json(since))
+        return await _answer("Events", self._events_json(since))
+
+    async def _status_json(self) -> str:
+        return json.dumps(await self._port.status())
+
+    async def _events_json(self, since: int) -> str:
+        return json.dumps(await self._port.events_since(since))
 
     @dbus_property(access=PropertyAccess.READ, name="Version")
     def version(self) -> "s":
@@ -94,15 +140,15 @@ class ManagerInterface(ServiceInterface):
 
     @dbus_property(access=PropertyAccess.READ, name="ConfigPath")
     def config_path(self) -> "s":
-        return self._api.daemon.options.config_path
+        return self._port.config_path
 
     @dbus_property(access=PropertyAccess.READ, name="ConfigError")
     def config_error(self) -> "s":
-        return self._api.daemon.config_error or ""
+        return self._port.config_error() or ""
 
     @dbus_property(access=PropertyAccess.READ, name="Pools")
     def pools(self) -> "as":
-        return self._api.pool_names()
+        return self._port.pool_names()
 
     # mutating: taken by ApiService._intercept after the credentials check; never reached ------
 
@@ -132,11 +178,11 @@ class ManagerInterface(ServiceInterface):
 
     # signals -----------------------------------------------------------------------------------
 
-    @signal(name="ScaleEvent")
-    def scale_event(self, pool: str, previous: int, desired: int, reason: str) -> "suus":
-        return [pool, previous, desired, reason]
+    @signal(name=SIGNAL_SCALE_EVENT)
+    def scale_event(self, pool: str, previous: int, desired: int, reason: str, seq: int) -> "suust":
+        return [pool, previous, desired, reason, seq]
 
-    @signal(name="ConfigReloaded")
+    @signal(name=SIGNAL_CONFIG_RELOADED)
     def config_reloaded(self, ok: bool, message: str) -> "bs":
         return [ok, message]
 
@@ -159,15 +205,19 @@ def _unchecked() -> DBusError:
 
 
 class ApiService:
-    """The exported object, its name and the checks around it.  Owned by the daemon's loop."""
+    """The exported objects, the name and the checks around them.  Owned by the daemon's loop."""
 
-    def __init__(self, daemon: "Daemon", bus: MessageBus) -> None:
-        self.daemon = daemon
+    def __init__(self, port: ApiPort, bus: Any) -> None:
+        self.port = port
         self.bus = bus
-        self.interface = ManagerInterface(self)
+        self.interface = ManagerInterface(port)
+        self.pools = PoolObjects(bus)
         self._tasks: set[asyncio.Task] = set()
         self._published = self._properties()
         self._closing = False
+        self._subscribed = False
+        self._refresh: asyncio.Task | None = None
+        self._refresh_again = False
         self._watch: asyncio.Task | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -175,6 +225,11 @@ class ApiService:
     async def start(self) -> None:
         self.bus.add_message_handler(self._intercept)
         self.bus.export(OBJECT_PATH, self.interface)
+        # The pool objects exist before the name appears: a client that sees the name finds them.
+        try:
+            self.pools.update(await self.port.status())
+        except Exception:  # the first tick's refresh adds them
+            log.exception("Could not read the status for the pool objects.")
         try:
             reply = await self.bus.request_name(BUS_NAME, NameFlag.DO_NOT_QUEUE)
         except DBusError as exc:
@@ -184,7 +239,10 @@ class ApiService:
             ) from None
         if reply not in (RequestNameReply.PRIMARY_OWNER, RequestNameReply.ALREADY_OWNER):
             raise FlexiqdError(f"{BUS_NAME} is already owned by another process: is another flexiqd running?")
-        self.daemon.listeners.append(self._on_daemon_event)
+        self.port.subscribe(self._on_change)
+        self._subscribed = True
+        # Not among the tasks close() cancels: cancelling a wait for the disconnection would cancel
+        # dbus-fast's one future for it, and close() waits on that future too.
         self._watch = asyncio.get_running_loop().create_task(self._watch_disconnect())
         log.info("Offering %s at %s on the bus.", BUS_NAME, OBJECT_PATH)
 
@@ -193,8 +251,8 @@ class ApiService:
         if self._closing:
             return
         self._closing = True
-        if self._on_daemon_event in self.daemon.listeners:
-            self.daemon.listeners.remove(self._on_daemon_event)
+        if self._subscribed:
+            self.port.unsubscribe(self._on_change)
         for task in list(self._tasks):
             task.cancel()
         self.bus.disconnect()
@@ -202,6 +260,13 @@ class ApiService:
             await asyncio.wait_for(self.bus.wait_for_disconnect(), CLOSE_TIMEOUT)
         except Exception:  # disconnecting is all that matters; how it ended does not
             pass
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task:
+        """Run ``work`` on the loop; close() cancels it."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _watch_disconnect(self) -> None:
         try:
@@ -214,41 +279,18 @@ class ApiService:
         if not self._closing:
             log.warning("The bus closed the connection: flexiqctl cannot reach this daemon until it restarts.")
 
-    # -- read-only ----------------------------------------------------------------------------------
-
-    async def status_json(self) -> str:
-        daemon = self.daemon
-        config_path, config_error = daemon.options.config_path, daemon.config_error
-
-        def build() -> dict[str, Any]:
-            controller = daemon.controller
-            if controller is None:
-                return status_document(daemon.config, config_path, config_error, {}, {}, time.time())
-            return status_document(controller.config, config_path, config_error, controller.views,
-                                   controller.overrides, time.time())
-
-        return json.dumps(await daemon.io(build))
-
-    async def events_json(self, since: int) -> str:
-        controller = self.daemon.controller
-        if controller is None:
-            return "[]"
-        events = await self.daemon.io(controller.events.since, since)
-        return json.dumps([event_document(e) for e in events])
-
-    def pool_names(self) -> list[str]:
-        config = self.daemon.config
-        return sorted(config.pools) if config is not None else []
+    # -- the daemon's changes, as signals -----------------------------------------------------------
 
     def _properties(self) -> dict[str, Any]:
-        return {"ConfigError": self.daemon.config_error or "", "Pools": self.pool_names()}
+        return {"ConfigError": self.port.config_error() or "", "Pools": self.port.pool_names()}
 
-    # -- signals --------------------------------------------------------------------------------
-
-    def _on_daemon_event(self, kind: str, payload: Any) -> None:
-        """A Daemon listener (called on the loop): turn the daemon's events into signals."""
+    def _on_change(self, kind: str, payload: Any) -> None:
+        """The port's listener (called on the loop): turn the daemon's changes into signals."""
+        if self._closing:
+            return
         if kind == "scale":
-            self.interface.scale_event(payload.pool, payload.current, payload.desired, payload.reason)
+            self.interface.scale_event(payload.pool, payload.previous, payload.desired, payload.reason,
+                                       payload.seq)
         elif kind == "reload":
             ok, message = payload
             self.interface.config_reloaded(bool(ok), str(message))
@@ -257,42 +299,63 @@ class ApiService:
             self._published = current
             if changed:
                 self.interface.emit_properties_changed(changed)
+            self._refresh_pools()  # a reload may add or remove pools
+        elif kind == "tick":
+            self._refresh_pools()
+
+    def _refresh_pools(self) -> None:
+        """Bring the pool objects up to date, once more if asked again meanwhile (never two at once)."""
+        if self._refresh is not None and not self._refresh.done():
+            self._refresh_again = True
+            return
+        self._refresh = self._spawn(self._update_pools())
+
+    async def _update_pools(self) -> None:
+        while True:
+            self._refresh_again = False
+            try:
+                document = await self.port.status()
+            except Exception:  # the next tick tries again; the objects keep their values meanwhile
+                log.exception("Could not read the status for the pool objects.")
+                return
+            if self._closing:
+                return
+            self.pools.update(document)
+            if not self._refresh_again:
+                return
 
     # -- mutating calls: check the caller, then act ---------------------------------------------------
 
     def _intercept(self, msg: Message) -> bool | None:
         """bus message handler: take the mutating calls (True = handled, the reply comes later)."""
-        if (msg.message_type is not MessageType.METHOD_CALL or msg.path != OBJECT_PATH
-                or msg.interface != INTERFACE or MUTATING.get(msg.member) != msg.signature):
-            return None  # dbus-fast dispatches it (or replies UnknownMethod)
-        task = asyncio.get_running_loop().create_task(self._checked_call(msg))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        request = mutating_request(msg, self.pools)
+        if request is None:
+            return None
+        self._spawn(self._checked_call(msg, *request))
         return True
 
-    async def _checked_call(self, msg: Message) -> None:
+    async def _checked_call(self, msg: Message, member: str, args: list[Any]) -> None:
         try:
             uid, pid = await self._authorize(msg)
-            log.info("%s(%s) from uid %d (pid %s).", msg.member,
-                     ", ".join(repr(a) for a in msg.body), uid, pid if pid is not None else "?")
-            await self._perform(msg.member, list(msg.body))
+            log.info("%s(%s) from uid %d (pid %s).", member, ", ".join(repr(a) for a in args), uid,
+                     pid if pid is not None else "?")
+            await self._perform(member, args)
             reply = Message.new_method_return(msg)
         except DBusError as exc:
             reply = Message.new_error(msg, exc.type, exc.text)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug must answer the caller, not leave it waiting
-            log.exception("%s failed.", msg.member)
-            reply = Message.new_error(msg, ERROR_FAILED, f"{msg.member} failed inside flexiqd: {exc}")
+            log.exception("%s failed.", member)
+            reply = Message.new_error(msg, ERROR_FAILED, f"{member} failed inside flexiqd: {exc}")
         if not msg.flags & MessageFlag.NO_REPLY_EXPECTED:
             self.bus.send(reply)
 
     async def _authorize(self, msg: Message) -> tuple[int, int | None]:
         """(uid, pid) of the caller when it may steer flexiqd; AccessDenied otherwise."""
         reply = await self.bus.call(Message(
-            destination="org.freedesktop.DBus", path="/org/freedesktop/DBus",
-            interface="org.freedesktop.DBus", member="GetConnectionCredentials",
-            signature="s", body=[msg.sender]))
+            destination=DBUS_NAME, path=DBUS_PATH, interface=DBUS_INTERFACE,
+            member="GetConnectionCredentials", signature="s", body=[msg.sender]))
         if reply is None or reply.message_type is not MessageType.METHOD_RETURN:
             detail = reply.body[0] if reply is not None and reply.body else "no answer"
             raise DBusError(ERROR_ACCESS_DENIED, f"{msg.member} refused: cannot verify the caller ({detail})")
@@ -312,28 +375,25 @@ class ApiService:
                         f"(caller uid {uid})")
 
     async def _perform(self, member: str, args: list[Any]) -> None:
-        daemon = self.daemon
+        """Carry out a checked call, in the manager's terms (the pool first)."""
+        port = self.port
         if member == "Reload":
-            daemon.request_reload()
+            port.request_reload()
             return
-        controller = daemon.controller
-        if controller is None:
-            raise DBusError(ERROR_FAILED, "flexiqd is still starting")
         if member == "Scale":
             pool, workers, for_seconds = args
             if not math.isfinite(for_seconds):
                 raise DBusError(ERROR_INVALID_ARGS, f"for_seconds must be a finite number, got {for_seconds}")
-            action = (controller.pin, pool, workers, for_seconds if for_seconds > 0 else None)
+            work = port.pin(pool, workers, for_seconds if for_seconds > 0 else None)
         else:
-            action = ({"Unpin": controller.unpin, "Pause": controller.pause, "Resume": controller.resume,
-                       "Drain": controller.drain}[member], *args)
+            action = {"Unpin": port.unpin, "Pause": port.pause, "Resume": port.resume, "Drain": port.drain}[member]
+            work = action(*args)
         try:
-            await daemon.io(*action)
+            await work
         except ControlError as exc:
             raise DBusError(ERROR_INVALID_ARGS, str(exc)) from None
         except FlexiqdError as exc:
             raise DBusError(ERROR_FAILED, str(exc)) from None
-        daemon.wake()  # apply it now, not at the next tick
 
 
 def _variant(mapping: Mapping[str, Any], key: str) -> Any:
@@ -341,18 +401,18 @@ def _variant(mapping: Mapping[str, Any], key: str) -> Any:
     return getattr(value, "value", value)
 
 
-async def serve_api(daemon: "Daemon", address: str | None) -> ApiService:
+async def serve_api(port: ApiPort, address: str | None) -> ApiService:
     """Connect to the bus (the system bus when ``address`` is None), export, own the name.
 
     Raises FlexiqdError when the bus cannot be reached or the name is taken or refused.
     """
     where = address or "the system bus"
     try:
-        bus = MessageBus(bus_address=address) if address else MessageBus(bus_type=BusType.SYSTEM)
+        bus = ApiBus(bus_address=address) if address else ApiBus(bus_type=BusType.SYSTEM)
         await asyncio.wait_for(bus.connect(), CONNECT_TIMEOUT)
     except Exception as exc:  # OSError, a timeout, or dbus-fast's AuthError and plain Exceptions of a failed handshake
         raise FlexiqdError(f"cannot connect to {where}: {exc or type(exc).__name__}") from None
-    service = ApiService(daemon, bus)
+    service = ApiService(port, bus)
     try:
         await asyncio.wait_for(service.start(), CONNECT_TIMEOUT)
     except asyncio.TimeoutError:

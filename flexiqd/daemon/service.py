@@ -26,6 +26,7 @@ from ..config import DEFAULT_CONFIG_PATH, DaemonConfig, load_config
 from ..config.runtime import APPLIED_CONFIG, PAUSED_FILE, write_published
 from ..errors import ConfigError, FlexiqdError
 from ..fleet.base import Fleet
+from ..logs import MessageId, journal
 from ..notify import Notifier, watchdog_interval
 from ..queue.url import open_backend, sqlite_path
 from .controller import Controller
@@ -56,7 +57,7 @@ def blocked_status(seconds: float, activity: str | None, last_status: str) -> st
 
 def restart_needed(old: DaemonConfig, new: DaemonConfig) -> str | None:
     """Why ``new`` cannot be applied by a reload, or None when it can."""
-    for key in ("store", "fleet"):
+    for key in ("store", "fleet", "http"):
         before, after = getattr(old, key), getattr(new, key)
         if after != before:
             return (f"'{key}' changed from {before} to {after}: that takes a restart of flexiqd "
@@ -99,13 +100,15 @@ class Daemon:
         self._systemd = None
         self._watcher = None
         self.api = None                   # the D-Bus service, once serving
+        self.http = None                  # the HTTP endpoint (/metrics), when configured
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flexiqd-io")
         self._running: tuple[float, str] | None = None   # (monotonic start, what) of the I/O thread's job
         self._status = "starting"
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
         self._reload_requested = False
-        self.listeners: list[Callable[[str, Any], None]] = []  # e.g. the D-Bus service
+        # Told ("tick", None), ("scale", ScaleEvent), ("reload", (ok, message)): e.g. the D-Bus service.
+        self.listeners: list[Callable[[str, Any], None]] = []
 
     # -- requests (from signal handlers or the D-Bus API) --------------------------------------
 
@@ -219,11 +222,19 @@ class Daemon:
             except FlexiqdError as exc:
                 log.warning("Not following unit changes (polling every tick instead): %s", exc)
                 self._watcher = None
+        if self.config.http is not None:
+            from ..http.daemon import HttpEndpoint
+
+            try:
+                self.http = await HttpEndpoint.start(self)
+            except FlexiqdError as exc:  # as with D-Bus: scaling goes on without the endpoint
+                log.error("Not serving /metrics and /api/scaler: %s", exc)
         if self.options.serve_api:
+            from .api_port import DaemonPort
             from .dbus_api import serve_api
 
             try:
-                self.api = await serve_api(self, self.options.bus_address)
+                self.api = await serve_api(DaemonPort(self), self.options.bus_address)
             except FlexiqdError as exc:
                 log.warning("Not offering the D-Bus API (flexiqctl will not reach this daemon): %s", exc)
         pools = ", ".join(f"{v.pool} ({v.active + v.starting} running)" for v in self.controller.views.values())
@@ -289,17 +300,25 @@ class Daemon:
                 await self._reload()
             last_tick = loop.time()
             try:
-                decisions = await self.io(self.controller.tick, what="tick")
+                events = await self.io(self._tick_events, what="tick")
             except FlexiqdError as exc:
                 log.error("Tick failed, holding every pool: %s", exc)
-                decisions = {}
+                events = []
             status = self.controller.status_line()
             if self.config_error:
                 status += f" (config rejected: {self.config_error})"
             self._set_status(status)
-            for decision in decisions.values():
-                if decision.changed:
-                    self._emit("scale", decision)
+            for event in events:
+                self._emit("scale", event)
+            self._emit("tick", None)
+            if self.http is not None:
+                await self.http.ticked(loop.time() - last_tick)
+
+    def _tick_events(self) -> list:
+        """One tick (on the I/O thread); the scale events it recorded, each with its sequence number."""
+        first = self.controller.events.next_seq
+        self.controller.tick()
+        return self.controller.events.since(first - 1)
 
     async def _sleep_until_next_tick(self, last_tick: float) -> None:
         assert self.config is not None
@@ -342,14 +361,16 @@ class Daemon:
                 raise ConfigError(f"{path}: {refused}")
         except ConfigError as exc:
             self.config_error = str(exc)
-            log.error("Reload rejected, keeping the previous config: %s", exc)
+            log.error("Reload rejected, keeping the previous config: %s", exc,
+                      extra=journal(MessageId.RELOAD_REFUSED, CONFIG_FILE=path, ERROR=exc))
             self._emit("reload", (False, str(exc)))
         else:
             self.config = config
             self.config_error = None
             self._publish(config)
             await self.io(self.controller.reconfigure, self.config, what="applying the config to running workers")
-            log.info("Reloaded %s: pools %s.", path, ", ".join(sorted(config.pools)) or "none")
+            log.info("Reloaded %s: pools %s.", path, ", ".join(sorted(config.pools)) or "none",
+                     extra=journal(MessageId.RELOADED, CONFIG_FILE=path, POOLS=" ".join(sorted(config.pools)) or None))
             self._emit("reload", (True, f"reloaded {path}"))
         self._status = self.controller.status_line() + (
             f" (config rejected: {self.config_error})" if self.config_error else "")
@@ -357,6 +378,8 @@ class Daemon:
 
     async def _shutdown(self, loop: asyncio.AbstractEventLoop) -> None:
         self.notifier.stopping("stopping")
+        if self.http is not None:
+            await self.http.close()
         if self.api is not None:
             await self.api.close()
         if self._watcher is not None:

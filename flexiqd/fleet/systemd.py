@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable
 
 from ..config.runtime import write_atomically
 from ..errors import FleetError
+from ..logs import MessageId, journal
 from .base import Fleet, WorkerInfo, WorkerSpec, WorkerState, instance_name, parse_instance
 from .dropin import dropin_text
 
@@ -290,7 +291,7 @@ class SystemdFleet(Fleet):
             # and runtime properties outlive the run that set them.
             self._set_limits(spec, name)
             self.systemd.StartUnit(name, "replace")
-            log.info("Starting %s.", name)
+            log.info("Starting %s.", name, extra=journal(MessageId.WORKER_STARTING, POOL=spec.pool, UNIT=name))
 
     def _set_limits(self, spec: WorkerSpec, name: str) -> None:
         memory = spec.memory_max if spec.memory_max is not None else UNLIMITED
@@ -310,7 +311,7 @@ class SystemdFleet(Fleet):
                 except FleetError as exc:
                     log.debug("Could not pause %s before stopping it: %s", name, exc)
             self.systemd.StopUnit(name, "replace")
-            log.info("Stopping %s (draining).", name)
+            log.info("Stopping %s (draining).", name, extra=journal(MessageId.WORKER_STOPPING, POOL=worker.pool, UNIT=name))
 
     def _signal_pause(self, worker: WorkerInfo, paused: bool) -> None:
         self.systemd.KillUnit(unit_name(worker.pool, worker.index), "main",

@@ -12,9 +12,26 @@ Contracts common to all methods:
 from __future__ import annotations
 
 import abc
+import dataclasses
 from typing import Callable, Iterable, Sequence
 
 from .types import ClaimRequest, Job, JobState, NewJob, Outcome, Stats
+
+
+@dataclasses.dataclass(frozen=True)
+class EndedAttempt:
+    """One attempt that ended, as ``Backend.ended_attempts`` reports it (for counters).
+
+    ``outcome``: ack, fail, dead, release or lost (its worker died with it) -- the
+    ``executions`` outcome.  ``seconds``: how long it ran (None when its start is
+    unknown).  ``dead_lettered``: the job went to the dead letters with this attempt.
+    """
+
+    queue: str
+    task: str
+    outcome: str
+    seconds: float | None
+    dead_lettered: bool
 
 
 class Backend(abc.ABC):
@@ -140,6 +157,25 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def executions(self, *, job_id: int | None = None, limit: int | None = None) -> list[dict]:
         """Who ran what: one row per settled or lost attempt (job_id, attempt, worker, outcome, ...)."""
+
+    @abc.abstractmethod
+    def ended_attempts(self, after: int | None, *, limit: int = 10_000) -> tuple[int, list[EndedAttempt]]:
+        """Attempts that ended after the cursor ``after``, oldest first, at most ``limit``;
+        and the cursor to pass next time.
+
+        ``after=None`` asks only for the current cursor (no attempts): counters
+        start from there.  Cheap at any size: a range of the attempts' ids.  An
+        attempt whose job was purged since is left out.
+        """
+
+    @abc.abstractmethod
+    def arrivals_since(self, queue: str, second: int) -> dict[int, int]:
+        """Jobs that arrived in ``queue`` (as ``Stats.arrival_rate`` counts them) per epoch second,
+        for the seconds from ``second`` on that had any.
+
+        A second's count only grows (a delayed job arrives in the second of its
+        run_at, counted when it is promoted); seconds older than an hour may be gone.
+        """
 
     def subscribe(self, queues: Sequence[str], wake: Callable[[], None]) -> Callable[[], None]:
         """Call ``wake()`` -- from another thread, soon after the commit -- when jobs become

@@ -31,7 +31,7 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 
 from ..errors import JobNotFound, QueueError, StoreUnavailable
-from .backend import Backend
+from .backend import Backend, EndedAttempt
 from .owners import owner_alive_here
 from .postgres_listen import Listener, channel_of
 from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, VERSION_TABLE
@@ -66,6 +66,9 @@ _PROMOTION_BATCH = 10_000
 # A worker folds the appended count and rate changes into their totals every this many
 # claims (a stats read folds them too): a few hundred rows, a millisecond.
 _FOLD_EVERY = 200
+# A gap in the attempts' ids this old (seconds, server clock) will not be filled: no
+# transaction of the store stays open that long after recording an attempt.
+_GAP_SETTLE = 10.0
 
 _UNLEASED = "lease_owner = NULL, lease_expires = NULL, lease_outcome = NULL"
 _REQUEUED = f"state = 'queued', started_at = NULL, {_UNLEASED}"
@@ -624,6 +627,39 @@ class PostgresBackend(Backend):
             f"FROM flexiq_executions {clause} ORDER BY id{tail}", args).fetchall())
         keys = ("job_id", "attempt", "worker", "started_at", "finished_at", "outcome", "error")
         return [dict(zip(keys, row)) for row in rows]
+
+    def ended_attempts(self, after: int | None, *, limit: int = 10_000) -> tuple[int, list[EndedAttempt]]:
+        """See ``Backend``.  Ids are handed out before commit, so a transaction still open may
+        yet fill a gap below ids already committed: the cursor stops at a gap until the row
+        after it is ``_GAP_SETTLE`` seconds old (by the server's clock); a gap as old as that
+        is for good (a rolled-back transaction, a purge)."""
+        def body(conn: psycopg.Connection) -> tuple[int, list[EndedAttempt]]:
+            if after is None:
+                return conn.execute("SELECT COALESCE(max(id), 0) FROM flexiq_executions").fetchone()[0], []
+            rows = conn.execute(
+                "SELECT e.id, j.queue, j.task, e.outcome, e.finished_at - e.started_at, "
+                "e.outcome = 'dead' OR (e.outcome IN ('fail', 'lost') AND e.attempt >= j.max_attempts), "
+                "e.recorded_at < clock_timestamp() - make_interval(secs => %s) "
+                "FROM flexiq_executions e LEFT JOIN flexiq_jobs j ON j.id = e.job_id "
+                "WHERE e.id > %s ORDER BY e.id LIMIT %s", (_GAP_SETTLE, after, limit)).fetchall()
+            cursor, ended = after, []
+            for attempt_id, queue, task, outcome, seconds, dead, settled in rows:
+                if attempt_id != cursor + 1 and not settled:
+                    break  # an open transaction may still write the ids in between
+                cursor = attempt_id
+                if queue is not None:  # its job was purged since: left out, as the contract says
+                    ended.append(EndedAttempt(queue=queue, task=task, outcome=outcome, seconds=seconds,
+                                              dead_lettered=bool(dead)))
+            return cursor, ended
+
+        return self._run("read ended attempts", body)
+
+    def arrivals_since(self, queue: str, second: int) -> dict[int, int]:
+        return self._run("read arrivals", lambda conn: {int(at): int(n) for at, n in conn.execute(
+            "SELECT second, sum(arrivals) FROM (SELECT second, arrivals FROM flexiq_rates "
+            "WHERE queue = %(queue)s AND second >= %(second)s UNION ALL SELECT second, arrivals "
+            "FROM flexiq_rate_changes WHERE queue = %(queue)s AND second >= %(second)s) AS parts "
+            "GROUP BY second HAVING sum(arrivals) > 0", {"queue": queue, "second": second})}, snapshot=True)
 
     # -- stats -----------------------------------------------------------------------------
 

@@ -151,7 +151,10 @@ SCHEMA: tuple[str, ...] = (
     started_at double precision,
     finished_at double precision NOT NULL,
     outcome text NOT NULL,
-    error text
+    error text,
+    -- The server's clock when the row was written: ids are handed out before commit, so a
+    -- reader by id must know how long ago a gap in them opened (Backend.ended_attempts).
+    recorded_at timestamptz NOT NULL DEFAULT clock_timestamp()
 )""",
     "CREATE INDEX flexiq_executions_job ON flexiq_executions (job_id)",
     "CREATE INDEX flexiq_executions_worker ON flexiq_executions (worker, started_at)",

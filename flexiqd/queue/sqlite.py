@@ -20,7 +20,7 @@ import threading
 from typing import Any, Iterable, Iterator, Sequence
 
 from ..errors import JobNotFound, PayloadError, QueueError, StoreUnavailable
-from .backend import Backend
+from .backend import Backend, EndedAttempt
 from .backoff import retry_delay
 from .owners import owner_alive_here
 from .sqlite_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
@@ -583,6 +583,27 @@ class SQLiteBackend(Backend):
                 f"FROM executions {clause} ORDER BY id{tail}", args).fetchall()
         keys = ("job_id", "attempt", "worker", "started_at", "finished_at", "outcome", "error")
         return [dict(zip(keys, row)) for row in rows]
+
+    def ended_attempts(self, after: int | None, *, limit: int = 10_000) -> tuple[int, list[EndedAttempt]]:
+        with self._read("read ended attempts") as conn:
+            if after is None:
+                return conn.execute("SELECT COALESCE(MAX(id), 0) FROM executions").fetchone()[0], []
+            # A range of the primary key, each job found by its own: no scan, however many rows.
+            rows = conn.execute(
+                "SELECT e.id, j.queue, j.task, e.outcome, e.finished_at - e.started_at, "
+                "e.outcome = 'dead' OR (e.outcome IN ('fail', 'lost') AND e.attempt >= j.max_attempts) "
+                "FROM executions e LEFT JOIN jobs j ON j.id = e.job_id WHERE e.id > ? ORDER BY e.id LIMIT ?",
+                (after, limit)).fetchall()
+        cursor = rows[-1][0] if rows else after
+        return cursor, [EndedAttempt(queue=queue, task=task, outcome=outcome, seconds=seconds,
+                                     dead_lettered=bool(dead))
+                        for _, queue, task, outcome, seconds, dead in rows if queue is not None]
+
+    def arrivals_since(self, queue: str, second: int) -> dict[int, int]:
+        with self._read("read arrivals") as conn:
+            return dict(conn.execute(
+                "SELECT second, SUM(arrivals) FROM rates WHERE queue = ? AND second >= ? "
+                "GROUP BY second HAVING SUM(arrivals) > 0", (queue, second)).fetchall())
 
     # -- stats -----------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..busnames import BUS_NAME
 from .replay import POOL, STORE, JobRecord, Recording, ScheduledJob, job_records, worker_spans
 from .trace import Trace
 
@@ -31,7 +32,6 @@ DATABASE = "/var/lib/flexiq/queue.db"
 EVENTS = "/var/lib/flexiqd/events.jsonl"
 SCHEDULE = "/root/replay-schedule.json"
 DAEMON = "flexiqd.service"
-BUS_NAME = "org.flexiq.flexiqd1"
 # systemd's own messages about the worker units: starting, then deactivated, failed or stopped.
 _UNIT_MESSAGES = ("7d4958e842da4a758f6c1cdc7b36dcc5", "7ad2d189f7e94e70a38c781354912448",
                   "d9b373ed55a64feb8242e02dbe79a49c", "9d1aaa27d60140bd96365438aad20286")

@@ -15,9 +15,12 @@ from __future__ import annotations
 import pathlib
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 
+from .conftest import REPO
 from .test_dbus_api import (DaemonProcess, PrivateBus, as_user, dbus_send, flexiqctl, one_line_error,
                            operator_group, require, require_root_and_dbus, status)
 
@@ -118,3 +121,75 @@ def test_a_member_of_group_flexiq_may_steer(bus, daemon):
     assert status(bus.address)["pools"]["default"]["pinned"]["workers"] == 2
     assert flexiqctl(bus.address, "unpin", "default", user=operator).returncode == 0
     assert status(bus.address)["pools"]["default"]["pinned"] is None
+
+
+POOL_PATH = "/org/flexiq/flexiqd1/pool/default"
+POOL_INTERFACE = "org.flexiq.flexiqd1.Pool"
+
+
+def test_everyone_may_read_the_pool_objects_and_only_operators_may_steer_them(bus, daemon):
+    nobody = as_user()
+    for member, args, path, interface in (
+            ("Get", [f"string:{POOL_INTERFACE}", "string:ActiveWorkers"], POOL_PATH, "org.freedesktop.DBus.Properties"),
+            ("GetAll", [f"string:{POOL_INTERFACE}"], POOL_PATH, "org.freedesktop.DBus.Properties"),
+            ("Introspect", [], POOL_PATH, "org.freedesktop.DBus.Introspectable"),
+            ("GetManagedObjects", [], "/org/flexiq/flexiqd1", "org.freedesktop.DBus.ObjectManager")):
+        result = dbus_send(bus.address, member, *args, interface=interface, path=path, user=nobody)
+        assert result.returncode == 0, f"{interface}.{member}: {result.stderr}"
+    assert POOL_PATH in dbus_send(bus.address, "GetManagedObjects", interface="org.freedesktop.DBus.ObjectManager",
+                                  user=nobody).stdout
+    for member, args in (("Scale", ["uint32:2", "double:0"]), ("Pause", []), ("Drain", [])):
+        refused = dbus_send(bus.address, member, *args, interface=POOL_INTERFACE, path=POOL_PATH, user=nobody)
+        assert "Rejected send message" in refused.stderr and f'member="{member}"' in refused.stderr, refused.stderr
+    assert status(bus.address)["pools"]["default"]["pinned"] is None
+    operator = as_user(groups=[operator_group()])
+    allowed = dbus_send(bus.address, "Scale", "uint32:2", "double:30", interface=POOL_INTERFACE, path=POOL_PATH,
+                        user=operator)
+    assert allowed.returncode == 0, allowed.stderr
+    assert status(bus.address)["pools"]["default"]["pinned"]["workers"] == 2
+    assert dbus_send(bus.address, "Unpin", interface=POOL_INTERFACE, path=POOL_PATH, user=operator).returncode == 0
+    assert status(bus.address)["pools"]["default"]["pinned"] is None
+
+
+# Subscribes as whoever runs it, says so, then prints the pool's first PropertiesChanged that says Paused.
+FOLLOW_POOL = f"""
+import asyncio, sys
+from dbus_fast import Message, MessageType
+from dbus_fast.aio import MessageBus
+
+async def main():
+    bus = await MessageBus(bus_address=sys.argv[1]).connect()
+    changed = asyncio.get_running_loop().create_future()
+
+    def handler(message):
+        if (message.message_type is MessageType.SIGNAL and message.path == "{POOL_PATH}"
+                and message.member == "PropertiesChanged" and "Paused" in message.body[1]
+                and not changed.done()):
+            changed.set_result(sorted(message.body[1]))
+
+    bus.add_message_handler(handler)
+    reply = await bus.call(Message(destination="org.freedesktop.DBus", path="/org/freedesktop/DBus",
+                                   interface="org.freedesktop.DBus", member="AddMatch", signature="s",
+                                   body=["type='signal',sender='org.flexiq.flexiqd1',path='{POOL_PATH}'"]))
+    assert reply.message_type is MessageType.METHOD_RETURN, reply.body
+    print("subscribed", flush=True)
+    print(" ".join(await asyncio.wait_for(changed, 20)), flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_everyone_may_follow_a_pools_properties_changed(bus, daemon):
+    follower = subprocess.Popen([*as_user(), sys.executable, "-c", FOLLOW_POOL, bus.address],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
+    try:
+        assert follower.stdout.readline().strip() == "subscribed", follower.stderr.read()
+        assert flexiqctl(bus.address, "pause", "default").returncode == 0
+        names = follower.stdout.readline().split()
+        assert "Paused" in names and "MaxWorkers" not in names, follower.stderr.read()
+        assert follower.wait(timeout=10) == 0
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+        flexiqctl(bus.address, "resume", "default")

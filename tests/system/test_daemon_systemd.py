@@ -100,7 +100,11 @@ def test_the_daemon_restarting_leaves_workers_running_and_adopts_them(flexiqd, h
                      and flexiqd.unit_property(DAEMON, "ActiveState") == "active", 30,
                      what="a new daemon process")
     after = main_pids(flexiqd, list(before))
-    assert after == before, "a worker was restarted along with the daemon"
+    # Each worker runs on in the same process; under load one may have finished its jobs and
+    # been scaled in by the new daemon meanwhile (pid 0), but none may have a new process.
+    restarted = {unit: pid for unit, pid in after.items() if pid not in (before[unit], "0")}
+    assert not restarted, f"a worker was restarted along with the daemon: {restarted} (was {before})"
+    assert any(after[unit] == before[unit] for unit in before), "no worker outlived the daemon's restart"
     flexiqd.wait_for(lambda: done_count(flexiqd) == 6, 60, interval=0.5, what="all jobs to finish")
     starts, ends = marks(flexiqd)
     assert len(starts) == 6 and set(starts.values()) == {1} and set(ends.values()) == {1}

@@ -199,3 +199,46 @@ def test_only_root_and_the_operators_group_may_steer():
     assert caller_allowed(1000, [27, 990], 990)
     assert not caller_allowed(1000, [27], 990)
     assert not caller_allowed(1000, [27], None)
+
+
+# -- events --follow: each ScaleEvent signal carries its sequence number ---------------------------------
+
+class EventsClient:
+    """Answers Events(since) from a fixed history, as flexiqd would."""
+
+    def __init__(self, history: list[dict]) -> None:
+        self.history = history
+        self.asked: list[int] = []
+
+    async def events(self, since: int) -> list[dict]:
+        self.asked.append(since)
+        return [event for event in self.history if event["seq"] > since]
+
+
+def event(seq: int, desired: int = 3) -> dict:
+    return {"seq": seq, "at": NOW, "pool": "default", "previous": 1, "desired": desired, "reason": "Pinned",
+            "rationale": f"default 1 -> {desired}: Pinned: pinned at {desired} by an operator"}
+
+
+def follow(client, body, shown, since=0) -> int:
+    import asyncio
+
+    return asyncio.run(flexiqctl.follow_event(client, body, shown, since, as_json=True))
+
+
+def test_follow_skips_a_signal_already_printed_and_fetches_the_record_of_a_new_one(capsys):
+    client = EventsClient([event(5), event(6), event(7, desired=4)])
+    assert follow(client, ["default", 1, 3, "Pinned", 6], shown=6) == 6
+    assert capsys.readouterr().out == "" and client.asked == []  # printed from the history already
+    assert follow(client, ["default", 1, 4, "Pinned", 7], shown=6) == 7
+    assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == [event(7, desired=4)]
+    assert client.asked == [6]
+
+
+def test_follow_prints_from_the_signal_an_event_events_does_not_return(capsys):
+    client = EventsClient([event(3)])
+    # --since beyond the history: only new events, each from its signal when Events has nothing after SEQ.
+    assert follow(client, ["default", 1, 3, "Pinned", 4], shown=0, since=10) == 4
+    printed = json.loads(capsys.readouterr().out)
+    assert (printed["seq"], printed["desired"], printed["rationale"]) == (4, 3, "")
+    assert client.asked == [10]

@@ -479,3 +479,43 @@ def test_an_enqueue_whose_commit_reply_was_lost_says_so_and_is_not_repeated(pg_s
     with pytest.raises(StoreUnavailable, match="may or may not have happened"):
         store.enqueue([NewJob(task="t")], now=T0)
     assert len(store.list_jobs()) == 1  # it had happened: stored once, not twice
+
+
+def test_ended_attempts_wait_at_a_gap_an_open_transaction_may_fill(pg_server):
+    import psycopg
+
+    url = pg_server.fresh_url()
+    store = open_backend(url)
+    ids = store.enqueue([NewJob(task="t") for _ in range(3)], now=T0)
+    claim(store, limit=3)
+    cursor, _ = store.ended_attempts(None)
+    # Another worker's transaction records an attempt, and has not committed yet.
+    slow = psycopg.connect(url)
+    slow.execute("INSERT INTO flexiq_executions (job_id, attempt, worker, finished_at, outcome) "
+                 "VALUES (%s, 1, 'w1', %s, 'ack')", (ids[0], T0))
+    store.settle("w1", [Outcome.ack(ids[1])], now=T0 + 1)  # a later id, committed first
+    assert store.ended_attempts(cursor) == (cursor, [])  # not past the gap: it may still fill
+    slow.commit()
+    cursor, ended = store.ended_attempts(cursor)
+    assert [attempt.outcome for attempt in ended] == ["ack", "ack"]
+    # A gap left by a transaction that rolled back is passed once it is old.
+    slow.execute("INSERT INTO flexiq_executions (job_id, attempt, worker, finished_at, outcome) "
+                 "VALUES (%s, 1, 'w1', %s, 'ack')", (ids[0], T0))
+    slow.rollback()
+    store.settle("w1", [Outcome.ack(ids[2])], now=T0 + 2)
+    assert store.ended_attempts(cursor) == (cursor, [])
+    store._conn.execute("UPDATE flexiq_executions SET recorded_at = recorded_at - interval '1 minute'")
+    cursor, ended = store.ended_attempts(cursor)
+    assert len(ended) == 1 and store.ended_attempts(cursor) == (cursor, [])
+    slow.close()
+    store.close()
+
+
+def test_arrivals_since_count_what_is_not_folded_yet(postgres_backend):
+    store = postgres_backend
+    store.enqueue([NewJob(task="t")] * 3, now=T0)
+    store.stats("default", now=T0)  # folded
+    store.enqueue([NewJob(task="t")] * 2, now=T0)
+    store.enqueue([NewJob(task="t")], now=T0 + 1)
+    assert store.arrivals_since("default", int(T0)) == {int(T0): 5, int(T0) + 1: 1}
+    assert store.arrivals_since("default", int(T0) + 1) == {int(T0) + 1: 1}

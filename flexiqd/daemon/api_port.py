@@ -1,0 +1,140 @@
+"""What the D-Bus API needs from the daemon, and the daemon's side of it.
+
+The API service (dbus_api.py) sees the daemon only through ``ApiPort``: the
+documents it publishes, the operators' requests, and a stream of changes.  It
+never reaches into the controller, its thread or its options, so it can be
+tested with a fake port and no daemon at all.
+
+Changes a subscriber hears (always on the daemon's event loop):
+
+    ("tick", None)              a tick finished: the documents may have changed
+    ("scale", ScaleEvent)       a pool's desired count changed (the recorded event, with its seq)
+    ("reload", (ok, message))   a reload finished, accepted or rejected
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+from ..errors import FlexiqdError
+from .documents import event_document, status_document
+
+if TYPE_CHECKING:
+    from .service import Daemon
+
+Listener = Callable[[str, Any], None]
+
+
+class ApiPort(Protocol):
+    """The daemon as its API sees it.  Used from the daemon's event loop only."""
+
+    @property
+    def config_path(self) -> str:
+        """The config file the daemon reads (does not change while it runs)."""
+
+    def config_error(self) -> str | None:
+        """Why the last reload was rejected; None when the running config is the file's."""
+
+    def pool_names(self) -> list[str]:
+        """The configured pools, sorted."""
+
+    async def status(self) -> dict[str, Any]:
+        """The Status document (documents.status_document) as of the last tick."""
+
+    async def events_since(self, seq: int) -> list[dict[str, Any]]:
+        """Event documents with a sequence number above ``seq``, oldest first."""
+
+    # The requests below raise ControlError for a request that is wrong (an unknown pool,
+    # a count out of range) and FlexiqdError for one that could not be done.  Each takes
+    # effect at the next tick, which it brings forward.
+
+    async def pin(self, pool: str, workers: int, seconds: float | None) -> None:
+        """Hold ``pool`` at ``workers`` for ``seconds`` (None: until unpinned)."""
+
+    async def unpin(self, pool: str) -> None: ...
+
+    async def pause(self, pool: str) -> None: ...
+
+    async def resume(self, pool: str) -> None: ...
+
+    async def drain(self, pool: str) -> None: ...
+
+    def request_reload(self) -> None:
+        """Reload the config file soon; the outcome comes as a ("reload", ...) change."""
+
+    def subscribe(self, listener: Listener) -> None:
+        """Call ``listener(kind, payload)`` for every change (see the module docstring)."""
+
+    def unsubscribe(self, listener: Listener) -> None:
+        """Stop calling ``listener``; idempotent."""
+
+
+class DaemonPort:
+    """``ApiPort`` on a running ``Daemon``: controller work runs on the daemon's I/O thread."""
+
+    def __init__(self, daemon: "Daemon") -> None:
+        self._daemon = daemon
+
+    @property
+    def config_path(self) -> str:
+        return self._daemon.options.config_path
+
+    def config_error(self) -> str | None:
+        return self._daemon.config_error
+
+    def pool_names(self) -> list[str]:
+        config = self._daemon.config
+        return sorted(config.pools) if config is not None else []
+
+    async def status(self) -> dict[str, Any]:
+        daemon = self._daemon
+        config_path, config_error = daemon.options.config_path, daemon.config_error
+
+        def build() -> dict[str, Any]:
+            controller = daemon.controller
+            if controller is None:
+                return status_document(daemon.config, config_path, config_error, {}, {}, time.time())
+            return status_document(controller.config, config_path, config_error, controller.views,
+                                   controller.overrides, time.time())
+
+        return await daemon.io(build)
+
+    async def events_since(self, seq: int) -> list[dict[str, Any]]:
+        controller = self._daemon.controller
+        if controller is None:
+            return []
+        events = await self._daemon.io(controller.events.since, seq)
+        return [event_document(e) for e in events]
+
+    async def _control(self, name: str, *args: Any) -> None:
+        controller = self._daemon.controller
+        if controller is None:
+            raise FlexiqdError("flexiqd is still starting")
+        await self._daemon.io(getattr(controller, name), *args)
+        self._daemon.wake()  # apply it now, not at the next tick
+
+    async def pin(self, pool: str, workers: int, seconds: float | None) -> None:
+        await self._control("pin", pool, workers, seconds)
+
+    async def unpin(self, pool: str) -> None:
+        await self._control("unpin", pool)
+
+    async def pause(self, pool: str) -> None:
+        await self._control("pause", pool)
+
+    async def resume(self, pool: str) -> None:
+        await self._control("resume", pool)
+
+    async def drain(self, pool: str) -> None:
+        await self._control("drain", pool)
+
+    def request_reload(self) -> None:
+        self._daemon.request_reload()
+
+    def subscribe(self, listener: Listener) -> None:
+        self._daemon.listeners.append(listener)
+
+    def unsubscribe(self, listener: Listener) -> None:
+        if listener in self._daemon.listeners:
+            self._daemon.listeners.remove(listener)

@@ -1,0 +1,181 @@
+"""``/metrics``: a snapshot as Prometheus metric families.  Pure; names in docs/metrics.md.
+
+Conventions: base units (seconds, ratios), ``_total`` on counters, labels
+``queue``, ``task``, ``pool``, ``state``, ``cap``, ``dependency``, ``direction``,
+``reason`` -- never a job id.  A value the daemon does not know (a pool not sized
+yet, a start cost not measured) is left out rather than shown as 0.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily,
+                                    InfoMetricFamily, Metric)
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+from .counters import QueueTally
+from .snapshot import Snapshot
+
+WORKER_STATES = ("active", "starting", "draining", "failed")
+
+
+def _gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=list(labels))
+
+
+def _counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, labels=list(labels))
+
+
+def queue_families(snapshot: Snapshot) -> list[Metric]:
+    q = ("queue",)
+    runnable = _gauge("flexiqd_queue_runnable_jobs", "Jobs that could run now and wait for a worker.", q)
+    delayed = _gauge("flexiqd_queue_delayed_jobs", "Queued jobs whose run-at has not come (delayed, retry backoff).", q)
+    running = _gauge("flexiqd_queue_running_jobs", "Jobs leased to a worker.", q)
+    dead = _gauge("flexiqd_queue_dead_jobs", "Dead-lettered jobs held in the store.", q)
+    age = _gauge("flexiqd_queue_oldest_runnable_age_seconds", "Age of the oldest runnable job, since it became runnable.", q)
+    drain = _gauge("flexiqd_queue_time_to_drain_seconds", "Runnable jobs / completion rate (absent while nothing completes).", q)
+    arrivals = _counter("flexiqd_queue_arrivals_total", "Jobs that became runnable for the first time (enqueued, came due, revived).", q)
+    completions = _counter("flexiqd_queue_completions_total", "Attempts that finished successfully.", q)
+    failures = _counter("flexiqd_queue_failures_total", "Attempts that failed (raised, timed out, dead at once, or lost with their worker).", q)
+    dead_letters = _counter("flexiqd_queue_dead_letters_total", "Jobs moved to the dead letters.", q)
+    releases = _counter("flexiqd_queue_drain_releases_total", "Jobs given back unfinished by a draining worker (no attempt used).", q)
+    reruns = _counter("flexiqd_queue_crash_reruns_total", "Attempts lost with a worker that died; the job runs again.", q)
+    durations = HistogramMetricFamily("flexiqd_job_duration_seconds", "Run time of successful attempts.",
+                                      labels=["queue", "task"])
+    for name in sorted(set(snapshot.served_queues()) | set(snapshot.queue_stats)):
+        stats = snapshot.queue_stats.get(name)
+        if stats is not None:
+            runnable.add_metric([name], stats.runnable)
+            delayed.add_metric([name], stats.delayed)
+            running.add_metric([name], stats.running)
+            dead.add_metric([name], stats.dead)
+            age.add_metric([name], stats.oldest_runnable_age)
+            if stats.time_to_drain is not None:
+                drain.add_metric([name], stats.time_to_drain)
+        tally = snapshot.counters.get(name, QueueTally())
+        arrivals.add_metric([name], tally.arrivals)
+        completions.add_metric([name], tally.completions)
+        failures.add_metric([name], tally.failures)
+        dead_letters.add_metric([name], tally.dead_letters)
+        releases.add_metric([name], tally.releases)
+        reruns.add_metric([name], tally.crash_reruns)
+        for task, histogram in sorted(tally.durations.items()):
+            durations.add_metric([name, task], histogram.cumulative(), histogram.total)
+    return [runnable, delayed, running, dead, age, drain, arrivals, completions, failures, dead_letters,
+            releases, reruns, durations]
+
+
+def pool_families(snapshot: Snapshot) -> list[Metric]:
+    p = ("pool",)
+    workers = _gauge("flexiqd_pool_workers", "Workers by state.", ("pool", "state"))
+    desired = _gauge("flexiqd_pool_desired_workers", "The worker count the last decision asked for.", p)
+    minimum = _gauge("flexiqd_pool_min_workers", "Configured minimum workers.", p)
+    maximum = _gauge("flexiqd_pool_max_workers", "Configured maximum workers.", p)
+    cap = _gauge("flexiqd_pool_binding_cap_workers", "The ceiling that held the last decision down, by cap "
+                 "(max, dependency:<name>, knee, starting:<name>); absent when none did.",
+                 ("pool", "cap"))
+    utilisation = _gauge("flexiqd_pool_utilisation_ratio", "Busy slots / slots of the active workers.", p)
+    start_cost = _gauge("flexiqd_pool_start_cost_seconds", "Measured time from a worker's start to its first claim.", p)
+    paused = _gauge("flexiqd_pool_paused", "1 while an operator has paused the pool.", p)
+    queues = _gauge("flexiqd_pool_queue_info", "1 for each queue a pool's workers claim from (for joins).",
+                    ("pool", "queue"))
+    age = _gauge("flexiqd_pool_oldest_runnable_age_seconds", "Age of the oldest runnable job of the pool's queues.", p)
+    target_age = _gauge("flexiqd_pool_target_age_seconds", "The pool's age target (targets.age).", p)
+    events = _counter("flexiqd_scale_events_total", "Changes of a pool's desired count, by direction and reason.",
+                      ("pool", "direction", "reason"))
+    for name, document in sorted(snapshot.status["pools"].items()):
+        minimum.add_metric([name], document["min_workers"])
+        maximum.add_metric([name], document["max_workers"])
+        paused.add_metric([name], 1 if document["paused"] else 0)
+        for queue in document["queues"]:
+            queues.add_metric([name, queue], 1)
+        if name in snapshot.target_ages:
+            target_age.add_metric([name], snapshot.target_ages[name])
+        if document.get("metrics") is not None:
+            age.add_metric([name], document["metrics"]["oldest_runnable_age"])
+        if document["workers"] is not None:
+            for state in WORKER_STATES:
+                workers.add_metric([name, state], document["workers"][state])
+        if document["desired"] is not None:
+            desired.add_metric([name], document["desired"])
+        if document["utilisation"] is not None:
+            utilisation.add_metric([name], document["utilisation"])
+        if document["start_cost"] is not None and document["start_cost"].get("seconds") is not None:
+            start_cost.add_metric([name], document["start_cost"]["seconds"])
+        if name in snapshot.binding_caps:
+            which, ceiling = snapshot.binding_caps[name]
+            cap.add_metric([name, which], ceiling)
+    for (pool, direction, reason), count in sorted(snapshot.scale_events.items()):
+        events.add_metric([pool, direction, reason], count)
+    return [workers, desired, minimum, maximum, cap, utilisation, start_cost, paused, queues, age, target_age,
+            events]
+
+
+def dependency_families(snapshot: Snapshot) -> list[Metric]:
+    d = ("dependency",)
+    capacity = _gauge("flexiqd_dependency_capacity", "A dependency's declared capacity, in its own unit.", d)
+    reserved = _gauge("flexiqd_dependency_reserved", "The part of the capacity kept for others (the request path).", d)
+    use = _gauge("flexiqd_dependency_use", "What the pools' workers hold of it (workers x per_worker), in its unit.", d)
+    for figures in snapshot.dependencies:
+        capacity.add_metric([figures.name], figures.capacity)
+        reserved.add_metric([figures.name], figures.reserved)
+        use.add_metric([figures.name], figures.use)
+    return [capacity, reserved, use]
+
+
+def daemon_families(snapshot: Snapshot) -> list[Metric]:
+    daemon = snapshot.daemon
+    families: list[Metric] = []
+    info = InfoMetricFamily("flexiqd_build", "flexiqd's version.")
+    info.add_metric([], {"version": daemon.version})
+    families.append(info)
+    ticks = _counter("flexiqd_ticks_total", "Control-loop ticks completed.")
+    ticks.add_metric([], daemon.ticks)
+    families.append(ticks)
+    if daemon.tick_durations is not None:
+        durations = HistogramMetricFamily("flexiqd_tick_duration_seconds", "How long each tick took.")
+        durations.add_metric([], daemon.tick_durations.cumulative(), daemon.tick_durations.total)
+        families.append(durations)
+    if daemon.last_tick_at is not None:
+        last = _gauge("flexiqd_last_tick_timestamp_seconds", "When the last tick ended (epoch seconds).")
+        last.add_metric([], daemon.last_tick_at)
+        families.append(last)
+    if daemon.last_stats_read_at is not None:
+        read = _gauge("flexiqd_last_stats_read_timestamp_seconds",
+                      "When every pool's queue stats were last read successfully (epoch seconds).")
+        read.add_metric([], daemon.last_stats_read_at)
+        families.append(read)
+    failed = _counter("flexiqd_stats_read_failures_total", "Ticks in which a pool's queue stats could not be read.")
+    failed.add_metric([], daemon.stats_read_failures)
+    generation = _gauge("flexiqd_config_generation", "1 for the config read at start, +1 per applied reload.")
+    generation.add_metric([], daemon.config_generation)
+    reload_ok = _gauge("flexiqd_config_last_reload_successful", "0 when the last reload was rejected.")
+    reload_ok.add_metric([], 1 if daemon.last_reload_ok else 0)
+    families.extend([failed, generation, reload_ok])
+    return families
+
+
+def families(snapshot: Snapshot) -> list[Metric]:
+    return [*queue_families(snapshot), *pool_families(snapshot), *dependency_families(snapshot),
+            *daemon_families(snapshot)]
+
+
+class _SnapshotCollector:
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+
+    def describe(self) -> list[Metric]:
+        return []  # nothing to check at registration: the registry is made per scrape
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(families(self.snapshot))
+
+
+def render(snapshot: Snapshot) -> bytes:
+    """The Prometheus text exposition of ``snapshot``, in a registry of its own (never the global one)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_SnapshotCollector(snapshot))
+    return generate_latest(registry)

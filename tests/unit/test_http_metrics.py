@@ -1,0 +1,151 @@
+"""/metrics rendering: a snapshot in, Prometheus text out (parsed back to check it)."""
+
+from __future__ import annotations
+
+import re
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from flexiqd.http.counters import DURATION_BUCKETS, Histogram, QueueTally
+from flexiqd.http.metrics import render
+from flexiqd.http.snapshot import DaemonFigures, DependencyFigures, Snapshot
+from flexiqd.queue.types import Stats
+
+
+def stats(queue="default", **fields):
+    values = dict(runnable=0, delayed=0, running=0, dead=0, oldest_runnable_age=0.0, arrival_rate=0.0,
+                  completion_rate=0.0, failure_rate=0.0, duration_p50=None, duration_p95=None,
+                  duration_p99=None, window=60.0)
+    values.update(fields)
+    return Stats(queue=queue, **values)
+
+
+def pool_document(**fields):
+    document = {"queues": ["default"], "min_workers": 1, "max_workers": 10, "paused": False,
+                "workers": {"active": 3, "starting": 1, "draining": 2, "failed": 0}, "desired": 4,
+                "utilisation": 0.5, "start_cost": {"seconds": 0.4, "ready": True, "samples": 3},
+                "metrics": {"oldest_runnable_age": 12.5}}
+    document.update(fields)
+    return document
+
+
+def snapshot(**fields):
+    values = dict(
+        taken_at=1000.0,
+        status={"pools": {"web": pool_document()}},
+        queue_stats={"default": stats(runnable=7, delayed=2, running=3, dead=1, oldest_runnable_age=12.5,
+                                      completion_rate=2.0)},
+        binding_caps={"web": ("dependency:db", 4)},
+        dependencies=(DependencyFigures("db", 40.0, 10.0, 24.0),),
+        counters={"default": QueueTally(arrivals=50, completions=40, failures=3, dead_letters=1,
+                                        releases=2, crash_reruns=1)},
+        scale_events={("web", "up", "ScaleUpAge"): 2, ("web", "down", "ScaleDownIdle"): 1},
+        daemon=DaemonFigures(version="9.9", ticks=12, last_tick_at=999.0, tick_durations=Histogram((0.1, 1.0)),
+                             last_stats_read_at=998.0, stats_read_failures=2, config_generation=3,
+                             last_reload_ok=False),
+        target_ages={"web": 30.0})
+    values.update(fields)
+    return Snapshot(**values)
+
+
+def samples(snap):
+    """{(name, frozenset(labels)): value} of every sample in the rendered text."""
+    text = render(snap).decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def value(found, name, **labels):
+    return found[(name, frozenset(labels.items()))]
+
+
+def test_queue_gauges_come_from_the_last_stats():
+    found = samples(snapshot())
+    assert value(found, "flexiqd_queue_runnable_jobs", queue="default") == 7
+    assert value(found, "flexiqd_queue_delayed_jobs", queue="default") == 2
+    assert value(found, "flexiqd_queue_running_jobs", queue="default") == 3
+    assert value(found, "flexiqd_queue_dead_jobs", queue="default") == 1
+    assert value(found, "flexiqd_queue_oldest_runnable_age_seconds", queue="default") == 12.5
+    assert value(found, "flexiqd_queue_time_to_drain_seconds", queue="default") == 3.5
+
+
+def test_time_to_drain_is_absent_while_nothing_completes():
+    found = samples(snapshot(queue_stats={"default": stats(runnable=5)}))
+    assert not any(name == "flexiqd_queue_time_to_drain_seconds" for name, _ in found)
+
+
+def test_queue_counters_carry_total_and_the_queue_label_only():
+    found = samples(snapshot())
+    for name, expected in [("arrivals", 50), ("completions", 40), ("failures", 3), ("dead_letters", 1),
+                           ("drain_releases", 2), ("crash_reruns", 1)]:
+        assert value(found, f"flexiqd_queue_{name}_total", queue="default") == expected
+
+
+def test_the_duration_histogram_is_cumulative_per_task_and_reaches_hours():
+    histogram = Histogram()
+    for seconds in (0.2, 0.2, 3.0, 5400.0, 100000.0):
+        histogram.observe(seconds)
+    counters = {"default": QueueTally(durations={"mail.send": histogram})}
+    found = samples(snapshot(counters=counters))
+    bucket = lambda le: value(found, "flexiqd_job_duration_seconds_bucket", queue="default", task="mail.send", le=le)
+    assert bucket("0.25") == 2 and bucket("5.0") == 3 and bucket("3600.0") == 3
+    assert bucket("7200.0") == 4 and bucket("28800.0") == 4 and bucket("+Inf") == 5
+    assert value(found, "flexiqd_job_duration_seconds_count", queue="default", task="mail.send") == 5
+    assert value(found, "flexiqd_job_duration_seconds_sum", queue="default", task="mail.send") == sum(
+        (0.2, 0.2, 3.0, 5400.0, 100000.0))
+    assert max(DURATION_BUCKETS) >= 4 * 3600
+
+
+def test_a_duration_on_a_bucket_bound_counts_in_that_bucket():
+    histogram = Histogram((1.0, 2.0))
+    histogram.observe(1.0)
+    assert histogram.cumulative() == [("1.0", 1), ("2.0", 1), ("+Inf", 1)]
+
+
+def test_pool_figures():
+    found = samples(snapshot())
+    assert value(found, "flexiqd_pool_workers", pool="web", state="active") == 3
+    assert value(found, "flexiqd_pool_workers", pool="web", state="draining") == 2
+    assert value(found, "flexiqd_pool_desired_workers", pool="web") == 4
+    assert value(found, "flexiqd_pool_max_workers", pool="web") == 10
+    assert value(found, "flexiqd_pool_binding_cap_workers", pool="web", cap="dependency:db") == 4
+    assert value(found, "flexiqd_pool_utilisation_ratio", pool="web") == 0.5
+    assert value(found, "flexiqd_pool_start_cost_seconds", pool="web") == 0.4
+    assert value(found, "flexiqd_pool_queue_info", pool="web", queue="default") == 1
+    assert value(found, "flexiqd_pool_oldest_runnable_age_seconds", pool="web") == 12.5
+    assert value(found, "flexiqd_pool_target_age_seconds", pool="web") == 30
+    assert value(found, "flexiqd_scale_events_total", pool="web", direction="up", reason="ScaleUpAge") == 2
+    assert value(found, "flexiqd_scale_events_total", pool="web", direction="down", reason="ScaleDownIdle") == 1
+
+
+def test_a_pool_not_sized_yet_shows_its_bounds_but_no_made_up_counts():
+    document = pool_document(workers=None, desired=None, utilisation=None, start_cost=None, metrics=None)
+    found = samples(snapshot(status={"pools": {"web": document}}, binding_caps={}))
+    assert value(found, "flexiqd_pool_min_workers", pool="web") == 1
+    names = {name for name, _ in found}
+    assert not names & {"flexiqd_pool_workers", "flexiqd_pool_desired_workers", "flexiqd_pool_utilisation_ratio",
+                        "flexiqd_pool_start_cost_seconds", "flexiqd_pool_binding_cap_workers",
+                        "flexiqd_pool_oldest_runnable_age_seconds"}
+
+
+def test_dependencies_and_daemon_figures():
+    found = samples(snapshot())
+    assert value(found, "flexiqd_dependency_capacity", dependency="db") == 40
+    assert value(found, "flexiqd_dependency_reserved", dependency="db") == 10
+    assert value(found, "flexiqd_dependency_use", dependency="db") == 24
+    assert value(found, "flexiqd_build_info", version="9.9") == 1
+    assert value(found, "flexiqd_ticks_total") == 12
+    assert value(found, "flexiqd_last_stats_read_timestamp_seconds") == 998
+    assert value(found, "flexiqd_stats_read_failures_total") == 2
+    assert value(found, "flexiqd_config_generation") == 3
+    assert value(found, "flexiqd_config_last_reload_successful") == 0
+
+
+def test_names_follow_prometheus_conventions():
+    text = render(snapshot()).decode()
+    types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.MULTILINE))
+    for name, kind in types.items():
+        assert re.match(r"^flexiqd_[a-z_]+$", name), name
+        if kind == "counter":
+            assert name.endswith("_total"), name
+    assert "job_id" not in text and "_milliseconds" not in text
