@@ -7,8 +7,9 @@ import sys
 from typing import Sequence
 
 from ..config import DEFAULT_CONFIG_PATH, load_config
-from ..errors import ConfigError
+from ..errors import ConfigError, QueueError
 from ..logs import setup_logging
+from ..queue.url import probe_store, safe_url
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,11 +39,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         path = args.config if args.check_config is True else args.check_config
         try:
             config = load_config(path, fleet=args.fleet)
+            reached = probe_store(config.store)
         except ConfigError as exc:
             print(f"flexiqd: {exc}", file=sys.stderr)
             return 1
+        except QueueError as exc:
+            print(f"flexiqd: {path}: store: {exc}", file=sys.stderr)
+            return 1
         print(f"{path}: valid; pools: {', '.join(sorted(config.pools)) or 'none'}; "
-              f"store {config.store}; fleet {config.fleet}")
+              f"store {safe_url(config.store)}{f' ({reached})' if reached else ''}; fleet {config.fleet}")
         return 0
     setup_logging(args.log_level)
     from ..daemon.service import DaemonOptions, run_daemon

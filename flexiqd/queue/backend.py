@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from ..errors import QueueError
 from .limits import DependencyLimit
@@ -221,6 +221,15 @@ class Backend(abc.ABC):
         events (bounded), never the backlog.
         """
         raise QueueError(f"{self.url}: this store does not enforce dependency limits")
+
+    def subscribe(self, queues: Sequence[str], wake: Callable[[], None]) -> Callable[[], None]:
+        """Call ``wake()`` -- from another thread, soon after the commit -- when jobs become
+        due on one of ``queues``; return a function that stops it (idempotent).
+
+        A hint, not a delivery: callers still poll, and may be woken when there is
+        nothing left to claim.  Stores that cannot push (SQLite) do nothing here.
+        """
+        return lambda: None
 
     def close(self) -> None:
         """Release the store's resources.  Idempotent."""

@@ -168,6 +168,8 @@ class Worker:
         if self._stop_before_start:
             self._stop.set()
         helpers = [asyncio.create_task(self._renew_leases())]
+        # New jobs wake an idle worker at once where the store can say so; polling stays.
+        unsubscribe = self.backend.subscribe(self.config.queues, self._poke)
         interval = watchdog_interval()
         if interval:
             helpers.append(asyncio.create_task(self._watchdog(interval)))
@@ -181,6 +183,7 @@ class Worker:
             else:
                 await self._drain()
         finally:
+            unsubscribe()
             for helper in helpers:
                 helper.cancel()
             self._store_thread.shutdown(wait=True)

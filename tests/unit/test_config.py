@@ -65,7 +65,7 @@ def test_durations_are_read_in_every_form():
     ("pools: [\n", "line 2 column 1: not valid YAML"),
     ("- just\n- a list\n", "the file: must be a mapping"),
     ("store: mysql://db/q\n", "store: mysql://db/q: unknown store scheme 'mysql'"),
-    ("store: postgresql://db/q\n", "store: postgresql://db/q: the PostgreSQL store is not available"),
+    ("store: postgresql://db/q?listen=maybe\n", "store: postgresql://db/q?listen=maybe: listen must be on or off"),
     ("store: sqlite:////q.db?journal=wal\n", "store: sqlite:////q.db?journal=wal: unknown option 'journal'"),
     ("pools:\n  default:\n    environment: {A: \"x\\0y\"}\n",
      "pools.default.environment.A: must not contain a NUL character"),

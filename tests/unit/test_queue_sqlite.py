@@ -327,7 +327,9 @@ def test_creating_a_database_someone_else_holds_locked(tmp_path):
     ("sqlite:///{dir}/q.db?busy_timeout=nan", "busy_timeout must be seconds"),
     ("sqlite:///{dir}/q.db?busy_timeout=inf", "busy_timeout must be seconds"),
     ("sqlite:///{dir}/q.db?busy_timeout=-1", "busy_timeout must be seconds"),
-    ("postgresql://localhost/flexiq", "not available"),
+    ("postgresql://localhost/flexiq?listen=maybe", "listen must be on or off"),
+    ("postgres://localhost/flexiq?password_file=rel/pw", "password_file must be an absolute path"),
+    ("redis://localhost/0", "unknown store scheme 'redis'"),
 ])
 def test_bad_urls_are_refused_with_the_url_in_the_message(tmp_path, url, message):
     url = url.format(dir=tmp_path)

@@ -1,0 +1,918 @@
+"""The PostgreSQL job store: the SQLite store's model, shared by many machines.
+
+One connection per backend, in autocommit mode, every method one explicit
+transaction.  Claims walk the claim index with ``FOR UPDATE SKIP LOCKED``, so
+workers claiming at once take different jobs without waiting on each other;
+recovery and promotion skip locked rows too, so maintenance may run from several
+processes at once.
+
+A connection that dropped (server restart, ``pg_terminate_backend``, a network
+cut) is opened again and the transaction run again -- when the failure came
+before the COMMIT was sent.  During the COMMIT, nobody knows whether it happened:
+claims find out from the jobs they stamp (``_exchange``); other calls raise
+``CommitUnknown``, so a worker's claims and results are never lost or doubled.  A deadlock or
+serialization failure is retried like a dropped connection.
+
+``subscribe`` wakes idle workers with LISTEN/NOTIFY: every transaction that makes
+jobs due notifies the channel of their queue (see postgres_listen.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import random
+import threading
+from typing import Any, Callable, Iterable, Sequence
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
+
+from ..errors import JobNotFound, QueueError, StoreUnavailable
+from .backend import Backend, EndedAttempt
+from .owners import owner_alive_here
+from .postgres_listen import Listener, channel_of
+from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, VERSION_TABLE
+from .sqlite import COMING_DUE_LIMIT, _Endings, _row_to_job, _stats, encode_json, percentile
+from .types import FINISHED_STATES, RECENT_WINDOW, ClaimRequest, Job, JobState, NewJob, Outcome, OutcomeKind, Stats
+
+log = logging.getLogger(__name__)
+
+_JOB_COLUMNS = ("id, queue, task, payload, priority, state, run_at, attempts, max_attempts, "
+                "timeout, idempotency_key, tenant, lease_owner, lease_expires, enqueued_at, "
+                "started_at, finished_at, result, error")
+# A batch is one INSERT of arrays (one trigger run, one round trip), with ids taken from
+# the sequence first so they follow the batch's order.  A live idempotency key makes a
+# row's insert a no-op (the unique partial index decides, so two producers racing with
+# one key cannot both insert); the job that holds the key is looked up after.
+_NEW_JOB_TYPES = (("id", "bigint"), ("queue", "text"), ("task", "text"), ("payload", "text"),
+                  ("priority", "integer"), ("state", "text"), ("delayed", "boolean"),
+                  ("run_at", "double precision"), ("max_attempts", "integer"),
+                  ("timeout", "double precision"), ("idempotency_key", "text"), ("tenant", "text"),
+                  ("enqueued_at", "double precision"))
+_INSERT_JOBS = (f"INSERT INTO flexiq_jobs ({', '.join(name for name, _ in _NEW_JOB_TYPES)}) "
+                f"SELECT * FROM unnest({', '.join(f'%s::{kind}[]' for _, kind in _NEW_JOB_TYPES)}) "
+                f"ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL "
+                f"AND state IN ('queued', 'running') DO NOTHING RETURNING id")
+_NEW_IDS = "SELECT nextval(pg_get_serial_sequence('flexiq_jobs', 'id')) FROM generate_series(1, %s)"
+
+# The same bounds as the SQLite store's, for the same reasons (see sqlite.py).
+_DURATION_SAMPLE = 1000
+_DURATION_HORIZON = 300.0
+_RATE_RETENTION = 3600
+_PROMOTION_BATCH = 10_000
+# A worker folds the appended count and rate changes into their totals every this many
+# claims (a stats read folds them too): a few hundred rows, a millisecond.
+_FOLD_EVERY = 200
+# A gap in the attempts' ids this old (seconds, server clock) will not be filled: no
+# transaction of the store stays open that long after recording an attempt.
+_GAP_SETTLE = 10.0
+
+_UNLEASED = "lease_owner = NULL, lease_expires = NULL, lease_outcome = NULL"
+_REQUEUED = f"state = 'queued', started_at = NULL, {_UNLEASED}"
+_ACK = f"UPDATE flexiq_jobs SET state = 'done', finished_at = %s, result = %s, error = NULL, {_UNLEASED} WHERE id = %s"
+_RELEASE = f"UPDATE flexiq_jobs SET {_REQUEUED}, delayed = false, attempts = attempts - 1 WHERE id = %s"
+_LOSE = f"UPDATE flexiq_jobs SET {_REQUEUED}, delayed = false, error = %s WHERE id = %s"
+_RETRY = f"UPDATE flexiq_jobs SET {_REQUEUED}, delayed = %s, run_at = %s, error = %s WHERE id = %s"
+_DEAD_LETTER = f"UPDATE flexiq_jobs SET state = 'dead', finished_at = %s, error = %s, {_UNLEASED} WHERE id = %s"
+_RECORD = ("INSERT INTO flexiq_executions (job_id, attempt, worker, started_at, finished_at, outcome, error) "
+           "VALUES (%s, %s, %s, %s, %s, %s, %s)")
+_LIVE = "state IN ('queued', 'running')"
+_DUE = "state = 'queued' AND NOT delayed"
+_DELAYED = "state = 'queued' AND delayed"
+_WAITING_OR_HELD = "('queued', 'delayed', 'running', 'dead')"
+
+# Transactions run again after a dropped connection, a deadlock or a serialization failure.
+_ATTEMPTS = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class ConnectOptions:
+    """How to reach the database: libpq's conninfo (a URL without flexiqd's own options),
+    a password read from a file or credential (None: libpq finds one, e.g. in ~/.pgpass),
+    whether idle workers LISTEN for new jobs, and whether statements run often are
+    prepared on the server (psycopg's default; off behind a pooler in transaction mode,
+    where the next transaction may run on another server connection)."""
+
+    conninfo: str
+    password: str | None = None
+    listen: bool = True
+    prepare: bool = True
+    connect_timeout: float = 10.0
+
+
+class CommitUnknown(StoreUnavailable):
+    """The connection was lost while a COMMIT was under way: it may or may not have happened."""
+
+
+class _Committing:
+    """Marks that the transaction body finished: an error from here on is the COMMIT's."""
+
+    def __init__(self) -> None:
+        self.reached = False
+
+
+class PostgresBackend(Backend):
+    """A job store in a PostgreSQL database, shared by processes on many machines.
+
+    Thread-safe: calls are serialised on one connection by a lock.
+    """
+
+    def __init__(self, options: ConnectOptions, *, url: str, rng: random.Random | None = None) -> None:
+        self.url = url  # as shown in messages: never with a password
+        self.options = options
+        self._rng = rng or random.Random()
+        self._lock = threading.RLock()
+        self._closed = False
+        self._claims = 0
+        self._conn: psycopg.Connection | None = None
+        with self._lock:
+            conn = self._connect()
+            try:
+                self._migrate(conn)
+            except psycopg.Error as exc:
+                conn.close()
+                raise self._translate(exc, "open") from None
+            except StoreUnavailable:
+                conn.close()
+                raise
+            self._conn = conn
+
+    # -- connections -----------------------------------------------------------------------
+
+    def _connect(self) -> psycopg.Connection:
+        return _connect(self.options, self.url)
+
+    def _connection(self) -> psycopg.Connection:
+        if self._closed:
+            raise QueueError(f"the queue database {self.url} is closed")
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            if self._conn is not None:
+                log.warning("The connection to the queue database %s was lost; connecting again.",
+                            self.url)
+                self._conn.close()
+                self._conn = None
+            self._conn = self._connect()
+        return self._conn
+
+    @staticmethod
+    def _read_version(conn: psycopg.Connection) -> int:
+        # Read from pg_class, not with to_regclass(): the backend's name cache may still say
+        # "no such table" after another process created it while we waited for the lock;
+        # opening the catalog in this transaction makes the backend catch up first.
+        if not conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+                "ON n.oid = c.relnamespace WHERE c.relname = %s AND n.nspname = current_schema())",
+                (VERSION_TABLE,)).fetchone()[0]:
+            return 0
+        row = conn.execute(f"SELECT max(version) FROM {VERSION_TABLE}").fetchone()
+        return row[0] or 0
+
+    def _migrate(self, conn: psycopg.Connection) -> None:
+        """Create the schema, or bring an older one up to date, in one transaction.
+
+        The version is read again under an advisory lock (one per schema): processes
+        opening a new store at once must not both run the DDL.
+        """
+        version = self._read_version(conn)
+        if version > SCHEMA_VERSION:
+            raise StoreUnavailable(
+                f"the queue database {self.url} has schema version {version}, newer than "
+                f"this flexiqd understands ({SCHEMA_VERSION}): upgrade flexiqd")
+        if version == SCHEMA_VERSION:
+            return
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('flexiq schema of ' || current_schema()))")
+            version = self._read_version(conn)
+            if version >= SCHEMA_VERSION:
+                return
+            if version == 0:
+                statements: Sequence[str] = SCHEMA
+                conn.execute(f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} (version integer NOT NULL)")
+            else:
+                statements = [s for v in sorted(MIGRATIONS) if v > version for s in MIGRATIONS[v]]
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute(f"DELETE FROM {VERSION_TABLE}")
+            conn.execute(f"INSERT INTO {VERSION_TABLE} (version) VALUES (%s)", (SCHEMA_VERSION,))
+        log.info("The queue database %s is at schema version %d (was %d).", self.url,
+                 SCHEMA_VERSION, version)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    # -- transactions ----------------------------------------------------------------------
+
+    def _run(self, operation: str, body: Callable[[psycopg.Connection], Any], *,
+             snapshot: bool = False) -> Any:
+        """Run ``body(conn)`` in one transaction and return what it returns.
+
+        ``snapshot``: a read-only REPEATABLE READ transaction, so several SELECTs
+        see one state.  ``body`` may run more than once (a dropped connection, a
+        deadlock): it must keep nothing from a run that was rolled back.
+        """
+        with self._lock:
+            for attempt in range(1, _ATTEMPTS + 1):
+                conn = self._connection()
+                committing = _Committing()
+                try:
+                    return self._once(conn, body, snapshot, committing)
+                except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure) as exc:
+                    if attempt == _ATTEMPTS:
+                        raise self._translate(exc, operation) from None
+                except psycopg.OperationalError as exc:
+                    if not (conn.closed or conn.broken):
+                        raise self._translate(exc, operation) from None
+                    if committing.reached:
+                        raise CommitUnknown(
+                            f"{operation} on the queue database {self.url}: the connection was lost "
+                            f"while committing, so it may or may not have happened "
+                            f"({_first_line(exc)})") from None
+                    if attempt == _ATTEMPTS:
+                        raise self._translate(exc, operation) from None
+                except psycopg.Error as exc:
+                    raise self._translate(exc, operation) from None
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _once(conn: psycopg.Connection, body: Callable[[psycopg.Connection], Any], snapshot: bool,
+              committing: _Committing) -> Any:
+        # Said in the BEGIN itself (no round trip of its own), and only for this transaction.
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ if snapshot else None
+        conn.read_only = True if snapshot else None
+        with conn.transaction():
+            result = body(conn)
+            committing.reached = True
+        return result
+
+    def _translate(self, exc: psycopg.Error, operation: str) -> QueueError:
+        text = _first_line(exc)
+        if isinstance(exc, psycopg.OperationalError):
+            return StoreUnavailable(f"{operation} on the queue database {self.url} failed: {text}")
+        if isinstance(exc, (pg_errors.InsufficientPrivilege, pg_errors.ReadOnlySqlTransaction)):
+            return StoreUnavailable(f"{operation} on the queue database {self.url} was refused: {text}")
+        return QueueError(f"{operation} on the queue database {self.url} failed: {text}")
+
+    # -- enqueue ---------------------------------------------------------------------------
+
+    def enqueue(self, jobs: Sequence[NewJob], *, now: float) -> list[int]:
+        rows = [_new_row(job, now) for job in jobs]  # encode before the transaction: fail whole
+        if not rows:
+            return []
+
+        def body(conn: psycopg.Connection) -> list[int]:
+            new_ids = sorted(row[0] for row in conn.execute(_NEW_IDS, (len(rows),)))
+            columns = [new_ids] + [[row[name] for row in rows] for name, _ in _NEW_JOB_TYPES[1:]]
+            inserted = {row[0] for row in conn.execute(_INSERT_JOBS, columns)}
+            # Rows left out hold a key that is live: the job holding it stands for them.
+            keys = [row["idempotency_key"] for row, job_id in zip(rows, new_ids) if job_id not in inserted]
+            holders = dict(conn.execute(
+                f"SELECT idempotency_key, id FROM flexiq_jobs WHERE idempotency_key = ANY(%s) "
+                f"AND {_LIVE}", (keys,)).fetchall()) if keys else {}
+            ids: list[int] = []
+            arrivals: dict[tuple[str, str], int] = {}
+            for row, job_id in zip(rows, new_ids):
+                if job_id not in inserted:
+                    ids.append(holders[row["idempotency_key"]])
+                    continue
+                ids.append(job_id)
+                if not row["delayed"]:  # a delayed job arrives when it comes due (_promote)
+                    key = (row["queue"], row["tenant"])
+                    arrivals[key] = arrivals.get(key, 0) + 1
+            for (queue, tenant), n in sorted(arrivals.items()):
+                _bump_rate(conn, queue, tenant, int(now), arrivals=n)
+            _notify(conn, {queue for queue, _ in arrivals})
+            return ids
+
+        return self._run("enqueue", body)
+
+    # -- promotion -------------------------------------------------------------------------
+
+    @staticmethod
+    def _promote(conn: psycopg.Connection, now: float) -> int:
+        """Make up to ``_PROMOTION_BATCH`` delayed jobs whose run_at has come due; return how many.
+
+        As in the SQLite store, a job that never ran arrives in the second of its run_at.
+        Rows another transaction holds are skipped: it is promoting or cancelling them.
+        """
+        promoted = conn.execute(
+            f"UPDATE flexiq_jobs SET delayed = false WHERE id IN (SELECT id FROM flexiq_jobs "
+            f"WHERE {_DELAYED} AND run_at <= %s ORDER BY run_at LIMIT {_PROMOTION_BATCH} "
+            f"FOR UPDATE SKIP LOCKED) RETURNING queue, tenant, run_at, attempts", (now,)).fetchall()
+        arrivals: dict[tuple[str, str, int], int] = {}
+        for queue, tenant, run_at, attempts in promoted:
+            if attempts == 0:
+                key = (queue, tenant, int(run_at))
+                arrivals[key] = arrivals.get(key, 0) + 1
+        for (queue, tenant, second), n in sorted(arrivals.items()):
+            _bump_rate(conn, queue, tenant, second, arrivals=n)
+        _notify(conn, {row[0] for row in promoted})
+        return len(promoted)
+
+    # -- claim / settle --------------------------------------------------------------------
+
+    def claim(self, request: ClaimRequest, *, now: float) -> list[Job]:
+        return self._exchange("claim", request.owner, [], request, now)[1]
+
+    def _fold_now_and_then(self) -> None:
+        """Fold the changes every ``_FOLD_EVERY`` claims, so a store that nobody reads the
+        stats of (workers without a daemon) does not pile them up."""
+        self._claims += 1
+        if self._claims % _FOLD_EVERY == 0:
+            self._run("fold counts", _fold)
+
+    def settle(self, owner: str, outcomes: Iterable[Outcome], *, now: float) -> list[int]:
+        outcomes = list(outcomes)
+        if not outcomes:
+            return []
+        return self._exchange("settle", owner, outcomes, None, now)[0]
+
+    def settle_and_claim(self, owner: str, outcomes: Iterable[Outcome],
+                         request: ClaimRequest | None, *, now: float) -> tuple[list[int], list[Job]]:
+        # One transaction, one round of commits: a busy worker pays one per exchange.
+        return self._exchange("settle and claim", owner, list(outcomes), request, now)
+
+    def _exchange(self, operation: str, owner: str, outcomes: list[Outcome],
+                  request: ClaimRequest | None, now: float) -> tuple[list[int], list[Job]]:
+        """Settle ``outcomes``, then claim for ``request``, in one transaction.
+
+        When the connection is lost during the COMMIT, the next transaction finds out
+        whether it happened: a claim stamps its jobs with the owner and ``now``, so jobs
+        running under that stamp were claimed by it, and are returned (rather than left
+        leased to a worker that does not know it holds them).  Finding none, it runs
+        the exchange again -- safe either way: outcomes already applied are ignored
+        the second time.  (After a lost COMMIT the ids it settled are not reported.)
+        """
+        claiming = request is not None and request.limit > 0
+
+        def body(conn: psycopg.Connection) -> tuple[list[int], list[Job]]:
+            settled = self._settle(conn, owner, outcomes, now) if outcomes else []
+            claimed = self._claim(conn, request, now) if claiming else []
+            return settled, claimed
+
+        def after_lost_commit(conn: psycopg.Connection) -> tuple[list[int], list[Job]]:
+            if claiming:
+                stamped = [_row_to_job(row) for row in conn.execute(
+                    f"SELECT {_JOB_COLUMNS} FROM flexiq_jobs WHERE state = 'running' "
+                    f"AND lease_owner = %s AND started_at = %s", (owner, now))]
+                if stamped:
+                    stamped.sort(key=lambda j: (request.queues.index(j.queue), -j.priority, j.run_at, j.id))
+                    return [], stamped
+            return body(conn)
+
+        try:
+            result = self._run(operation, body)
+        except CommitUnknown as exc:
+            log.warning("%s; finding out whether it did.", exc)
+            result = self._run(operation, after_lost_commit)
+        if claiming:
+            self._fold_now_and_then()
+        return result
+
+    def _claim(self, conn: psycopg.Connection, request: ClaimRequest, now: float) -> list[Job]:
+        self._recover(conn, now, owner=None, reason="lease expired")
+        self._promote(conn, now)
+        claimed: list[Job] = []
+        for queue in request.queues:
+            want = request.limit - len(claimed)
+            if want <= 0:
+                break
+            # run_at <= now still guards the walk: another machine's clock may run ahead.
+            rows = conn.execute(
+                f"UPDATE flexiq_jobs SET state = 'running', lease_owner = %s, lease_expires = %s, "
+                f"attempts = attempts + 1, started_at = %s WHERE id IN ("
+                f"  SELECT id FROM flexiq_jobs WHERE {_DUE} AND queue = %s AND run_at <= %s"
+                f"  ORDER BY priority DESC, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED) "
+                f"RETURNING {_JOB_COLUMNS}",
+                (request.owner, now + request.lease_seconds, now, queue, now, want)).fetchall()
+            jobs = [_row_to_job(row) for row in rows]
+            jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
+            claimed.extend(jobs)
+        return claimed
+
+    def _settle(self, conn: psycopg.Connection, owner: str, outcomes: list[Outcome],
+                now: float) -> list[int]:
+        held = {row[0]: row[1:] for row in conn.execute(
+            "SELECT id, queue, tenant, attempts, max_attempts, started_at FROM flexiq_jobs "
+            "WHERE id = ANY(%s) AND state = 'running' AND lease_owner = %s ORDER BY id FOR UPDATE",
+            (sorted({outcome.job_id for outcome in outcomes}), owner))}
+        endings = _Endings(now)
+        for outcome in outcomes:
+            row = held.pop(outcome.job_id, None)  # popped: a repeated outcome is ignored
+            if row is None:
+                continue  # not ours any more: expired and re-claimed, or cancelled
+            queue, tenant, attempts, max_attempts, started_at = row
+            kind, job_id = outcome.kind, outcome.job_id
+            if kind is OutcomeKind.ACK:
+                endings.ack(job_id, encode_json(outcome.result, f"the result of job {job_id}"),
+                            queue, tenant)
+            elif kind is OutcomeKind.RELEASE:
+                endings.release(job_id)
+            elif kind is OutcomeKind.DEAD:
+                endings.bury(job_id, outcome.error, queue, tenant)
+            else:
+                endings.fail(job_id, attempts, max_attempts, outcome.error, queue, tenant, self._rng)
+            endings.record(job_id, attempts, owner, started_at, kind.value, outcome.error)
+        _apply(conn, endings)
+        return endings.ids
+
+    def renew(self, owner: str, job_ids: Iterable[int], lease_seconds: float, *, now: float) -> list[int]:
+        ids = list(job_ids)
+        if not ids:
+            return []
+
+        def body(conn: psycopg.Connection) -> list[int]:
+            # An expired lease that nobody recovered is still the owner's: while its
+            # process lives, expiry alone never hands the job to another worker.
+            held = {row[0] for row in conn.execute(
+                "UPDATE flexiq_jobs SET lease_expires = %s WHERE id = ANY(%s) AND state = 'running' "
+                "AND lease_owner = %s RETURNING id", (now + lease_seconds, sorted(set(ids)), owner))}
+            return [job_id for job_id in dict.fromkeys(ids) if job_id in held]
+
+        return self._run("renew leases", body)
+
+    def abandon(self, owner: str, outcomes: Iterable[Outcome], *, now: float) -> list[int]:
+        marks = []
+        for outcome in outcomes:
+            if outcome.kind not in (OutcomeKind.RELEASE, OutcomeKind.FAIL):
+                raise QueueError(f"job {outcome.job_id}: only release or fail can wait for the "
+                                 f"worker's exit, not {outcome.kind.value}")
+            marks.append((outcome.kind.value, outcome.error, outcome.job_id, owner))
+        if not marks:
+            return []
+
+        def body(conn: psycopg.Connection) -> list[int]:
+            marked = []
+            for mark in marks:
+                if conn.execute(
+                        "UPDATE flexiq_jobs SET lease_outcome = %s, error = COALESCE(%s, error) "
+                        "WHERE id = %s AND state = 'running' AND lease_owner = %s", mark).rowcount:
+                    marked.append(mark[2])
+            return marked
+
+        return self._run("abandon jobs", body)
+
+    # -- recovery --------------------------------------------------------------------------
+
+    def recover_expired(self, *, now: float) -> int:
+        def body(conn: psycopg.Connection) -> int:
+            recovered = self._recover(conn, now, owner=None, reason="lease expired")
+            _fold(conn)
+            conn.execute("DELETE FROM flexiq_rates WHERE second < %s", (int(now) - _RATE_RETENTION,))
+            return recovered
+
+        return self._run("recover expired leases", body)
+
+    def recover_owner(self, owner: str, *, now: float, reason: str) -> int:
+        return self._run("recover a worker's jobs",
+                         lambda conn: self._recover(conn, now, owner=owner, reason=reason))
+
+    def _recover(self, conn: psycopg.Connection, now: float, *, owner: str | None, reason: str) -> int:
+        """Settle the jobs of a gone owner: its ``abandon`` mark if it left one, else "lost".
+
+        Rows another transaction holds are skipped (their owner is settling or renewing
+        them, or another process is recovering them), so recovery runs safely from
+        several processes at once.  Expired leases of a live process of this host are
+        left alone: a job runs again only when nothing can still be running it.
+        """
+        columns = ("id, attempts, max_attempts, lease_owner, started_at, queue, tenant, "
+                   "lease_outcome, error")
+        if owner is None:
+            rows = [row for row in conn.execute(
+                f"SELECT {columns} FROM flexiq_jobs WHERE state = 'running' AND lease_expires < %s "
+                f"ORDER BY id FOR UPDATE SKIP LOCKED", (now,))
+                if owner_alive_here(row[3]) is not True]
+        else:
+            rows = conn.execute(
+                f"SELECT {columns} FROM flexiq_jobs WHERE state = 'running' "
+                f"AND lease_expires IS NOT NULL AND lease_owner = %s ORDER BY id FOR UPDATE",
+                (owner,)).fetchall()
+        endings = _Endings(now)
+        for job_id, attempts, max_attempts, gone, started_at, queue, tenant, mark, error in rows:
+            if mark == OutcomeKind.RELEASE.value:
+                endings.release(job_id)  # given up at the end of a drain
+                endings.record(job_id, attempts, gone, started_at, mark, None)
+            elif mark == OutcomeKind.FAIL.value:
+                endings.fail(job_id, attempts, max_attempts, error, queue, tenant, self._rng)
+                endings.record(job_id, attempts, gone, started_at, mark, error)
+            else:
+                error = f"{reason} (worker {gone})"
+                endings.lose(job_id, attempts, max_attempts, error, queue, tenant)
+                endings.record(job_id, attempts, gone, started_at, "lost", error)
+        _apply(conn, endings)
+        if rows:
+            _notify(conn, {row[5] for row in rows})
+        return len(rows)
+
+    def lease_owners(self) -> dict[str, int]:
+        return self._run("list lease owners", lambda conn: dict(conn.execute(
+            "SELECT lease_owner, count(*) FROM flexiq_jobs WHERE state = 'running' "
+            "AND lease_expires IS NOT NULL GROUP BY lease_owner").fetchall()))
+
+    # -- management ------------------------------------------------------------------------
+
+    def cancel(self, job_id: int, *, now: float) -> bool:
+        def body(conn: psycopg.Connection) -> bool:
+            self._promote(conn, now)  # a job that came due arrived, cancelled or not
+            if conn.execute(
+                    f"UPDATE flexiq_jobs SET state = 'cancelled', finished_at = %s, {_UNLEASED} "
+                    f"WHERE id = %s AND state IN ('queued', 'running', 'dead')", (now, job_id)).rowcount:
+                return True
+            if conn.execute("SELECT 1 FROM flexiq_jobs WHERE id = %s", (job_id,)).fetchone() is None:
+                raise JobNotFound(f"no job with id {job_id}")
+            return False
+
+        return self._run("cancel", body)
+
+    def get(self, job_id: int) -> Job:
+        row = self._run("read a job", lambda conn: conn.execute(
+            f"SELECT {_JOB_COLUMNS} FROM flexiq_jobs WHERE id = %s", (job_id,)).fetchone())
+        if row is None:
+            raise JobNotFound(f"no job with id {job_id}")
+        return _row_to_job(row)
+
+    def list_jobs(self, *, queue: str | None = None, state: JobState | None = None,
+                  limit: int = 50) -> list[Job]:
+        where, args = [], []
+        if queue is not None:
+            where.append("queue = %s")
+            args.append(queue)
+        if state is not None:
+            where.append("state = %s")
+            args.append(JobState(state).value)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        rows = self._run("list jobs", lambda conn: conn.execute(
+            f"SELECT {_JOB_COLUMNS} FROM flexiq_jobs {clause} ORDER BY id DESC LIMIT %s",
+            (*args, limit)).fetchall())
+        return [_row_to_job(row) for row in rows]
+
+    def retry_dead(self, *, queue: str | None = None, job_ids: Iterable[int] | None = None,
+                   now: float) -> int:
+        where, args = ["state = 'dead'"], []
+        if queue is not None:
+            where.append("queue = %s")
+            args.append(queue)
+        ids = list(job_ids) if job_ids is not None else None
+        if ids is not None:
+            if not ids:
+                return 0
+            where.append("id = ANY(%s)")
+            args.append(ids)
+        # A revived job arrives again: it had left the queue for good.
+        revive = ("UPDATE flexiq_jobs SET state = 'queued', delayed = false, attempts = 0, "
+                  "run_at = %s, finished_at = NULL WHERE ")
+
+        def body(conn: psycopg.Connection) -> int:
+            revived = conn.execute(revive + " AND ".join(where + ["idempotency_key IS NULL"])
+                                   + " RETURNING queue, tenant", (now, *args)).fetchall()
+            # As in the SQLite store: only the newest dead job of a key that is free comes back.
+            keyed = conn.execute(
+                f"SELECT id, idempotency_key FROM flexiq_jobs WHERE {' AND '.join(where)} "
+                f"AND idempotency_key IS NOT NULL ORDER BY id DESC", args).fetchall()
+            for job_id, key in keyed:
+                revived += conn.execute(
+                    revive + f"id = %s AND NOT EXISTS (SELECT 1 FROM flexiq_jobs WHERE "
+                    f"idempotency_key = %s AND {_LIVE}) RETURNING queue, tenant",
+                    (now, job_id, key)).fetchall()
+            arrivals: dict[tuple[str, str], int] = {}
+            for queue_tenant in revived:
+                arrivals[queue_tenant] = arrivals.get(queue_tenant, 0) + 1
+            for (name, tenant), n in sorted(arrivals.items()):
+                _bump_rate(conn, name, tenant, int(now), arrivals=n)
+            _notify(conn, {name for name, _ in arrivals})
+            return len(revived)
+
+        return self._run("retry dead jobs", body)
+
+    def purge(self, *, states: Sequence[JobState], finished_before: float,
+              queue: str | None = None) -> int:
+        wanted = []
+        for state in states:
+            state = JobState(state)
+            if state not in FINISHED_STATES:
+                raise QueueError(f"only finished jobs can be purged, not {state.value} ones")
+            wanted.append(state.value)
+
+        def body(conn: psycopg.Connection) -> int:
+            names = [queue] if queue is not None else _queues(conn)
+            removed = 0
+            for name in names:  # one index range (queue, state, finished_at) per queue and state
+                for state in wanted:
+                    gone = [row[0] for row in conn.execute(
+                        "DELETE FROM flexiq_jobs WHERE queue = %s AND state = %s AND finished_at < %s "
+                        "RETURNING id", (name, state, finished_before))]
+                    if gone:
+                        conn.execute("DELETE FROM flexiq_executions WHERE job_id = ANY(%s)", (gone,))
+                    removed += len(gone)
+            return removed
+
+        return self._run("purge finished jobs", body)
+
+    def queues(self) -> list[str]:
+        return self._run("list queues", _queues)
+
+    def executions(self, *, job_id: int | None = None, limit: int | None = None) -> list[dict]:
+        clause, args = ("WHERE job_id = %s", [job_id]) if job_id is not None else ("", [])
+        tail = " LIMIT %s" if limit is not None else ""
+        if limit is not None:
+            args.append(limit)
+        rows = self._run("list executions", lambda conn: conn.execute(
+            f"SELECT job_id, attempt, worker, started_at, finished_at, outcome, error "
+            f"FROM flexiq_executions {clause} ORDER BY id{tail}", args).fetchall())
+        keys = ("job_id", "attempt", "worker", "started_at", "finished_at", "outcome", "error")
+        return [dict(zip(keys, row)) for row in rows]
+
+    def ended_attempts(self, after: int | None, *, limit: int = 10_000) -> tuple[int, list[EndedAttempt]]:
+        """See ``Backend``.  Ids are handed out before commit, so a transaction still open may
+        yet fill a gap below ids already committed: the cursor stops at a gap until the row
+        after it is ``_GAP_SETTLE`` seconds old (by the server's clock); a gap as old as that
+        is for good (a rolled-back transaction, a purge)."""
+        def body(conn: psycopg.Connection) -> tuple[int, list[EndedAttempt]]:
+            if after is None:
+                return conn.execute("SELECT COALESCE(max(id), 0) FROM flexiq_executions").fetchone()[0], []
+            rows = conn.execute(
+                "SELECT e.id, j.queue, j.task, e.outcome, e.finished_at - e.started_at, "
+                "e.outcome = 'dead' OR (e.outcome IN ('fail', 'lost') AND e.attempt >= j.max_attempts), "
+                "e.recorded_at < clock_timestamp() - make_interval(secs => %s) "
+                "FROM flexiq_executions e LEFT JOIN flexiq_jobs j ON j.id = e.job_id "
+                "WHERE e.id > %s ORDER BY e.id LIMIT %s", (_GAP_SETTLE, after, limit)).fetchall()
+            cursor, ended = after, []
+            for attempt_id, queue, task, outcome, seconds, dead, settled in rows:
+                if attempt_id != cursor + 1 and not settled:
+                    break  # an open transaction may still write the ids in between
+                cursor = attempt_id
+                if queue is not None:  # its job was purged since: left out, as the contract says
+                    ended.append(EndedAttempt(queue=queue, task=task, outcome=outcome, seconds=seconds,
+                                              dead_lettered=bool(dead)))
+            return cursor, ended
+
+        return self._run("read ended attempts", body)
+
+    def arrivals_since(self, queue: str, second: int) -> dict[int, int]:
+        return self._run("read arrivals", lambda conn: {int(at): int(n) for at, n in conn.execute(
+            "SELECT second, sum(arrivals) FROM (SELECT second, arrivals FROM flexiq_rates "
+            "WHERE queue = %(queue)s AND second >= %(second)s UNION ALL SELECT second, arrivals "
+            "FROM flexiq_rate_changes WHERE queue = %(queue)s AND second >= %(second)s) AS parts "
+            "GROUP BY second HAVING sum(arrivals) > 0", {"queue": queue, "second": second})}, snapshot=True)
+
+    # -- stats -----------------------------------------------------------------------------
+
+    def first_claims(self, owners: Iterable[str]) -> dict[str, float]:
+        names = list(owners)
+        if not names:
+            return {}
+
+        def body(conn: psycopg.Connection) -> dict[str, float]:
+            found: dict[str, float] = {}
+            for owner, started in conn.execute(
+                    "SELECT lease_owner, min(started_at) FROM flexiq_jobs WHERE state = 'running' "
+                    "AND lease_owner = ANY(%s) GROUP BY lease_owner "
+                    "UNION ALL SELECT worker, min(started_at) FROM flexiq_executions "
+                    "WHERE worker = ANY(%s) GROUP BY worker", (names, names)):
+                if started is not None:
+                    found[owner] = min(started, found.get(owner, started))
+            return found
+
+        return self._run("read first claims", body, snapshot=True)
+
+    def stats(self, queue: str, *, now: float, window: float = 60.0, horizon: float = 0.0) -> Stats:
+        """The queue's signals, read from counts and rates and a bounded sample (see SQLite's)."""
+        if not window > 0:
+            raise QueueError(f"a stats window must be more than 0s, got {window!r}")
+        if not horizon >= 0 or math.isinf(horizon):
+            raise QueueError(f"a coming-due horizon must be 0s or more, got {horizon!r}")
+        # Delayed jobs that came due are promoted first (in batches), so the figures count
+        # them as runnable and as arrivals; then one snapshot is read.
+        # Delayed jobs that came due are promoted (in batches), and the appended changes
+        # folded, so the read that follows sums a few totals.
+        def promote_and_fold(conn: psycopg.Connection) -> int:
+            promoted = self._promote(conn, now)
+            _fold(conn)
+            return promoted
+
+        while self._run("read stats", promote_and_fold) >= _PROMOTION_BATCH:
+            pass
+        return self._run("read stats", lambda conn: _read_stats(conn, queue, now, window, horizon),
+                         snapshot=True)
+
+    # -- waking idle workers ---------------------------------------------------------------
+
+    def subscribe(self, queues: Sequence[str], wake: Callable[[], None]) -> Callable[[], None]:
+        """Call ``wake()`` (from another thread) when jobs become due on ``queues``.
+
+        A thread of its own LISTENs on its own connection and calls ``wake`` once
+        listening (notices sent before that reached nobody); a lost connection is
+        opened again, with the same call.  Returns a closer
+        that stops the thread within moments.  With ``listen=off`` in the URL (for a
+        pooler in transaction mode, where LISTEN cannot work) nothing listens: the
+        workers' polling alone finds new jobs.
+        """
+        if not self.options.listen or not queues:
+            return lambda: None
+        listener = Listener(self._connect, [channel_of(queue) for queue in queues], wake)
+        listener.start()
+        return listener.stop
+
+
+def probe(options: ConnectOptions, url: str) -> str:
+    """Connect, read the server's version and the store's schema version, change nothing;
+    return a short description.  StoreUnavailable, in one line, when that cannot be done."""
+    connection = _connect(options, url)
+    try:
+        server = connection.info.parameter_status("server_version") or "?"
+        version = PostgresBackend._read_version(connection)
+    except psycopg.Error as exc:
+        raise StoreUnavailable(f"cannot read the queue database {url}: {_first_line(exc)}") from None
+    finally:
+        connection.close()
+    if version > SCHEMA_VERSION:
+        raise StoreUnavailable(f"the queue database {url} has schema version {version}, newer than "
+                               f"this flexiqd understands ({SCHEMA_VERSION}): upgrade flexiqd")
+    schema = f"schema version {version}" if version else "schema not created yet (the first process creates it)"
+    return f"PostgreSQL {server.split()[0]}, {schema}"
+
+
+# -- helpers shared by the methods -----------------------------------------------------------
+
+def _connect(options: ConnectOptions, url: str) -> psycopg.Connection:
+    """A new autocommit connection; StoreUnavailable in one line (``url`` has no password)."""
+    given = conninfo_to_dict(options.conninfo)
+    kwargs: dict[str, Any] = {"autocommit": True}
+    # Defaults only: what the URL says wins (keyword arguments would override it).
+    if "connect_timeout" not in given:
+        kwargs["connect_timeout"] = max(1, math.ceil(options.connect_timeout))
+    if "application_name" not in given:
+        kwargs["application_name"] = "flexiqd"
+    if options.password is not None:
+        kwargs["password"] = options.password
+    try:
+        conn = psycopg.connect(options.conninfo, **kwargs)
+    except psycopg.Error as exc:
+        raise StoreUnavailable(f"cannot connect to the queue database {url}: {_first_line(exc)}") from None
+    if not options.prepare:
+        conn.prepare_threshold = None
+    return conn
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _new_row(job: NewJob, now: float) -> dict[str, Any]:
+    if not job.task:
+        raise QueueError("a job needs a task name")
+    if job.max_attempts < 1:
+        raise QueueError(f"max_attempts must be at least 1, got {job.max_attempts}")
+    run_at = float(job.run_at) if job.run_at is not None else now + max(0.0, job.delay)
+    return {"queue": job.queue, "task": job.task,
+            "payload": encode_json(job.payload, f"the payload of {job.task}"),
+            "priority": job.priority, "state": JobState.QUEUED.value, "delayed": run_at > now,
+            "run_at": run_at, "max_attempts": job.max_attempts,
+            "timeout": float(job.timeout) if job.timeout is not None else None,
+            "idempotency_key": job.idempotency_key, "tenant": job.tenant or "",
+            "enqueued_at": float(now)}
+
+
+def _notify(conn: psycopg.Connection, queues: Iterable[str]) -> None:
+    """Tell listeners that jobs became due on ``queues`` (delivered at commit, once per channel)."""
+    for queue in sorted(set(queues)):
+        conn.execute("SELECT pg_notify(%s, '')", (channel_of(queue),))
+
+
+def _bump_rate(conn: psycopg.Connection, queue: str, tenant: str, second: int, *,
+               arrivals: int = 0, completions: int = 0, failures: int = 0) -> None:
+    # Appended, never updated in place: no lock for concurrent transactions to wait on.
+    conn.execute(
+        "INSERT INTO flexiq_rate_changes (queue, second, tenant, arrivals, completions, failures) "
+        "VALUES (%s, %s, %s, %s, %s, %s)", (queue, second, tenant, arrivals, completions, failures))
+
+
+def _fold(conn: psycopg.Connection) -> None:
+    """Move the appended count and rate changes into their totals (see postgres_schema.py).
+
+    Safe from several processes at once: a change row is deleted -- and so added --
+    by one fold only, and the totals are upserted in key order.  Readers add the
+    changes not folded yet, so the figures are the same before and after.
+    """
+    conn.execute(
+        "WITH moved AS (DELETE FROM flexiq_count_changes RETURNING queue, state, tenant, n) "
+        "INSERT INTO flexiq_counts AS c (queue, state, tenant, n) "
+        "SELECT queue, state, tenant, sum(n) FROM moved GROUP BY 1, 2, 3 HAVING sum(n) <> 0 "
+        "ORDER BY 1, 2, 3 ON CONFLICT (queue, state, tenant) DO UPDATE SET n = c.n + excluded.n")
+    conn.execute("DELETE FROM flexiq_counts WHERE n = 0")
+    conn.execute(
+        "WITH moved AS (DELETE FROM flexiq_rate_changes "
+        "RETURNING queue, second, tenant, arrivals, completions, failures) "
+        "INSERT INTO flexiq_rates AS r (queue, second, tenant, arrivals, completions, failures) "
+        "SELECT queue, second, tenant, sum(arrivals), sum(completions), sum(failures) FROM moved "
+        "GROUP BY 1, 2, 3 ORDER BY 1, 2, 3 ON CONFLICT (queue, second, tenant) DO UPDATE SET "
+        "arrivals = r.arrivals + excluded.arrivals, completions = r.completions + excluded.completions, "
+        "failures = r.failures + excluded.failures")
+
+
+def _apply(conn: psycopg.Connection, endings: _Endings) -> None:
+    """The row changes ``endings`` collected, in PostgreSQL's dialect (see sqlite._Endings)."""
+    cursor = conn.cursor()
+    for statement, rows in ((_ACK, endings._acks), (_RELEASE, endings._releases),
+                            (_LOSE, endings._losses), (_RETRY, endings._retries),
+                            (_DEAD_LETTER, endings._deaths), (_RECORD, endings._executions)):
+        if rows:
+            cursor.executemany(statement, rows)
+    for (queue, tenant), (completions, failures) in sorted(endings._tallies.items()):
+        _bump_rate(conn, queue, tenant, int(endings.now), completions=completions, failures=failures)
+
+
+# Depth per (state, tenant): the totals plus the changes not folded yet.
+_COUNTS = ("SELECT queue, state, tenant, sum(n) AS n FROM ("
+           "SELECT queue, state, tenant, n FROM flexiq_counts {where} UNION ALL "
+           "SELECT queue, state, tenant, n FROM flexiq_count_changes {where}) AS parts "
+           "GROUP BY queue, state, tenant HAVING sum(n) > 0")
+
+
+def _queues(conn: psycopg.Connection) -> list[str]:
+    return [row[0] for row in conn.execute(
+        f"SELECT DISTINCT queue FROM ({_COUNTS.format(where='')}) AS counts ORDER BY queue")]
+
+
+def _read_stats(conn: psycopg.Connection, queue: str, now: float, window: float,
+                due_within: float) -> Stats:
+    """Queue-wide and per-tenant stats, as the SQLite store reads them."""
+    counts: dict[str, dict[str, int]] = {}
+    where = f"WHERE queue = %(queue)s AND state IN {_WAITING_OR_HELD}"
+    for _, state, tenant, n in conn.execute(_COUNTS.format(where=where), {"queue": queue}):
+        counts.setdefault(tenant, {})[state] = int(n)
+    events: dict[str, list[int]] = {}
+    for tenant, arrivals, completions, failures in conn.execute(
+            "SELECT tenant, sum(arrivals), sum(completions), sum(failures) FROM ("
+            "SELECT tenant, arrivals, completions, failures FROM flexiq_rates "
+            "WHERE queue = %(queue)s AND second > %(since)s UNION ALL "
+            "SELECT tenant, arrivals, completions, failures FROM flexiq_rate_changes "
+            "WHERE queue = %(queue)s AND second > %(since)s) AS parts GROUP BY tenant",
+            {"queue": queue, "since": now - window}):
+        events[tenant] = [int(arrivals), int(completions), int(failures)]
+    horizon = now - max(window, _DURATION_HORIZON)
+    durations: list[float] = []
+    recent: list[float] = []  # of the jobs that finished in the last RECENT_WINDOW seconds
+    recent_since = now - RECENT_WINDOW
+    shares: dict[str, list[float]] = {}
+    for tenant, finished_at, duration in conn.execute(
+            "SELECT tenant, finished_at, finished_at - started_at FROM flexiq_jobs WHERE queue = %s "
+            "AND state = 'done' AND finished_at >= %s AND started_at IS NOT NULL "
+            f"ORDER BY finished_at DESC LIMIT {_DURATION_SAMPLE}", (queue, horizon)):
+        durations.append(duration)
+        if finished_at >= recent_since:
+            recent.append(duration)
+        if tenant:
+            shares.setdefault(tenant, []).append(duration)
+    # Each tenant's oldest runnable job: one index probe (jobs_age) per tenant, in one round trip.
+    waiting = sorted(tenant for tenant, by_state in counts.items() if by_state.get("queued"))
+    firsts = dict(conn.execute(
+        f"SELECT t.tenant, (SELECT min(run_at) FROM flexiq_jobs WHERE {_DUE} AND queue = %s "
+        f"AND tenant = t.tenant) FROM unnest(%s::text[]) AS t(tenant)", (queue, waiting))) if waiting else {}
+    per_tenant = {}
+    for tenant in sorted(counts.keys() | events.keys()):
+        by_state = counts.get(tenant, {})
+        oldest = 0.0
+        first = firsts.get(tenant)
+        if first is not None and first <= now:
+            oldest = now - first
+        arrivals, completions, failures = events.get(tenant, (0, 0, 0))
+        per_tenant[tenant] = _stats(
+            queue, window, runnable=by_state.get("queued", 0), delayed=by_state.get("delayed", 0),
+            running=by_state.get("running", 0), dead=by_state.get("dead", 0), oldest=oldest,
+            arrivals=arrivals, completions=completions, failures=failures,
+            durations=sorted(shares.get(tenant, ())))
+    parts = per_tenant.values()
+    coming = 0
+    if due_within > 0 and any(p.delayed for p in parts):
+        coming = conn.execute(
+            f"SELECT count(*) FROM (SELECT 1 FROM flexiq_jobs WHERE {_DELAYED} AND queue = %s "
+            f"AND run_at <= %s LIMIT {COMING_DUE_LIMIT}) AS coming",
+            (queue, now + due_within)).fetchone()[0]
+    running_age = None
+    if any(p.running for p in parts):
+        count, total = conn.execute(
+            "SELECT count(*), COALESCE(sum(%s - started_at), 0) FROM flexiq_jobs "
+            "WHERE state = 'running' AND queue = %s AND started_at IS NOT NULL",
+            (float(now), queue)).fetchone()
+        running_age = max(0.0, total / count) if count else None
+    overall = _stats(
+        queue, window, runnable=sum(p.runnable for p in parts), delayed=sum(p.delayed for p in parts),
+        running=sum(p.running for p in parts), dead=sum(p.dead for p in parts),
+        oldest=max((p.oldest_runnable_age for p in parts), default=0.0),
+        arrivals=sum(tally[0] for tally in events.values()),
+        completions=sum(tally[1] for tally in events.values()),
+        failures=sum(tally[2] for tally in events.values()),
+        durations=sorted(durations),
+        tenants={name: stats for name, stats in per_tenant.items() if name})
+    return dataclasses.replace(overall, coming_due=coming, coming_due_within=float(due_within),
+                               running_age_mean=running_age,
+                               recent_duration_p50=percentile(sorted(recent), 0.50),
+                               recent_completions=len(recent))
