@@ -394,6 +394,9 @@ def render(results: dict) -> str:
     lines.append("")
     lines.append(f"Aim, flexiqd ahead of both peers in every cell: **{'met' if summary['aim_met'] else 'not met'}** "
                  f"(ahead in {summary['cells_ahead']} of {summary['cells_total']} cells).")
+    enqueue = {lib: median([r["enqueue"]["rate"] for r in results["runs"] if r["lib"] == lib]) for lib in libs}
+    lines.append(f"Enqueueing the backlogs (calls of {config['enqueue_chunk']:,} jobs), median jobs/s: "
+                 + ", ".join(f"{lib} {fmt_rate(rate)}" for lib, rate in enqueue.items()) + ".")
     dups = {lib: sum(r["duplicate_runs"] for r in results["runs"] if r["lib"] == lib) for lib in libs}
     lines.append("Runs of one job more than once, from the tasks' own marks: "
                  + ", ".join(f"{lib} {count}" for lib, count in dups.items()) + ".")
@@ -456,7 +459,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--libs", default=",".join(LIBS), help="comma-separated, of: " + ", ".join(LIBS))
     parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated, of: " + ", ".join(SHAPES))
     parser.add_argument("--workers", default=",".join(map(str, WORKERS)), help="comma-separated process counts")
-    parser.add_argument("--noop-jobs", type=int, default=5_000)
+    parser.add_argument("--noop-jobs", type=int, default=10_000)
     parser.add_argument("--sleep-jobs", type=int, default=2_000)
     parser.add_argument("--cap", type=float, default=120.0, help="seconds a drain may take before it is cut")
     parser.add_argument("--out", default=str(BENCH / "results-pg-throughput.json"))
