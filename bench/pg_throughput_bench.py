@@ -257,6 +257,27 @@ def stop_workers(procs: list[subprocess.Popen], timeout: float = 30) -> list[int
     return codes
 
 
+def server_counters(server, database: str) -> dict:
+    """The run's database's committed transactions, and the server's WAL flushes and bytes.
+
+    Read over a connection to another database, so reading them adds nothing to the
+    counts; the short wait lets backends that just closed flush their statistics.
+    """
+    time.sleep(0.2)
+    commits = server.admin(f"SELECT xact_commit FROM pg_stat_database WHERE datname = '{database}'")[0][0]
+    wal_sync, wal_bytes = server.admin("SELECT wal_sync, wal_bytes FROM pg_stat_wal")[0]
+    return {"commits": int(commits), "wal_flushes": int(wal_sync), "wal_bytes": int(wal_bytes)}
+
+
+def per_job(before: dict, after: dict, own_commits: int, n: int) -> dict:
+    """Commits (less the benchmark's own polls), WAL flushes and WAL bytes per job completed."""
+    if not n:
+        return {}
+    return {"commits": (after["commits"] - before["commits"] - own_commits) / n,
+            "wal_flushes": (after["wal_flushes"] - before["wal_flushes"]) / n,
+            "wal_bytes": (after["wal_bytes"] - before["wal_bytes"]) / n}
+
+
 def drain_run(server, lib: str, shape: str, procs: int, rnd: int, n: int, cap: float) -> dict:
     import psycopg
 
@@ -269,23 +290,35 @@ def drain_run(server, lib: str, shape: str, procs: int, rnd: int, n: int, cap: f
     env = worker_env(lib, server, database, out)
     fill = run_phase(lib, env, "enqueue", lib=lib, shape=shape, n=n)
     logs = [open(out / f"worker-{k}.log", "wb") for k in range(procs)]
+    before = server_counters(server, database)
+    polls = 0
     began = time.monotonic()
     workers = [subprocess.Popen(cmd, env=env, cwd=str(out), stdout=log_file, stderr=subprocess.STDOUT,
                                 start_new_session=True)
                for cmd, log_file in zip(worker_commands(lib, procs), logs)]
     done, crashed, seen_all = 0, None, None
-    with psycopg.connect(dsn(server, database), autocommit=True) as conn:
-        while True:
-            done = conn.execute(COUNT_QUERIES[lib]).fetchone()[0]
-            if done >= n or time.monotonic() - began >= cap:
-                seen_all = time.monotonic() - began if done >= n else None
-                break
-            if any(w.poll() is not None for w in workers):
-                crashed = [w.returncode for w in workers]
-                break
-            time.sleep(0.1)
-        codes = stop_workers(workers)
+    try:
+        conn = psycopg.connect(dsn(server, database), autocommit=True)
+    except BaseException:
+        stop_workers(workers)
+        raise
+    with conn:
+        try:
+            while True:
+                done = conn.execute(COUNT_QUERIES[lib]).fetchone()[0]
+                polls += 1
+                if done >= n or time.monotonic() - began >= cap:
+                    seen_all = time.monotonic() - began if done >= n else None
+                    break
+                if any(w.poll() is not None for w in workers):
+                    crashed = [w.returncode for w in workers]
+                    break
+                time.sleep(0.1)
+        finally:
+            codes = stop_workers(workers)  # also when interrupted: they run in sessions of their own
         completed, first, last = conn.execute(STORE_QUERIES[lib]).fetchone()
+        polls += 1
+    after = server_counters(server, database)
     for log_file in logs:
         log_file.close()
     runs = read_marks(out)
@@ -297,9 +330,11 @@ def drain_run(server, lib: str, shape: str, procs: int, rnd: int, n: int, cap: f
         # A cross-check on the store's timestamps: from the workers' spawn (start-up included)
         # to the poll (every 0.1 s) that saw every job done.
         "spawn_to_all_done_s": seen_all, "crashed": crashed, "exit_codes": codes, "enqueue": fill,
+        # Diagnostics: what each completed job cost the server, from the enqueue's end to the workers' stop.
+        "per_job": per_job(before, after, polls, completed),
         "runs_marked": sum(runs.values()), "duplicate_runs": sum(c - 1 for c in runs.values() if c > 1),
     }
-    if crashed is None and completed >= n:
+    if crashed is None and all(code == 0 for code in codes):
         shutil.rmtree(out, ignore_errors=True)
         server.admin(f"DROP DATABASE IF EXISTS {database}")
     else:
@@ -322,13 +357,13 @@ def summarise(results: dict) -> dict:
     for shape in results["config"]["shapes"]:
         for procs in results["config"]["workers"]:
             key = f"{shape}/{procs}"
-            cell: dict[str, Any] = {"rates": {}, "ranges": {}, "incomplete": {}}
+            cell: dict[str, Any] = {"rates": {}, "ranges": {}, "timeboxed": {}}
             for lib in results["config"]["libs"]:
                 mine = [r for r in results["runs"] if r["lib"] == lib and r["shape"] == shape and r["procs"] == procs]
                 rates = [r["rate"] for r in mine if r["rate"]]
                 cell["rates"][lib] = median(rates)
                 cell["ranges"][lib] = [min(rates), max(rates)] if rates else None
-                cell["incomplete"][lib] = sum(1 for r in mine if not r["complete"])
+                cell["timeboxed"][lib] = [r["completed"] for r in mine if not r["complete"]]
             peers = {lib: rate for lib, rate in cell["rates"].items() if lib != "flexiqd" and rate}
             best = max(peers, key=peers.get) if peers else None
             cell["best_peer"] = best
@@ -375,6 +410,7 @@ def render(results: dict) -> str:
         "| workload | worker processes | " + " | ".join(libs) + " | flexiqd / best peer |",
         "|---|---:|" + "---:|" * len(libs) + "---:|",
     ]
+    boxed: list[str] = []
     for shape in config["shapes"]:
         for procs in config["workers"]:
             cell = summary["cells"][f"{shape}/{procs}"]
@@ -384,19 +420,43 @@ def render(results: dict) -> str:
                 text = fmt_rate(cell["rates"][lib])
                 if rng and config["rounds"] > 1:
                     text += f" <sub>{fmt_rate(rng[0])}–{fmt_rate(rng[1])}</sub>"
-                if cell["incomplete"][lib]:
-                    text += f" ({cell['incomplete'][lib]} incomplete)"
+                if cell["timeboxed"][lib]:
+                    text += " †"
+                    done = cell["timeboxed"][lib]
+                    span = f"{min(done):,}" if min(done) == max(done) else f"{min(done):,}–{max(done):,}"
+                    boxed.append(f"{lib}, {SHAPE_LABELS[shape]}, {procs} process{'es' if procs > 1 else ''}: "
+                                 f"{len(done)} of {config['rounds']} rounds, {span} of {config['jobs'][shape]:,} done")
                 row.append(text)
             ratio = fmt_ratio(cell["ratio_to_best_peer"])
             if cell["best_peer"]:
                 ratio += f" ({cell['best_peer']})"
             lines.append(f"| {SHAPE_LABELS[shape]} | {procs} | " + " | ".join(row) + f" | {ratio} |")
     lines.append("")
+    if boxed:
+        lines.append(f"† Time-boxed: still draining {config['cap_s']:g} s after the workers' spawn, so the rate is "
+                     "the jobs completed by then over their first-claim-to-last-completion time ("
+                     + "; ".join(boxed) + ").")
+        lines.append("")
     lines.append(f"Aim, flexiqd ahead of both peers in every cell: **{'met' if summary['aim_met'] else 'not met'}** "
                  f"(ahead in {summary['cells_ahead']} of {summary['cells_total']} cells).")
     enqueue = {lib: median([r["enqueue"]["rate"] for r in results["runs"] if r["lib"] == lib]) for lib in libs}
     lines.append(f"Enqueueing the backlogs (calls of {config['enqueue_chunk']:,} jobs), median jobs/s: "
                  + ", ".join(f"{lib} {fmt_rate(rate)}" for lib, rate in enqueue.items()) + ".")
+    if any(r.get("per_job") for r in results["runs"] if r["shape"] == "noop"):
+        def cost(lib: str, key: str, digits: int) -> str:
+            values = [median([r["per_job"].get(key) for r in results["runs"] if r["lib"] == lib
+                              and r["shape"] == "noop" and r["procs"] == procs and r.get("per_job")])
+                      for procs in config["workers"]]
+            return " / ".join("-" if v is None else f"{v:,.{digits}f}" for v in values)
+
+        procs_text = " / ".join(map(str, config["workers"]))
+        lines += ["", f"What a no-op job cost the server (medians; {procs_text} worker processes; commits are the "
+                      "run's database's committed transactions, read-only ones included, less the benchmark's "
+                      "own polls; WAL flushes and bytes are the server's):", "",
+                  "| | commits per job | WAL flushes per job | WAL bytes per job |", "|---|---:|---:|---:|"]
+        lines += [f"| {lib} | {cost(lib, 'commits', 2)} | {cost(lib, 'wal_flushes', 2)} | {cost(lib, 'wal_bytes', 0)} |"
+                  for lib in libs]
+        lines.append("")
     dups = {lib: sum(r["duplicate_runs"] for r in results["runs"] if r["lib"] == lib) for lib in libs}
     lines.append("Runs of one job more than once, from the tasks' own marks: "
                  + ", ".join(f"{lib} {count}" for lib, count in dups.items()) + ".")
@@ -461,7 +521,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--workers", default=",".join(map(str, WORKERS)), help="comma-separated process counts")
     parser.add_argument("--noop-jobs", type=int, default=10_000)
     parser.add_argument("--sleep-jobs", type=int, default=2_000)
-    parser.add_argument("--cap", type=float, default=120.0, help="seconds a drain may take before it is cut")
+    parser.add_argument("--cap", type=float, default=20.0,
+                        help="seconds from the workers' spawn after which a drain is stopped (time-boxed)")
     parser.add_argument("--out", default=str(BENCH / "results-pg-throughput.json"))
     parser.add_argument("--readme", default=str(BENCH / "README.md"))
     parser.add_argument("--render", metavar="JSON", default=None,
