@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PostgreSQL throughput: flexiqd against procrastinate and pgqueuer, side by side in one run.
 
-    make bench-pg                          # about 10 minutes on 2 cores
+    make bench-pg                          # about 7 minutes on 2 cores
     make bench-pg BENCH_PG_ARGS=--quick    # small backlogs, one round: a smoke test
 
 (``make bench-pg`` builds ``bench/.work/venv`` with the peers from PyPI; flexiqd's
@@ -10,15 +10,18 @@ here with PostgreSQL's own durability defaults (fsync, synchronous_commit and
 full_page_writes on), serves every run.  For each library, each workload (no-op jobs;
 jobs that block 10 ms in ``time.sleep``) and 1, 4 and 16 worker processes, a fresh
 database gets its backlog enqueued up front, then the worker processes drain it.
-The rate is the backlog divided by the time from the first claim to the last
+The rate is the jobs completed divided by the time from the first claim to the last
 completion, both read from the store's own records afterwards (timestamps of each
-library's tables); the tables show the median of ``--rounds`` rounds, with the
-libraries interleaved so noise on this small machine hits them alike.
+library's tables); a drain still going ``--cap`` seconds after the workers' spawn is
+stopped there (time-boxed).  The tables show the median of ``--rounds`` rounds, with
+the libraries interleaved so noise on this small machine hits them alike.
 
-Each worker process gets the same 4 job slots: flexiqd ``--concurrency 4`` (its
-default), procrastinate ``--concurrency 4``, pgqueuer ``concurrency_limit=4`` on each
-entrypoint.  Results go to ``bench/results-pg-throughput.json`` and the section
-between the ``pg-throughput`` markers of ``bench/README.md``.  No test depends on them.
+Each worker process gets 4 job slots: flexiqd ``--concurrency 4`` (its default),
+procrastinate ``--concurrency 4``; pgqueuer sleeps on a 4-thread pool, and its async
+no-op entrypoint runs on its event loop, not limited to 4 (bench/apps/pg_pgqueuer.py
+says why not its ``concurrency_limit``).  Results go to
+``bench/results-pg-throughput.json`` and the section between the ``pg-throughput``
+markers of ``bench/README.md``.  No test depends on them.
 """
 
 from __future__ import annotations
@@ -403,7 +406,8 @@ def render(results: dict) -> str:
         + " (PostgreSQL's defaults but for max_connections).",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".",
         f"Backlogs: {config['jobs']['noop']:,} no-op jobs, {config['jobs']['sleep10']:,} jobs of 10 ms; "
-        f"{SLOTS} job slots per worker process for every library.",
+        f"{SLOTS} job slots per worker process (pgqueuer: {SLOTS} threads for the blocking sleep; "
+        f"its async no-op entrypoint runs on its event loop, not limited to {SLOTS}).",
         "",
         "Jobs/s from the first claim to the last completion (small figures: lowest-highest round):",
         "",
