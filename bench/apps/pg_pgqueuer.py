@@ -49,8 +49,8 @@ async def main():
 
 if __name__ == "__main__":
     # What `pgqueuer run pg_pgqueuer:main` does, with its defaults and on its event loop
-    # (uvloop), without its command line: pgqueuer 1.6.0's CLI fails with click 8.1
-    # (Debian bookworm's) when it reads --log-level.
+    # (uvloop), without its command line, which fails here before it starts (typer 0.29.2
+    # with Debian's click 8.1.3 hands it --log-level as a string).
     import pgqueuer
     from pgqueuer.adapters.cli.cli import asyncio_run
 
