@@ -55,6 +55,18 @@ bench: deps
 	$(BENCH_VENV)/bin/python -m pip install -q --no-deps --no-build-isolation -e .
 	$(BENCH_VENV)/bin/python bench/queue_bench.py $(BENCH_ARGS)
 
+# PostgreSQL throughput against procrastinate 3.10.0 and pgqueuer 1.6.0 (bench/README.md),
+# on a private PostgreSQL 15 server. The peers come from PyPI into the bench venv (with
+# psycopg-pool 3.3.3: procrastinate 3.10 needs a newer pool than Debian's); flexiqd's
+# workers run from .venv. BENCH_PG_ARGS=--quick for a smoke run.
+.PHONY: bench-pg
+BENCH_PG_ARGS ?=
+
+bench-pg: deps venv
+	@test -x $(BENCH_VENV)/bin/python || /usr/bin/python3 -m venv --system-site-packages $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install -q procrastinate==3.10.0 "pgqueuer[asyncpg]==1.6.0" psycopg-pool==3.3.3
+	$(BENCH_VENV)/bin/python bench/pg_throughput_bench.py $(BENCH_PG_ARGS)
+
 # The main job: flexiqd, its SQLite queue and the demo app in a throw-away systemd
 # container; a burst of jobs, the fleet scaling up live and draining back.
 # `make demo HOST=1` uses this machine's own systemd instead (and leaves flexiqd running).
