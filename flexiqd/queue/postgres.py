@@ -79,6 +79,15 @@ _RETRY = f"UPDATE flexiq_jobs SET {_REQUEUED}, delayed = %s, run_at = %s, error 
 _DEAD_LETTER = f"UPDATE flexiq_jobs SET state = 'dead', finished_at = %s, error = %s, {_UNLEASED} WHERE id = %s"
 _RECORD = ("INSERT INTO flexiq_executions (job_id, attempt, worker, started_at, finished_at, outcome, error) "
            "VALUES (%s, %s, %s, %s, %s, %s, %s)")
+# The same two for a whole batch in one statement each: psycopg 3.1's executemany sends a
+# statement per row, and a worker's settle batch is mostly acks and their executions.
+_ACK_BATCH = (f"UPDATE flexiq_jobs SET state = 'done', finished_at = v.finished_at, result = v.result, "
+              f"error = NULL, {_UNLEASED} "
+              f"FROM unnest(%s::float8[], %s::text[], %s::bigint[]) AS v(finished_at, result, id) "
+              f"WHERE flexiq_jobs.id = v.id")
+_RECORD_BATCH = ("INSERT INTO flexiq_executions (job_id, attempt, worker, started_at, finished_at, outcome, error) "
+                 "SELECT * FROM unnest(%s::bigint[], %s::integer[], %s::text[], %s::float8[], %s::float8[], "
+                 "%s::text[], %s::text[])")
 _LIVE = "state IN ('queued', 'running')"
 _DUE = "state = 'queued' AND NOT delayed"
 _DELAYED = "state = 'queued' AND delayed"
@@ -820,10 +829,13 @@ def _fold(conn: psycopg.Connection) -> None:
 def _apply(conn: psycopg.Connection, endings: _Endings) -> None:
     """The row changes ``endings`` collected, in PostgreSQL's dialect (see sqlite._Endings)."""
     cursor = conn.cursor()
-    for statement, rows in ((_ACK, endings._acks), (_RELEASE, endings._releases),
-                            (_LOSE, endings._losses), (_RETRY, endings._retries),
-                            (_DEAD_LETTER, endings._deaths), (_RECORD, endings._executions)):
-        if rows:
+    for statement, batch, rows in ((_ACK, _ACK_BATCH, endings._acks), (_RELEASE, None, endings._releases),
+                                   (_LOSE, None, endings._losses), (_RETRY, None, endings._retries),
+                                   (_DEAD_LETTER, None, endings._deaths),
+                                   (_RECORD, _RECORD_BATCH, endings._executions)):
+        if batch is not None and len(rows) > 1:
+            cursor.execute(batch, [list(column) for column in zip(*rows)])
+        elif rows:
             cursor.executemany(statement, rows)
     for (queue, tenant), (completions, failures) in sorted(endings._tallies.items()):
         _bump_rate(conn, queue, tenant, int(endings.now), completions=completions, failures=failures)
