@@ -32,11 +32,13 @@ from psycopg.conninfo import conninfo_to_dict
 
 from ..errors import JobNotFound, QueueError, StoreUnavailable
 from .backend import Backend, EndedAttempt
+from .limits import DependencyLimit, deferral_delay, gcra, nearest_rank, slot_wait
 from .owners import owner_alive_here
 from .postgres_listen import Listener, channel_of
 from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, VERSION_TABLE
 from .sqlite import COMING_DUE_LIMIT, _Endings, _row_to_job, _stats, encode_json, percentile
-from .types import FINISHED_STATES, RECENT_WINDOW, ClaimRequest, Job, JobState, NewJob, Outcome, OutcomeKind, Stats
+from .types import (FINISHED_STATES, RECENT_WINDOW, ClaimRequest, Deferral, DependencyStats, Job, JobState, NewJob,
+                    Outcome, OutcomeKind, Stats)
 
 log = logging.getLogger(__name__)
 
@@ -77,12 +79,22 @@ _RELEASE = f"UPDATE flexiq_jobs SET {_REQUEUED}, delayed = false, attempts = att
 _LOSE = f"UPDATE flexiq_jobs SET {_REQUEUED}, delayed = false, error = %s WHERE id = %s"
 _RETRY = f"UPDATE flexiq_jobs SET {_REQUEUED}, delayed = %s, run_at = %s, error = %s WHERE id = %s"
 _DEAD_LETTER = f"UPDATE flexiq_jobs SET state = 'dead', finished_at = %s, error = %s, {_UNLEASED} WHERE id = %s"
+# Deferred (never started: a dependency was full): no attempt used, waiting until run_at.
+_DEFER = (f"UPDATE flexiq_jobs SET {_REQUEUED}, attempts = attempts - 1, delayed = true, run_at = %s, "
+          f"waiting_for = %s WHERE id = %s")
 _RECORD = ("INSERT INTO flexiq_executions (job_id, attempt, worker, started_at, finished_at, outcome, error) "
            "VALUES (%s, %s, %s, %s, %s, %s, %s)")
 _LIVE = "state IN ('queued', 'running')"
 _DUE = "state = 'queued' AND NOT delayed"
 _DELAYED = "state = 'queued' AND delayed"
-_WAITING_OR_HELD = "('queued', 'delayed', 'running', 'dead')"
+_WAITING_OR_HELD = "('queued', 'delayed', 'waiting', 'running', 'dead')"
+# Hold times behind a dependency's typical hold and kept for dependency_stats (see sqlite.py).
+_TYPICAL_HOLD_SAMPLE = 100
+_HOLD_SAMPLE = 1000
+_HOLD_TIMES_RETENTION = 600.0
+# The holds that count: of a job still running leased to the owner that took the hold.
+_LIVE_HOLDS = ("SELECT h.since FROM flexiq_dependency_holds h JOIN flexiq_jobs j ON j.id = h.job_id "
+               "WHERE h.dependency = %s AND j.state = 'running' AND j.lease_owner = h.owner")
 
 # Transactions run again after a dropped connection, a deadlock or a serialization failure.
 _ATTEMPTS = 3
@@ -304,10 +316,13 @@ class PostgresBackend(Backend):
         promoted = conn.execute(
             f"UPDATE flexiq_jobs SET delayed = false WHERE id IN (SELECT id FROM flexiq_jobs "
             f"WHERE {_DELAYED} AND run_at <= %s ORDER BY run_at LIMIT {_PROMOTION_BATCH} "
-            f"FOR UPDATE SKIP LOCKED) RETURNING queue, tenant, run_at, attempts", (now,)).fetchall()
+            f"FOR UPDATE SKIP LOCKED) RETURNING queue, tenant, run_at, attempts, waiting_for",
+            (now,)).fetchall()
         arrivals: dict[tuple[str, str, int], int] = {}
-        for queue, tenant, run_at, attempts in promoted:
-            if attempts == 0:
+        for queue, tenant, run_at, attempts, waiting_for in promoted:
+            # A deferred job whose wait is over is claimable again (still waiting for its
+            # dependency until a worker takes it), and no arrival: it arrived long ago.
+            if attempts == 0 and waiting_for is None:
                 key = (queue, tenant, int(run_at))
                 arrivals[key] = arrivals.get(key, 0) + 1
         for (queue, tenant, second), n in sorted(arrivals.items()):
@@ -386,7 +401,7 @@ class PostgresBackend(Backend):
             # run_at <= now still guards the walk: another machine's clock may run ahead.
             rows = conn.execute(
                 f"UPDATE flexiq_jobs SET state = 'running', lease_owner = %s, lease_expires = %s, "
-                f"attempts = attempts + 1, started_at = %s WHERE id IN ("
+                f"attempts = attempts + 1, started_at = %s, waiting_for = NULL WHERE id IN ("
                 f"  SELECT id FROM flexiq_jobs WHERE {_DUE} AND queue = %s AND run_at <= %s"
                 f"  ORDER BY priority DESC, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED) "
                 f"RETURNING {_JOB_COLUMNS}",
@@ -414,12 +429,16 @@ class PostgresBackend(Backend):
                             queue, tenant)
             elif kind is OutcomeKind.RELEASE:
                 endings.release(job_id)
+            elif kind is OutcomeKind.DEFER:
+                run_at = now + deferral_delay(outcome.wait, self._rng)
+                endings.defer(job_id, run_at, outcome.waiting_for or "")
+                continue  # never started: no execution to record
             elif kind is OutcomeKind.DEAD:
                 endings.bury(job_id, outcome.error, queue, tenant)
             else:
                 endings.fail(job_id, attempts, max_attempts, outcome.error, queue, tenant, self._rng)
             endings.record(job_id, attempts, owner, started_at, kind.value, outcome.error)
-        _apply(conn, endings)
+        _apply(conn, endings, measure_holds=True)
         return endings.ids
 
     def renew(self, owner: str, job_ids: Iterable[int], lease_seconds: float, *, now: float) -> list[int]:
@@ -465,6 +484,10 @@ class PostgresBackend(Backend):
             recovered = self._recover(conn, now, owner=None, reason="lease expired")
             _fold(conn)
             conn.execute("DELETE FROM flexiq_rates WHERE second < %s", (int(now) - _RATE_RETENTION,))
+            conn.execute("DELETE FROM flexiq_dependency_events WHERE second < %s",
+                         (int(now) - _RATE_RETENTION,))
+            conn.execute("DELETE FROM flexiq_dependency_hold_times WHERE ended_at < %s",
+                         (now - _HOLD_TIMES_RETENTION,))
             return recovered
 
         return self._run("recover expired leases", body)
@@ -523,6 +546,7 @@ class PostgresBackend(Backend):
             if conn.execute(
                     f"UPDATE flexiq_jobs SET state = 'cancelled', finished_at = %s, {_UNLEASED} "
                     f"WHERE id = %s AND state IN ('queued', 'running', 'dead')", (now, job_id)).rowcount:
+                _free_holds(conn, [job_id], now, measure=False)
                 return True
             if conn.execute("SELECT 1 FROM flexiq_jobs WHERE id = %s", (job_id,)).fetchone() is None:
                 raise JobNotFound(f"no job with id {job_id}")
@@ -660,6 +684,26 @@ class PostgresBackend(Backend):
             "WHERE queue = %(queue)s AND second >= %(second)s UNION ALL SELECT second, arrivals "
             "FROM flexiq_rate_changes WHERE queue = %(queue)s AND second >= %(second)s) AS parts "
             "GROUP BY second HAVING sum(arrivals) > 0", {"queue": queue, "second": second})}, snapshot=True)
+
+    # -- dependency limits -------------------------------------------------------------------
+
+    def admit(self, owner: str, job_id: int, dependencies: Sequence[DependencyLimit], *,
+              now: float) -> Deferral | None:
+        """See ``Backend``.  The dependencies' rows are locked (FOR UPDATE, in name order, so
+        two admissions never wait on each other crosswise) for the rest of the transaction:
+        admissions to one dependency from every host take turns, each counting the holds
+        the ones before it committed."""
+        limits = list({limit.name: limit for limit in dependencies}.values())
+        if not limits:
+            return None
+        return self._run("admit a job to its dependencies",
+                         lambda conn: _admit(conn, owner, job_id, limits, now))
+
+    def dependency_stats(self, dependency: str, *, now: float, window: float = 60.0) -> DependencyStats:
+        if not window > 0:
+            raise QueueError(f"a stats window must be more than 0s, got {window!r}")
+        return self._run("read dependency stats",
+                         lambda conn: _dependency_stats(conn, dependency, now, window), snapshot=True)
 
     # -- stats -----------------------------------------------------------------------------
 
@@ -817,14 +861,17 @@ def _fold(conn: psycopg.Connection) -> None:
         "failures = r.failures + excluded.failures")
 
 
-def _apply(conn: psycopg.Connection, endings: _Endings) -> None:
-    """The row changes ``endings`` collected, in PostgreSQL's dialect (see sqlite._Endings)."""
+def _apply(conn: psycopg.Connection, endings: _Endings, *, measure_holds: bool = False) -> None:
+    """The row changes ``endings`` collected, in PostgreSQL's dialect (see sqlite._Endings);
+    the jobs' dependency slots freed in the same transaction."""
     cursor = conn.cursor()
     for statement, rows in ((_ACK, endings._acks), (_RELEASE, endings._releases),
                             (_LOSE, endings._losses), (_RETRY, endings._retries),
-                            (_DEAD_LETTER, endings._deaths), (_RECORD, endings._executions)):
+                            (_DEAD_LETTER, endings._deaths), (_DEFER, endings._deferrals),
+                            (_RECORD, endings._executions)):
         if rows:
             cursor.executemany(statement, rows)
+    _free_holds(conn, endings.ids, endings.now, measure=measure_holds)
     for (queue, tenant), (completions, failures) in sorted(endings._tallies.items()):
         _bump_rate(conn, queue, tenant, int(endings.now), completions=completions, failures=failures)
 
@@ -874,7 +921,8 @@ def _read_stats(conn: psycopg.Connection, queue: str, now: float, window: float,
     # Each tenant's oldest runnable job: one index probe (jobs_age) per tenant, in one round trip.
     waiting = sorted(tenant for tenant, by_state in counts.items() if by_state.get("queued"))
     firsts = dict(conn.execute(
-        f"SELECT t.tenant, (SELECT min(run_at) FROM flexiq_jobs WHERE {_DUE} AND queue = %s "
+        f"SELECT t.tenant, (SELECT min(run_at) FROM flexiq_jobs WHERE {_DUE} AND waiting_for IS NULL "
+        f"AND queue = %s "
         f"AND tenant = t.tenant) FROM unnest(%s::text[]) AS t(tenant)", (queue, waiting))) if waiting else {}
     per_tenant = {}
     for tenant in sorted(counts.keys() | events.keys()):
@@ -886,6 +934,7 @@ def _read_stats(conn: psycopg.Connection, queue: str, now: float, window: float,
         arrivals, completions, failures = events.get(tenant, (0, 0, 0))
         per_tenant[tenant] = _stats(
             queue, window, runnable=by_state.get("queued", 0), delayed=by_state.get("delayed", 0),
+            waiting=by_state.get("waiting", 0),
             running=by_state.get("running", 0), dead=by_state.get("dead", 0), oldest=oldest,
             arrivals=arrivals, completions=completions, failures=failures,
             durations=sorted(shares.get(tenant, ())))
@@ -893,7 +942,8 @@ def _read_stats(conn: psycopg.Connection, queue: str, now: float, window: float,
     coming = 0
     if due_within > 0 and any(p.delayed for p in parts):
         coming = conn.execute(
-            f"SELECT count(*) FROM (SELECT 1 FROM flexiq_jobs WHERE {_DELAYED} AND queue = %s "
+            f"SELECT count(*) FROM (SELECT 1 FROM flexiq_jobs WHERE {_DELAYED} AND waiting_for IS NULL "
+            f"AND queue = %s "
             f"AND run_at <= %s LIMIT {COMING_DUE_LIMIT}) AS coming",
             (queue, now + due_within)).fetchone()[0]
     running_age = None
@@ -905,6 +955,7 @@ def _read_stats(conn: psycopg.Connection, queue: str, now: float, window: float,
         running_age = max(0.0, total / count) if count else None
     overall = _stats(
         queue, window, runnable=sum(p.runnable for p in parts), delayed=sum(p.delayed for p in parts),
+        waiting=sum(p.waiting_for_dependency for p in parts),
         running=sum(p.running for p in parts), dead=sum(p.dead for p in parts),
         oldest=max((p.oldest_runnable_age for p in parts), default=0.0),
         arrivals=sum(tally[0] for tally in events.values()),
@@ -916,3 +967,105 @@ def _read_stats(conn: psycopg.Connection, queue: str, now: float, window: float,
                                running_age_mean=running_age,
                                recent_duration_p50=percentile(sorted(recent), 0.50),
                                recent_completions=len(recent))
+
+
+# -- dependency limits -----------------------------------------------------------------------
+
+def _free_holds(conn: psycopg.Connection, job_ids: Sequence[int], now: float, *, measure: bool) -> None:
+    """Delete the dependency holds of jobs whose attempt ended; record how long each was held."""
+    if not job_ids:
+        return
+    freed = conn.execute("DELETE FROM flexiq_dependency_holds WHERE job_id = ANY(%s) RETURNING dependency, since",
+                         (sorted(set(job_ids)),)).fetchall()
+    if measure and freed:
+        conn.cursor().executemany(
+            "INSERT INTO flexiq_dependency_hold_times (dependency, ended_at, seconds) VALUES (%s, %s, %s)",
+            [(name, now, max(0.0, now - since)) for name, since in freed])
+
+
+def _bump_dependency(conn: psycopg.Connection, dependency: str, second: int, *,
+                     admitted: int = 0, deferred: int = 0) -> None:
+    # Only ever under the dependency's row lock (_admit): no contention of its own.
+    conn.execute(
+        "INSERT INTO flexiq_dependency_events AS e (dependency, second, admitted, deferred) "
+        "VALUES (%s, %s, %s, %s) ON CONFLICT (dependency, second) DO UPDATE SET "
+        "admitted = e.admitted + excluded.admitted, deferred = e.deferred + excluded.deferred",
+        (dependency, second, admitted, deferred))
+
+
+def _typical_hold(conn: psycopg.Connection, dependency: str, now: float) -> float | None:
+    recent = sorted(row[0] for row in conn.execute(
+        "SELECT seconds FROM flexiq_dependency_hold_times WHERE dependency = %s AND ended_at >= %s "
+        f"ORDER BY ended_at DESC LIMIT {_TYPICAL_HOLD_SAMPLE}", (dependency, now - _DURATION_HORIZON)))
+    return nearest_rank(recent, 0.5)
+
+
+def _admit(conn: psycopg.Connection, owner: str, job_id: int, limits: Sequence[DependencyLimit],
+           now: float) -> Deferral | None:
+    """``Backend.admit`` inside one transaction (see sqlite._admit for the same steps)."""
+    # FOR SHARE: the job cannot end (settle, recovery, cancel) until this admission commits,
+    # so a hold is never taken for an attempt that already ended.
+    if conn.execute("SELECT 1 FROM flexiq_jobs WHERE id = %s AND state = 'running' AND lease_owner = %s "
+                    "FOR SHARE", (job_id, owner)).fetchone() is None:
+        return Deferral(limits[0].name, 0.0)
+    if conn.execute("SELECT 1 FROM flexiq_dependency_holds WHERE job_id = %s AND owner = %s LIMIT 1",
+                    (job_id, owner)).fetchone() is not None:
+        return None  # admitted before: idempotent
+    names = sorted(limit.name for limit in limits)
+    conn.execute("INSERT INTO flexiq_dependencies (dependency) SELECT unnest(%s::text[]) ORDER BY 1 "
+                 "ON CONFLICT (dependency) DO NOTHING", (names,))
+    # The lock that makes admissions take turns.  In READ COMMITTED each statement after it
+    # sees what the previous holder of the lock committed.
+    tats = dict(conn.execute("SELECT dependency, tat FROM flexiq_dependencies WHERE dependency = ANY(%s) "
+                             "ORDER BY dependency FOR UPDATE", (names,)).fetchall())
+    refusals: list[Deferral] = []
+    new_tats: dict[str, float] = {}
+    for limit in limits:
+        waits = []
+        if limit.concurrency is not None:
+            ages = [now - since for (since,) in conn.execute(_LIVE_HOLDS, (limit.name,))]
+            if len(ages) >= limit.concurrency:
+                waits.append(slot_wait(ages, _typical_hold(conn, limit.name, now)))
+        if limit.rate is not None:
+            tat, wait = gcra(tats.get(limit.name), now, limit.rate, limit.effective_burst)
+            if tat is None:
+                waits.append(wait)
+            else:
+                new_tats[limit.name] = tat
+        if waits:
+            refusals.append(Deferral(limit.name, max(waits)))
+    second = int(now)
+    if refusals:
+        refusal = max(refusals, key=lambda r: r.wait)
+        _bump_dependency(conn, refusal.dependency, second, deferred=1)
+        return refusal
+    cursor = conn.cursor()
+    holds = [(limit.name, job_id, owner, now) for limit in limits if limit.concurrency is not None]
+    if holds:
+        cursor.executemany(
+            "INSERT INTO flexiq_dependency_holds (dependency, job_id, owner, since) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (dependency, job_id) DO UPDATE SET owner = excluded.owner, since = excluded.since",
+            holds)
+    if new_tats:
+        cursor.executemany("UPDATE flexiq_dependencies SET tat = %s WHERE dependency = %s",
+                           [(tat, name) for name, tat in new_tats.items()])
+    for name in names:
+        _bump_dependency(conn, name, second, admitted=1)
+    return None
+
+
+def _dependency_stats(conn: psycopg.Connection, dependency: str, now: float, window: float) -> DependencyStats:
+    in_use = len(conn.execute(_LIVE_HOLDS, (dependency,)).fetchall())
+    waiting = conn.execute(
+        "SELECT count(*) FROM (SELECT 1 FROM flexiq_jobs WHERE state = 'queued' AND waiting_for = %s "
+        f"LIMIT {COMING_DUE_LIMIT}) AS waiting", (dependency,)).fetchone()[0]
+    holds = sorted(row[0] for row in conn.execute(
+        "SELECT seconds FROM flexiq_dependency_hold_times WHERE dependency = %s AND ended_at > %s "
+        f"ORDER BY ended_at DESC LIMIT {_HOLD_SAMPLE}", (dependency, now - window)))
+    admitted, deferred = conn.execute(
+        "SELECT COALESCE(sum(admitted), 0), COALESCE(sum(deferred), 0) FROM flexiq_dependency_events "
+        "WHERE dependency = %s AND second > %s", (dependency, now - window)).fetchone()
+    return DependencyStats(dependency=dependency, in_use=in_use, waiting=int(waiting),
+                           hold_p50=nearest_rank(holds, 0.5), hold_p95=nearest_rank(holds, 0.95),
+                           holds_ended=len(holds), admitted_rate=int(admitted) / window,
+                           deferred_rate=int(deferred) / window, window=window)

@@ -132,7 +132,7 @@ class DependencyStats:
     """One limited dependency as the store sees it (``Backend.dependency_stats``).
 
     ``in_use``: jobs holding a slot now.  ``waiting``: jobs deferred for it and
-    not yet due again (counted up to ``COMING_DUE_LIMIT`` on SQLite).
+    not yet due again (counted up to ``COMING_DUE_LIMIT``).
     ``hold_p50``/``hold_p95``: seconds a job held it, over the holds that ended
     in the last ``window`` seconds (None: none ended).  ``admitted_rate`` and
     ``deferred_rate``: admissions and refusals per second over the window.

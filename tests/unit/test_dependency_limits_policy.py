@@ -17,13 +17,6 @@ T0 = 1_700_000_000.0
 LIMIT = DependencyLimit("partner_api", concurrency=3)
 
 
-@pytest.fixture(autouse=True)
-def _limits_not_on_postgres_yet(request):
-    # The PostgreSQL store refuses admission ("does not enforce dependency limits") for now.
-    if "backend_kind" in request.fixturenames and request.getfixturevalue("backend_kind") == "postgres":
-        pytest.skip("the PostgreSQL store does not enforce dependency limits yet")
-
-
 def _backlog(backend, *, deferred: bool):
     """500 jobs enqueued; one worker claimed 4 and ran 3 inside the full dependency.  With
     ``deferred`` the other jobs were claimed, refused and deferred: all wait for the dependency."""
