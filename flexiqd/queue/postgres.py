@@ -32,11 +32,12 @@ from psycopg.conninfo import conninfo_to_dict
 
 from ..errors import JobNotFound, QueueError, StoreUnavailable
 from .backend import Backend, EndedAttempt
-from .limits import DependencyLimit, deferral_delay, gcra, nearest_rank, slot_wait
+from .limits import (DependencyLimit, TenantCaps, deferral_delay, gcra, nearest_rank, room_left, slot_wait,
+                     within_caps)
 from .owners import owner_alive_here
 from .postgres_listen import Listener, channel_of
 from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, VERSION_TABLE
-from .sqlite import COMING_DUE_LIMIT, _Endings, _row_to_job, _stats, encode_json, percentile
+from .sqlite import COMING_DUE_LIMIT, _Endings, _row_to_job, _stats, encode_json, hold_capped, percentile
 from .types import (FINISHED_STATES, RECENT_WINDOW, ClaimRequest, Deferral, DependencyStats, Job, JobState, NewJob,
                     Outcome, OutcomeKind, Stats)
 
@@ -139,6 +140,7 @@ class PostgresBackend(Backend):
         self._lock = threading.RLock()
         self._closed = False
         self._claims = 0
+        self._caps_recorded: TenantCaps | None = None  # the tenant caps this process last stored
         self._conn: psycopg.Connection | None = None
         with self._lock:
             conn = self._connect()
@@ -387,12 +389,19 @@ class PostgresBackend(Backend):
             log.warning("%s; finding out whether it did.", exc)
             result = self._run(operation, after_lost_commit)
         if claiming:
+            if request.tenant_caps is not None:
+                self._caps_recorded = request.tenant_caps
             self._fold_now_and_then()
         return result
 
     def _claim(self, conn: psycopg.Connection, request: ClaimRequest, now: float) -> list[Job]:
         self._recover(conn, now, owner=None, reason="lease expired")
         self._promote(conn, now)
+        caps = request.tenant_caps
+        if caps is not None and caps != self._caps_recorded:
+            _record_caps(conn, caps)
+        if caps:
+            return self._claim_within_caps(conn, request, caps, now)
         claimed: list[Job] = []
         for queue in request.queues:
             want = request.limit - len(claimed)
@@ -409,6 +418,40 @@ class PostgresBackend(Backend):
             jobs = [_row_to_job(row) for row in rows]
             jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
             claimed.extend(jobs)
+        return claimed
+
+    def _claim_within_caps(self, conn: psycopg.Connection, request: ClaimRequest, caps: TenantCaps,
+                           now: float) -> list[Job]:
+        """The claim walk, skipping the jobs of tenants at their cap (see the SQLite store's).
+
+        Before it leases a capped tenant's jobs, a claim takes that tenant's advisory
+        lock (without waiting: a tenant another claim is leasing right now is skipped
+        this time) and counts its running jobs after it: in READ COMMITTED that count
+        sees every claim that held the lock before, so claims on many hosts never
+        lease past a cap.
+        """
+        running = _running_per_tenant(conn)  # a hint: tenants full already are not walked
+        room: dict[str, int] = {}
+        full = {tenant for tenant, n in room_left(caps, running, list(running)).items() if n <= 0}
+        claimed: list[Job] = []
+        for queue in request.queues:
+            while (want := request.limit - len(claimed)) > 0:
+                rows = conn.execute(
+                    f"SELECT id, tenant FROM flexiq_jobs WHERE {_DUE} AND queue = %s AND run_at <= %s "
+                    f"AND tenant <> ALL(%s::text[]) ORDER BY priority DESC, run_at, id LIMIT %s "
+                    f"FOR UPDATE SKIP LOCKED", (queue, now, sorted(full), want)).fetchall()
+                new = sorted({tenant for _, tenant in rows if tenant not in room and caps.cap_of(tenant) is not None})
+                locked = [tenant for tenant in new if conn.execute(
+                    "SELECT pg_try_advisory_xact_lock(hashtext('flexiq tenant cap'), "
+                    "hashtext(current_schema() || '/' || %s))", (tenant,)).fetchone()[0]]
+                if locked:
+                    room.update(room_left(caps, _running_per_tenant(conn, locked), locked))
+                room.update({tenant: 0 for tenant in new if tenant not in locked})
+                taken, out_of_room = within_caps(rows, room, caps)
+                full |= out_of_room
+                claimed.extend(_lease(conn, request, taken, now))
+                if len(rows) < want:
+                    break  # the queue has no more jobs of tenants with room
         return claimed
 
     def _settle(self, conn: psycopg.Connection, owner: str, outcomes: list[Outcome],
@@ -938,6 +981,9 @@ def _read_stats(conn: psycopg.Connection, queue: str, now: float, window: float,
             running=by_state.get("running", 0), dead=by_state.get("dead", 0), oldest=oldest,
             arrivals=arrivals, completions=completions, failures=failures,
             durations=sorted(shares.get(tenant, ())))
+    caps = TenantCaps(dict(conn.execute("SELECT tenant, max_running FROM flexiq_tenant_caps")))
+    if caps and any(p.runnable for p in per_tenant.values()):
+        per_tenant = hold_capped(per_tenant, caps, _running_per_tenant(conn))
     parts = per_tenant.values()
     coming = 0
     if due_within > 0 and any(p.delayed for p in parts):
@@ -958,6 +1004,7 @@ def _read_stats(conn: psycopg.Connection, queue: str, now: float, window: float,
         waiting=sum(p.waiting_for_dependency for p in parts),
         running=sum(p.running for p in parts), dead=sum(p.dead for p in parts),
         oldest=max((p.oldest_runnable_age for p in parts), default=0.0),
+        held=sum(p.held_by_tenant_cap for p in parts),
         arrivals=sum(tally[0] for tally in events.values()),
         completions=sum(tally[1] for tally in events.values()),
         failures=sum(tally[2] for tally in events.values()),
@@ -1069,3 +1116,40 @@ def _dependency_stats(conn: psycopg.Connection, dependency: str, now: float, win
                            hold_p50=nearest_rank(holds, 0.5), hold_p95=nearest_rank(holds, 0.95),
                            holds_ended=len(holds), admitted_rate=int(admitted) / window,
                            deferred_rate=int(deferred) / window, window=window)
+
+
+# -- tenant caps -----------------------------------------------------------------------------
+
+def _running_per_tenant(conn: psycopg.Connection, tenants: Sequence[str] | None = None) -> dict[str, int]:
+    """Running jobs per named tenant in every queue (of ``tenants`` only, when given), from the
+    counts and the changes not folded yet."""
+    where = "WHERE state = 'running' AND tenant <> ''" + (" AND tenant = ANY(%(tenants)s)" if tenants else "")
+    running: dict[str, int] = {}
+    for _, _, tenant, n in conn.execute(_COUNTS.format(where=where), {"tenants": list(tenants or ())}):
+        running[tenant] = running.get(tenant, 0) + int(n)
+    return running
+
+
+def _record_caps(conn: psycopg.Connection, caps: TenantCaps) -> None:
+    """Store the caps the workers claim with (for stats), in place of the ones stored: upserted
+    in key order, so workers storing them at once neither conflict nor deadlock."""
+    items = sorted(caps.max_running.items())
+    conn.execute("DELETE FROM flexiq_tenant_caps WHERE tenant <> ALL(%s::text[])", ([name for name, _ in items],))
+    if items:
+        conn.cursor().executemany(
+            "INSERT INTO flexiq_tenant_caps AS c (tenant, max_running) VALUES (%s, %s) "
+            "ON CONFLICT (tenant) DO UPDATE SET max_running = excluded.max_running", items)
+
+
+def _lease(conn: psycopg.Connection, request: ClaimRequest, job_ids: Sequence[int], now: float) -> list[Job]:
+    """Lease the due jobs ``job_ids`` (locked by this transaction) to ``request.owner``; return
+    them in claim order."""
+    if not job_ids:
+        return []
+    rows = conn.execute(
+        f"UPDATE flexiq_jobs SET state = 'running', lease_owner = %s, lease_expires = %s, "
+        f"attempts = attempts + 1, started_at = %s, waiting_for = NULL WHERE id = ANY(%s) "
+        f"RETURNING {_JOB_COLUMNS}", (request.owner, now + request.lease_seconds, now, list(job_ids))).fetchall()
+    jobs = [_row_to_job(row) for row in rows]
+    jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
+    return jobs

@@ -68,6 +68,9 @@ _SMALL_AND_BUSY = f"fillfactor = 50, {_VACUUM_OFTEN}"
 # ``flexiq_dependencies`` has one row per limited dependency: its GCRA time, and the row an
 # admission locks (FOR UPDATE), so admissions from many hosts to one dependency take turns
 # and never exceed its limit.  Holds, hold times and per-second events as in SQLite.
+# Tenant caps: ``flexiq_tenant_caps`` as SQLite's ``tenant_caps``; a claim that would take
+# jobs of a capped tenant holds a transaction-scoped advisory lock of that tenant while it
+# counts the tenant's running jobs and leases more, so claims on many hosts take turns.
 _BUCKET_V2 = ("CASE WHEN state = 'queued' AND waiting_for IS NOT NULL THEN 'waiting' "
               "WHEN state = 'queued' AND delayed THEN 'delayed' ELSE state END")
 _V2_TABLES = (
@@ -100,6 +103,11 @@ _V2_TABLES = (
 ) WITH ({_SMALL_AND_BUSY})""",
     "CREATE INDEX flexiq_jobs_waiting_for ON flexiq_jobs (waiting_for) "
     "WHERE state = 'queued' AND waiting_for IS NOT NULL",
+    # Tenant caps, as the workers last claimed with them (tenant "*": every other tenant).
+    """CREATE TABLE flexiq_tenant_caps (
+    tenant text PRIMARY KEY,
+    max_running integer NOT NULL
+)""",
 )
 _V2_AGE_INDEX = ("CREATE INDEX flexiq_jobs_age ON flexiq_jobs (queue, tenant, run_at) "
                  "WHERE state = 'queued' AND NOT delayed AND waiting_for IS NULL")
