@@ -97,6 +97,9 @@ _HOLD_TIMES_RETENTION = 600.0
 _LIVE_HOLDS = ("SELECT h.since FROM flexiq_dependency_holds h JOIN flexiq_jobs j ON j.id = h.job_id "
                "WHERE h.dependency = %s AND j.state = 'running' AND j.lease_owner = h.owner")
 
+# Tenants at most whose heads a capped claim reads (see sqlite._HEADS_MAX).
+_HEADS_MAX = 64
+
 # Transactions run again after a dropped connection, a deadlock or a serialization failure.
 _ATTEMPTS = 3
 
@@ -436,10 +439,7 @@ class PostgresBackend(Backend):
         claimed: list[Job] = []
         for queue in request.queues:
             while (want := request.limit - len(claimed)) > 0:
-                rows = conn.execute(
-                    f"SELECT id, tenant FROM flexiq_jobs WHERE {_DUE} AND queue = %s AND run_at <= %s "
-                    f"AND tenant <> ALL(%s::text[]) ORDER BY priority DESC, run_at, id LIMIT %s "
-                    f"FOR UPDATE SKIP LOCKED", (queue, now, sorted(full), want)).fetchall()
+                rows, complete = _capped_candidates(conn, queue, full, want, now)
                 new = sorted({tenant for _, tenant in rows if tenant not in room and caps.cap_of(tenant) is not None})
                 locked = [tenant for tenant in new if conn.execute(
                     "SELECT pg_try_advisory_xact_lock(hashtext('flexiq tenant cap'), "
@@ -450,8 +450,8 @@ class PostgresBackend(Backend):
                 taken, out_of_room = within_caps(rows, room, caps)
                 full |= out_of_room
                 claimed.extend(_lease(conn, request, taken, now))
-                if len(rows) < want:
-                    break  # the queue has no more jobs of tenants with room
+                if len(rows) < want or not complete:
+                    break  # no more jobs of tenants with room (or other claims hold them now)
         return claimed
 
     def _settle(self, conn: psycopg.Connection, owner: str, outcomes: list[Outcome],
@@ -1128,6 +1128,41 @@ def _running_per_tenant(conn: psycopg.Connection, tenants: Sequence[str] | None 
     for _, _, tenant, n in conn.execute(_COUNTS.format(where=where), {"tenants": list(tenants or ())}):
         running[tenant] = running.get(tenant, 0) + int(n)
     return running
+
+
+def _capped_candidates(conn: psycopg.Connection, queue: str, full: set[str], want: int,
+                       now: float) -> tuple[list[tuple[int, str]], bool]:
+    """The first ``want`` due jobs of ``queue`` in claim order, of tenants not in ``full``,
+    locked (``FOR UPDATE SKIP LOCKED``); and False when jobs other claims had locked were
+    left out of them (so fewer than ``want`` does not mean there are no more).
+
+    With tenants at their cap, and few others with jobs here: the head of each other
+    tenant's jobs (flexiq_jobs_tenant_claim), merged, then locked -- not a walk of the
+    claim order past every job of the capped tenants, however long their backlog.
+    """
+    if full:
+        tenants = sorted({tenant for _, _, tenant, _ in conn.execute(
+            _COUNTS.format(where="WHERE queue = %(queue)s AND state IN ('queued', 'waiting')"),
+            {"queue": queue})} - full)
+        if len(tenants) <= _HEADS_MAX:
+            heads = [row[0] for row in conn.execute(
+                f"SELECT j.id FROM unnest(%s::text[]) AS t(tenant) CROSS JOIN LATERAL ("
+                f"  SELECT id, priority, run_at FROM flexiq_jobs WHERE {_DUE} AND queue = %s "
+                f"  AND tenant = t.tenant AND run_at <= %s ORDER BY priority DESC, run_at, id LIMIT %s) AS j "
+                f"ORDER BY j.priority DESC, j.run_at, j.id LIMIT %s", (tenants, queue, now, want, want))]
+            if not heads:
+                return [], True
+            # By primary key alone, then checked here and put back in claim order: with the terms
+            # of the claim index in the query, the planner may walk that index instead.
+            locked = {job_id: tenant for job_id, tenant, state, delayed in conn.execute(
+                "SELECT id, tenant, state, delayed FROM flexiq_jobs WHERE id = ANY(%s) FOR UPDATE SKIP LOCKED",
+                (heads,)) if state == JobState.QUEUED.value and not delayed}
+            return [(job_id, locked[job_id]) for job_id in heads if job_id in locked], len(locked) == len(heads)
+    rows = conn.execute(
+        f"SELECT id, tenant FROM flexiq_jobs WHERE {_DUE} AND queue = %s AND run_at <= %s "
+        f"AND tenant <> ALL(%s::text[]) ORDER BY priority DESC, run_at, id LIMIT %s "
+        f"FOR UPDATE SKIP LOCKED", (queue, now, sorted(full), want)).fetchall()
+    return rows, True
 
 
 def _record_caps(conn: psycopg.Connection, caps: TenantCaps) -> None:

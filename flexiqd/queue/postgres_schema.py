@@ -108,6 +108,9 @@ _V2_TABLES = (
     tenant text PRIMARY KEY,
     max_running integer NOT NULL
 )""",
+    # One tenant's due jobs in claim order: the head of each tenant not at its cap.
+    "CREATE INDEX flexiq_jobs_tenant_claim ON flexiq_jobs (queue, tenant, priority DESC, run_at, id) "
+    "WHERE state = 'queued' AND NOT delayed",
 )
 _V2_AGE_INDEX = ("CREATE INDEX flexiq_jobs_age ON flexiq_jobs (queue, tenant, run_at) "
                  "WHERE state = 'queued' AND NOT delayed AND waiting_for IS NULL")

@@ -84,6 +84,10 @@ _DUE = "state = 'queued' AND delayed = 0"
 _DELAYED = "state = 'queued' AND delayed = 1"
 # Queued jobs deferred by ``admit``, until their run_at (jobs_waiting).
 _WAITING = "state = 'queued' AND delayed = 2"
+# A capped claim with tenants at their cap reads the head of each other tenant's due jobs
+# (jobs_tenant_claim) while there are at most this many such tenants, instead of walking
+# the claim order past the capped tenants' jobs.
+_HEADS_MAX = 64
 # The counts buckets stats reads (finished jobs are counted too, but never read there).
 _WAITING_OR_HELD = "('queued', 'delayed', 'waiting', 'running', 'dead')"
 
@@ -402,11 +406,7 @@ class SQLiteBackend(Backend):
         claimed: list[Job] = []
         for queue in request.queues:
             while (want := request.limit - len(claimed)) > 0:
-                skip = sorted(full)
-                rows = conn.execute(
-                    f"SELECT id, tenant FROM jobs WHERE {_DUE} AND queue = ? AND run_at <= ? "
-                    f"AND tenant NOT IN ({','.join('?' * len(skip))}) "
-                    f"ORDER BY priority DESC, run_at, id LIMIT ?", (queue, now, *skip, want)).fetchall()
+                rows = _capped_candidates(conn, queue, full, want, now)
                 room.update(room_left(caps, running, [tenant for _, tenant in rows if tenant not in room]))
                 taken, out_of_room = within_caps(rows, room, caps)
                 full |= out_of_room
@@ -936,6 +936,31 @@ def hold_capped(per_tenant: dict[str, Stats], caps: TenantCaps, running: dict[st
             stats, runnable=stats.runnable - held, held_by_tenant_cap=held,
             oldest_runnable_age=stats.oldest_runnable_age if stats.runnable > held else 0.0)
     return held_back
+
+
+def _capped_candidates(conn: sqlite3.Connection, queue: str, full: set[str], want: int,
+                       now: float) -> list[tuple[int, str]]:
+    """The first ``want`` due jobs of ``queue`` in claim order, of tenants not in ``full``.
+
+    With tenants at their cap, and few others with jobs here: the head of each
+    other tenant's jobs (one index range each), merged -- not a walk of the
+    claim order past every job of the capped tenants, however long their backlog.
+    """
+    if full:
+        tenants = [tenant for (tenant,) in conn.execute(
+            "SELECT DISTINCT tenant FROM counts WHERE queue = ? AND state IN ('queued', 'waiting')", (queue,))
+            if tenant not in full]
+        if len(tenants) <= _HEADS_MAX:
+            heads = [row for tenant in tenants for row in conn.execute(
+                f"SELECT id, tenant, priority, run_at FROM jobs WHERE {_DUE} AND queue = ? AND tenant = ? "
+                f"AND run_at <= ? ORDER BY priority DESC, run_at, id LIMIT ?", (queue, tenant, now, want))]
+            heads.sort(key=lambda row: (-row[2], row[3], row[0]))
+            return [(job_id, tenant) for job_id, tenant, _, _ in heads[:want]]
+    skip = sorted(full)
+    return conn.execute(
+        f"SELECT id, tenant FROM jobs WHERE {_DUE} AND queue = ? AND run_at <= ? "
+        f"AND tenant NOT IN ({','.join('?' * len(skip))}) "
+        f"ORDER BY priority DESC, run_at, id LIMIT ?", (queue, now, *skip, want)).fetchall()
 
 
 def _record_caps(conn: sqlite3.Connection, caps: TenantCaps) -> None:

@@ -41,7 +41,8 @@ durations and ``dependency_events`` per-second admissions and refusals.
 Tenant caps (v6): ``tenant_caps`` holds the caps the workers last claimed with
 (``ClaimRequest.tenant_caps``; tenant "*" for every other tenant), so that
 ``stats`` can tell the due jobs a cap holds back.  A claim counts a tenant's
-running jobs from ``counts``.
+running jobs from ``counts``; with tenants at their cap it reads the head of each
+other tenant's due jobs through jobs_tenant_claim.
 """
 
 SCHEMA_VERSION = 6
@@ -168,6 +169,9 @@ _V6_TABLES = (
     tenant TEXT PRIMARY KEY,
     max_running INTEGER NOT NULL
 ) WITHOUT ROWID""",
+    # One tenant's due jobs in claim order: the head of each tenant not at its cap.
+    "CREATE INDEX jobs_tenant_claim ON jobs(queue, tenant, priority DESC, run_at, id) "
+    "WHERE state = 'queued' AND delayed = 0",
 )
 
 # Statements that bring a store of the version before each key up to it, in order;

@@ -146,3 +146,27 @@ def test_a_bad_cap_names_its_key(caps, key):
     with pytest.raises(LimitError) as raised:
         TenantCaps(caps)
     assert raised.value.key == key
+
+
+def test_with_a_tenant_at_its_cap_the_others_are_claimed_in_claim_order(backend):
+    fill(backend, "acme", 2)
+    assert len(claim(backend, 2)) == 2  # acme is at its cap from here on
+    fill(backend, "acme", 50, now=T0 + 1, priority=9)
+    fill(backend, "globex", 3, now=T0 + 2)
+    fill(backend, "initech", 2, now=T0 + 3, priority=3)
+    fill(backend, None, 1, now=T0 + 4, priority=1)
+    claimed = claim(backend, 4, now=T0 + 5)
+    assert [(job.tenant, job.priority) for job in claimed] == [
+        ("initech", 3), ("initech", 3), (None, 1), ("globex", 0)]
+    assert [job.run_at for job in claim(backend, 10, now=T0 + 5)] == [T0 + 2, T0 + 2]
+
+
+def test_with_more_tenants_than_heads_read_the_claim_walks_past_the_capped_ones(backend, monkeypatch):
+    import importlib
+
+    for name in ("flexiqd.queue.sqlite", "flexiqd.queue.postgres"):
+        try:
+            monkeypatch.setattr(importlib.import_module(name), "_HEADS_MAX", 1)
+        except ImportError:  # no psycopg: only the SQLite store runs here
+            pass
+    test_with_a_tenant_at_its_cap_the_others_are_claimed_in_claim_order(backend)
