@@ -4,7 +4,6 @@ not start them sooner.  Stats come from a real store, through the daemon's own m
 
 from __future__ import annotations
 
-
 from flexiqd.daemon.scaling import combine_metrics
 from flexiqd.policy import Observation, PoolPolicy
 from flexiqd.queue import ClaimRequest, NewJob, Outcome
