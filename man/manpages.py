@@ -491,7 +491,7 @@ runs one autoscaled pool in the foreground, without flexiqd.
         description="""
 flexiqd(8) reads its configuration from /etc/flexiqd/flexiqd.yaml (another file with
 `flexiqd --config`). It is YAML: the job store, the tick, where workers run, the
-shared dependencies, and the pools of workers with their targets and limits.
+shared dependencies, the tenant caps, and the pools of workers with their targets and limits.
 """,
         sections=(("FILES", """
 - /etc/flexiqd/flexiqd.yaml: The configuration; a conffile, so local changes survive upgrades.

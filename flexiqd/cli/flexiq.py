@@ -281,25 +281,26 @@ def _stats(backend, args: argparse.Namespace) -> int:
 
 
 def render_stats_table(stats: list[Stats]) -> str:
-    header = ("QUEUE", "RUNNABLE", "DELAYED", "WAITING", "RUNNING", "DEAD", "OLDEST", "DRAIN", "IN/s",
+    """One row per queue, then one per tenant; CAPPED: due jobs a tenant cap holds back
+    (a tenant with any is at its cap)."""
+    header = ("QUEUE", "RUNNABLE", "DELAYED", "WAITING", "CAPPED", "RUNNING", "DEAD", "OLDEST", "DRAIN", "IN/s",
               "OUT/s", "FAIL/s", "P50", "P95", "P99")
     rows = [header]
     for s in stats:
-        rows.append((s.queue, str(s.runnable), str(s.delayed), str(s.waiting_for_dependency), str(s.running),
-                     str(s.dead),
-                     format_duration(s.oldest_runnable_age), format_duration(s.time_to_drain),
-                     f"{s.arrival_rate:.1f}", f"{s.completion_rate:.1f}", f"{s.failure_rate:.2f}",
-                     format_duration(s.duration_p50), format_duration(s.duration_p95),
-                     format_duration(s.duration_p99)))
+        rows.append(_stats_row(s.queue, s))
         for tenant, t in sorted(s.tenants.items()):
-            rows.append((f"  {tenant}", str(t.runnable), str(t.delayed), str(t.waiting_for_dependency),
-                         str(t.running), str(t.dead),
-                         format_duration(t.oldest_runnable_age), format_duration(t.time_to_drain),
-                         f"{t.arrival_rate:.1f}", f"{t.completion_rate:.1f}", f"{t.failure_rate:.2f}",
-                         format_duration(t.duration_p50), format_duration(t.duration_p95),
-                         format_duration(t.duration_p99)))
+            rows.append(_stats_row(f"  {tenant}", t))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def _stats_row(name: str, s: Stats) -> tuple[str, ...]:
+    return (name, str(s.runnable), str(s.delayed), str(s.waiting_for_dependency), str(s.held_by_tenant_cap),
+            str(s.running), str(s.dead),
+            format_duration(s.oldest_runnable_age), format_duration(s.time_to_drain),
+            f"{s.arrival_rate:.1f}", f"{s.completion_rate:.1f}", f"{s.failure_rate:.2f}",
+            format_duration(s.duration_p50), format_duration(s.duration_p95),
+            format_duration(s.duration_p99))
 
 
 def _dependencies(args: argparse.Namespace) -> int:

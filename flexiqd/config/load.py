@@ -20,11 +20,11 @@ from ..errors import ConfigError, StoreUnavailable
 from ..fleet.base import POOL_NAME, Credential
 from ..policy.config import Dependency, pool_policy_from_mapping
 from ..policy.errors import PolicyConfigError
-from ..queue.limits import DependencyLimit, LimitError, limit_from_mapping
+from ..queue.limits import DependencyLimit, LimitError, TenantCaps, limit_from_mapping, tenant_caps_from_mapping
 from ..queue.url import check_url
 from .model import DEFAULT_HTTP_PORT, DEFAULT_STORE, DaemonConfig, FlexiqOptions, HttpConfig, PoolConfig
 
-TOP_KEYS = ("store", "tick", "fleet", "retention", "dead_retention", "dependencies", "pools", "http")
+TOP_KEYS = ("store", "tick", "fleet", "retention", "dead_retention", "dependencies", "tenants", "pools", "http")
 HTTP_KEYS = ("listen", "token_file", "allow_remote", "scaler_target")
 POOL_KEYS = ("app", "queues", "concurrency", "batch_size", "drain_timeout", "lease", "policy", "environment",
              "credentials", "resources", "min_workers", "max_workers", "scale_to_zero", "cpu_bound", "targets",
@@ -152,7 +152,7 @@ def _daemon(data: Any, path: str, fleet_override: str | None) -> DaemonConfig:
     return DaemonConfig(path=path, store=store, tick=tick, fleet=fleet, retention=retention,
                         dead_retention=dead_retention,
                         dependencies=dependencies, pools=pools, http=http,
-                        dependency_limits=limits)
+                        dependency_limits=limits, tenant_caps=_tenant_caps(data.get("tenants")))
 
 
 def parse_listen(value: Any, where: str) -> tuple[str, int]:
@@ -225,6 +225,20 @@ def _dependency_limit(name: str, value: Any) -> DependencyLimit:
         return limit_from_mapping(name, value)
     except LimitError as exc:
         raise _fail(f"dependencies.{name}.{exc.key}", exc.why) from None
+
+
+def _tenant_caps(value: Any) -> TenantCaps:
+    """``tenants``: the running jobs each tenant may have at once (see flexiqd.queue.limits)."""
+    if value is None:
+        return TenantCaps()
+    if isinstance(value, Mapping):
+        # A tenant named by a number (`42:`) is the tenant "42", as jobs name it.
+        value = {str(key) if isinstance(key, int) and not isinstance(key, bool) else key: entry
+                 for key, entry in value.items()}
+    try:
+        return tenant_caps_from_mapping(value)
+    except LimitError as exc:
+        raise _fail("tenants" if exc.key == "tenants" else f"tenants.{exc.key}", exc.why) from None
 
 
 def _pool(name: str, value: Any, dependencies: Mapping[str, Dependency], fleet: str,

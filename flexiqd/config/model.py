@@ -7,7 +7,7 @@ from typing import Mapping
 
 from ..fleet.base import Credential, WorkerSpec
 from ..policy.config import Dependency, PoolPolicy
-from ..queue.limits import DependencyLimit
+from ..queue.limits import DependencyLimit, TenantCaps
 
 DEFAULT_CONFIG_PATH = "/etc/flexiqd/flexiqd.yaml"
 DEFAULT_STORE = "sqlite:////var/lib/flexiq/queue.db"
@@ -84,3 +84,5 @@ class DaemonConfig:
     source: str = dataclasses.field(default="", repr=False)  # the file's text, as validated
     # dependencies.<name>.limit: enforced by the workers of every pool (flexiqd.queue.limits)
     dependency_limits: Mapping[str, DependencyLimit] = dataclasses.field(default_factory=dict)
+    # tenants.<name>.max_running: enforced by the claims of every worker (flexiqd.queue.limits)
+    tenant_caps: TenantCaps = dataclasses.field(default_factory=TenantCaps)

@@ -6,7 +6,8 @@ workers at the config it applied -- else the default path); flags given on the
 command line override them.  The config's dependency limits
 (``dependencies.<name>.limit``) reach every worker that reads the file: read
 at its start, and again whenever the file changes (``LimitsReader``), so a
-reload reaches workers already running.  At the start of a drain the worker reads its
+reload reaches workers already running; so do its tenant caps (``tenants``,
+``TenantCapsReader``).  At the start of a drain the worker reads its
 pool's ``drain_timeout`` again (``drain_timeout_now``), so a budget changed by a
 reload reaches workers already running.
 """
@@ -20,7 +21,7 @@ from typing import Any, Mapping
 
 from ..errors import ConfigError, FlexiqdError
 from ..fleet.base import parse_instance
-from ..queue.limits import DependencyLimit
+from ..queue.limits import DependencyLimit, TenantCaps
 from ..queue.owners import owner_name
 from ..worker.settings import WorkerConfig
 from .load import load_config
@@ -93,7 +94,9 @@ def worker_setup(*, app: str | None, url: str | None, instance: str | None, conf
     limits_path = path
     if path is not None:
         # Not optional: a worker that ran without them could push a dependency past its quota.
-        settings["dependency_limits"] = load_config(path).dependency_limits
+        loaded = load_config(path)
+        settings["dependency_limits"] = loaded.dependency_limits
+        settings["tenant_caps"] = loaded.tenant_caps
     given = {key: value for key, value in overrides.items() if value is not None}
     settings.update(given)
     if "drain_timeout" in given:
@@ -103,17 +106,19 @@ def worker_setup(*, app: str | None, url: str | None, instance: str | None, conf
                        pool=pool_name, config_path=path, limits_path=limits_path)
 
 
-class LimitsReader:
-    """The config file's dependency limits now: read again only when the file changed.
+class _ConfigPartReader:
+    """One part of the config file now: read again only when the file changed.
 
-    A file that cannot be read or is invalid keeps the limits last read (with a
+    A file that cannot be read or is invalid keeps the part last read (with a
     warning): a bad edit must not lift every limit.  Not thread-safe.
     """
 
-    def __init__(self, setup: WorkerSetup) -> None:
+    what = "settings"
+
+    def __init__(self, setup: WorkerSetup, initial: Any) -> None:
         self._setup = setup
         self._path = setup.limits_path
-        self._limits: Mapping[str, DependencyLimit] = setup.config.dependency_limits
+        self._value = initial
         self._seen = self._signature()
 
     def _signature(self) -> tuple[int, int] | None:
@@ -123,23 +128,57 @@ class LimitsReader:
             return None
         return (stat.st_mtime_ns, stat.st_size) if stat else None
 
-    def __call__(self) -> Mapping[str, DependencyLimit]:
+    def _pick(self, config: Any) -> Any:
+        raise NotImplementedError
+
+    def _describe(self, value: Any) -> str:
+        return ", ".join(sorted(value)) or "none"
+
+    def __call__(self) -> Any:
         if self._path is None:
-            return self._limits
+            return self._value
         signature = self._signature()
         if signature == self._seen:
-            return self._limits
+            return self._value
         self._seen = signature
         try:
-            limits = load_config(self._path).dependency_limits
+            value = self._pick(load_config(self._path))
         except ConfigError as exc:
-            log.warning("Worker %s keeps its dependency limits: %s", self._setup.config.name, exc)
-            return self._limits
-        if limits != self._limits:
-            log.info("Worker %s now enforces the dependency limits of %s: %s.", self._setup.config.name,
-                     self._path, ", ".join(sorted(limits)) or "none")
-        self._limits = limits
-        return limits
+            log.warning("Worker %s keeps its %s: %s", self._setup.config.name, self.what, exc)
+            return self._value
+        if value != self._value:
+            log.info("Worker %s now enforces the %s of %s: %s.", self._setup.config.name, self.what,
+                     self._path, self._describe(value))
+        self._value = value
+        return value
+
+
+class LimitsReader(_ConfigPartReader):
+    """The config file's dependency limits now (see ``_ConfigPartReader``)."""
+
+    what = "dependency limits"
+
+    def __init__(self, setup: WorkerSetup) -> None:
+        super().__init__(setup, setup.config.dependency_limits)
+
+    def _pick(self, config: Any) -> Mapping[str, DependencyLimit]:
+        return config.dependency_limits
+
+
+class TenantCapsReader(_ConfigPartReader):
+    """The config file's tenant caps now (see ``_ConfigPartReader``); None for a worker
+    without a config file, whose claims leave the store's caps as they are."""
+
+    what = "tenant caps"
+
+    def __init__(self, setup: WorkerSetup) -> None:
+        super().__init__(setup, setup.config.tenant_caps)
+
+    def _pick(self, config: Any) -> TenantCaps:
+        return config.tenant_caps
+
+    def _describe(self, value: TenantCaps) -> str:
+        return ", ".join(f"{tenant} {cap}" for tenant, cap in sorted(value.max_running.items())) or "none"
 
 
 def drain_timeout_now(setup: WorkerSetup) -> float:

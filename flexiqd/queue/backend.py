@@ -56,7 +56,9 @@ class Backend(abc.ABC):
         Highest priority first, then the longest runnable, then enqueue order.
         Each claimed job uses one attempt.  Expired leases are recovered first
         (their jobs are runnable again with that attempt counted), so a job is
-        never leased to two live owners.
+        never leased to two live owners.  With ``request.tenant_caps``, the jobs of a
+        tenant running its cap's worth (in every queue, across every owner) are
+        skipped for the next ones of other tenants (see ``ClaimRequest``).
         """
 
     @abc.abstractmethod

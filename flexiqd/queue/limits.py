@@ -151,3 +151,92 @@ def nearest_rank(sorted_values: Sequence[float], fraction: float) -> float | Non
         return None
     rank = max(1, math.ceil(fraction * len(sorted_values)))
     return sorted_values[rank - 1]
+
+
+# -- tenant caps ---------------------------------------------------------------------------
+
+# The name of the cap of every tenant without one of its own.
+EVERY_TENANT = "*"
+TENANT_CAP_KEYS = ("max_running",)
+
+
+@dataclasses.dataclass(frozen=True)
+class TenantCaps:
+    """Most jobs of one tenant running at once, across every worker sharing the store.
+
+    ``max_running`` maps a tenant to its cap; ``EVERY_TENANT`` ("*") is the cap
+    of every tenant without its own entry.  Jobs without a tenant are never capped.
+    """
+
+    max_running: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for tenant, cap in self.max_running.items():
+            if not isinstance(tenant, str) or not tenant:
+                raise LimitError("tenants", f"a tenant's name must be a non-empty string, got {tenant!r}")
+            if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
+                raise LimitError(f"{tenant}.max_running", f"must be a whole number of at least 0, got {cap!r}")
+
+    def cap_of(self, tenant: str | None) -> int | None:
+        """The tenant's cap (None: not capped)."""
+        if not tenant:
+            return None
+        cap = self.max_running.get(tenant)
+        return cap if cap is not None else self.max_running.get(EVERY_TENANT)
+
+    def __bool__(self) -> bool:
+        return bool(self.max_running)
+
+    def as_dict(self) -> dict[str, dict[str, int]]:
+        return {tenant: {"max_running": cap} for tenant, cap in sorted(self.max_running.items())}
+
+
+def tenant_caps_from_mapping(value: Any) -> TenantCaps:
+    """Caps from config (``{acme: {max_running: 10}, "*": {max_running: 50}}``); ``LimitError``
+    names the bad key (``acme.max_running``)."""
+    if not isinstance(value, Mapping):
+        raise LimitError("tenants", f"must be a mapping such as {{acme: {{max_running: 10}}}}, got {value!r}")
+    caps: dict[str, int] = {}
+    for tenant, entry in value.items():
+        if not isinstance(tenant, str) or not tenant:
+            raise LimitError("tenants", f"a tenant's name must be a non-empty string, got {tenant!r}")
+        if not isinstance(entry, Mapping):
+            raise LimitError(tenant, f"must be a mapping such as {{max_running: 10}}, got {entry!r}")
+        for key in entry:
+            if key not in TENANT_CAP_KEYS:
+                raise LimitError(f"{tenant}.{key}", f"unknown key (known: {', '.join(TENANT_CAP_KEYS)})")
+        if "max_running" not in entry:
+            raise LimitError(f"{tenant}.max_running", "is required")
+        caps[tenant] = entry["max_running"]
+    return TenantCaps(caps)
+
+
+def within_caps(candidates: Sequence[tuple[int, str]], room: dict[str, int],
+                caps: TenantCaps) -> tuple[list[int], set[str]]:
+    """Which of ``candidates`` (job id, tenant; in claim order) a claim may take.
+
+    ``room`` holds how many more jobs each capped tenant may start (it is spent
+    here); a capped tenant missing from it may start none.  Returns the ids taken
+    and the tenants found without room, whose jobs the next walk must skip.
+    """
+    taken: list[int] = []
+    full: set[str] = set()
+    for job_id, tenant in candidates:
+        if caps.cap_of(tenant) is None:
+            taken.append(job_id)
+        elif room.get(tenant, 0) > 0:
+            room[tenant] -= 1
+            taken.append(job_id)
+        else:
+            full.add(tenant)
+    return taken, full
+
+
+def room_left(caps: TenantCaps, running: Mapping[str, int], tenants: Sequence[str]) -> dict[str, int]:
+    """How many more jobs each capped tenant of ``tenants`` may start, given its running jobs."""
+    room = {}
+    for tenant in tenants:
+        cap = caps.cap_of(tenant)
+        if cap is not None:
+            room[tenant] = max(0, cap - running.get(tenant, 0))
+    return room

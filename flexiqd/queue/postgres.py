@@ -32,11 +32,14 @@ from psycopg.conninfo import conninfo_to_dict
 
 from ..errors import JobNotFound, QueueError, StoreUnavailable
 from .backend import Backend, EndedAttempt
+from .limits import (DependencyLimit, TenantCaps, deferral_delay, gcra, nearest_rank, room_left, slot_wait,
+                     within_caps)
 from .owners import owner_alive_here
 from .postgres_listen import Listener, channel_of
 from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, VERSION_TABLE
-from .sqlite import COMING_DUE_LIMIT, _Endings, _row_to_job, _stats, encode_json, percentile
-from .types import FINISHED_STATES, RECENT_WINDOW, ClaimRequest, Job, JobState, NewJob, Outcome, OutcomeKind, Stats
+from .sqlite import COMING_DUE_LIMIT, _Endings, _row_to_job, _stats, encode_json, hold_capped, percentile
+from .types import (FINISHED_STATES, RECENT_WINDOW, ClaimRequest, Deferral, DependencyStats, Job, JobState, NewJob,
+                    Outcome, OutcomeKind, Stats)
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +80,9 @@ _RELEASE = f"UPDATE flexiq_jobs SET {_REQUEUED}, delayed = false, attempts = att
 _LOSE = f"UPDATE flexiq_jobs SET {_REQUEUED}, delayed = false, error = %s WHERE id = %s"
 _RETRY = f"UPDATE flexiq_jobs SET {_REQUEUED}, delayed = %s, run_at = %s, error = %s WHERE id = %s"
 _DEAD_LETTER = f"UPDATE flexiq_jobs SET state = 'dead', finished_at = %s, error = %s, {_UNLEASED} WHERE id = %s"
+# Deferred (never started: a dependency was full): no attempt used, waiting until run_at.
+_DEFER = (f"UPDATE flexiq_jobs SET {_REQUEUED}, attempts = attempts - 1, delayed = true, run_at = %s, "
+          f"waiting_for = %s WHERE id = %s")
 _RECORD = ("INSERT INTO flexiq_executions (job_id, attempt, worker, started_at, finished_at, outcome, error) "
            "VALUES (%s, %s, %s, %s, %s, %s, %s)")
 # The same two for a whole batch in one statement each: psycopg 3.1's executemany sends a
@@ -91,7 +97,17 @@ _RECORD_BATCH = ("INSERT INTO flexiq_executions (job_id, attempt, worker, starte
 _LIVE = "state IN ('queued', 'running')"
 _DUE = "state = 'queued' AND NOT delayed"
 _DELAYED = "state = 'queued' AND delayed"
-_WAITING_OR_HELD = "('queued', 'delayed', 'running', 'dead')"
+_WAITING_OR_HELD = "('queued', 'delayed', 'waiting', 'running', 'dead')"
+# Hold times behind a dependency's typical hold and kept for dependency_stats (see sqlite.py).
+_TYPICAL_HOLD_SAMPLE = 100
+_HOLD_SAMPLE = 1000
+_HOLD_TIMES_RETENTION = 600.0
+# The holds that count: of a job still running leased to the owner that took the hold.
+_LIVE_HOLDS = ("SELECT h.since FROM flexiq_dependency_holds h JOIN flexiq_jobs j ON j.id = h.job_id "
+               "WHERE h.dependency = %s AND j.state = 'running' AND j.lease_owner = h.owner")
+
+# Tenants at most whose heads a capped claim reads (see sqlite._HEADS_MAX).
+_HEADS_MAX = 64
 
 # Transactions run again after a dropped connection, a deadlock or a serialization failure.
 _ATTEMPTS = 3
@@ -136,6 +152,7 @@ class PostgresBackend(Backend):
         self._lock = threading.RLock()
         self._closed = False
         self._claims = 0
+        self._caps_recorded: TenantCaps | None = None  # the tenant caps this process last stored
         self._conn: psycopg.Connection | None = None
         with self._lock:
             conn = self._connect()
@@ -313,10 +330,13 @@ class PostgresBackend(Backend):
         promoted = conn.execute(
             f"UPDATE flexiq_jobs SET delayed = false WHERE id IN (SELECT id FROM flexiq_jobs "
             f"WHERE {_DELAYED} AND run_at <= %s ORDER BY run_at LIMIT {_PROMOTION_BATCH} "
-            f"FOR UPDATE SKIP LOCKED) RETURNING queue, tenant, run_at, attempts", (now,)).fetchall()
+            f"FOR UPDATE SKIP LOCKED) RETURNING queue, tenant, run_at, attempts, waiting_for",
+            (now,)).fetchall()
         arrivals: dict[tuple[str, str, int], int] = {}
-        for queue, tenant, run_at, attempts in promoted:
-            if attempts == 0:
+        for queue, tenant, run_at, attempts, waiting_for in promoted:
+            # A deferred job whose wait is over is claimable again (still waiting for its
+            # dependency until a worker takes it), and no arrival: it arrived long ago.
+            if attempts == 0 and waiting_for is None:
                 key = (queue, tenant, int(run_at))
                 arrivals[key] = arrivals.get(key, 0) + 1
         for (queue, tenant, second), n in sorted(arrivals.items()):
@@ -381,12 +401,19 @@ class PostgresBackend(Backend):
             log.warning("%s; finding out whether it did.", exc)
             result = self._run(operation, after_lost_commit)
         if claiming:
+            if request.tenant_caps is not None:
+                self._caps_recorded = request.tenant_caps
             self._fold_now_and_then()
         return result
 
     def _claim(self, conn: psycopg.Connection, request: ClaimRequest, now: float) -> list[Job]:
         self._recover(conn, now, owner=None, reason="lease expired")
         self._promote(conn, now)
+        caps = request.tenant_caps
+        if caps is not None and caps != self._caps_recorded:
+            _record_caps(conn, caps)
+        if caps:
+            return self._claim_within_caps(conn, request, caps, now)
         claimed: list[Job] = []
         for queue in request.queues:
             want = request.limit - len(claimed)
@@ -395,7 +422,7 @@ class PostgresBackend(Backend):
             # run_at <= now still guards the walk: another machine's clock may run ahead.
             rows = conn.execute(
                 f"UPDATE flexiq_jobs SET state = 'running', lease_owner = %s, lease_expires = %s, "
-                f"attempts = attempts + 1, started_at = %s WHERE id IN ("
+                f"attempts = attempts + 1, started_at = %s, waiting_for = NULL WHERE id IN ("
                 f"  SELECT id FROM flexiq_jobs WHERE {_DUE} AND queue = %s AND run_at <= %s"
                 f"  ORDER BY priority DESC, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED) "
                 f"RETURNING {_JOB_COLUMNS}",
@@ -403,6 +430,37 @@ class PostgresBackend(Backend):
             jobs = [_row_to_job(row) for row in rows]
             jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
             claimed.extend(jobs)
+        return claimed
+
+    def _claim_within_caps(self, conn: psycopg.Connection, request: ClaimRequest, caps: TenantCaps,
+                           now: float) -> list[Job]:
+        """The claim walk, skipping the jobs of tenants at their cap (see the SQLite store's).
+
+        Before it leases a capped tenant's jobs, a claim takes that tenant's advisory
+        lock (without waiting: a tenant another claim is leasing right now is skipped
+        this time) and counts its running jobs after it: in READ COMMITTED that count
+        sees every claim that held the lock before, so claims on many hosts never
+        lease past a cap.
+        """
+        running = _running_per_tenant(conn)  # a hint: tenants full already are not walked
+        room: dict[str, int] = {}
+        full = {tenant for tenant, n in room_left(caps, running, list(running)).items() if n <= 0}
+        claimed: list[Job] = []
+        for queue in request.queues:
+            while (want := request.limit - len(claimed)) > 0:
+                rows, complete = _capped_candidates(conn, queue, full, want, now)
+                new = sorted({tenant for _, tenant in rows if tenant not in room and caps.cap_of(tenant) is not None})
+                locked = [tenant for tenant in new if conn.execute(
+                    "SELECT pg_try_advisory_xact_lock(hashtext('flexiq tenant cap'), "
+                    "hashtext(current_schema() || '/' || %s))", (tenant,)).fetchone()[0]]
+                if locked:
+                    room.update(room_left(caps, _running_per_tenant(conn, locked), locked))
+                room.update({tenant: 0 for tenant in new if tenant not in locked})
+                taken, out_of_room = within_caps(rows, room, caps)
+                full |= out_of_room
+                claimed.extend(_lease(conn, request, taken, now))
+                if len(rows) < want or not complete:
+                    break  # no more jobs of tenants with room (or other claims hold them now)
         return claimed
 
     def _settle(self, conn: psycopg.Connection, owner: str, outcomes: list[Outcome],
@@ -423,12 +481,16 @@ class PostgresBackend(Backend):
                             queue, tenant)
             elif kind is OutcomeKind.RELEASE:
                 endings.release(job_id)
+            elif kind is OutcomeKind.DEFER:
+                run_at = now + deferral_delay(outcome.wait, self._rng)
+                endings.defer(job_id, run_at, outcome.waiting_for or "")
+                continue  # never started: no execution to record
             elif kind is OutcomeKind.DEAD:
                 endings.bury(job_id, outcome.error, queue, tenant)
             else:
                 endings.fail(job_id, attempts, max_attempts, outcome.error, queue, tenant, self._rng)
             endings.record(job_id, attempts, owner, started_at, kind.value, outcome.error)
-        _apply(conn, endings)
+        _apply(conn, endings, measure_holds=True)
         return endings.ids
 
     def renew(self, owner: str, job_ids: Iterable[int], lease_seconds: float, *, now: float) -> list[int]:
@@ -474,6 +536,10 @@ class PostgresBackend(Backend):
             recovered = self._recover(conn, now, owner=None, reason="lease expired")
             _fold(conn)
             conn.execute("DELETE FROM flexiq_rates WHERE second < %s", (int(now) - _RATE_RETENTION,))
+            conn.execute("DELETE FROM flexiq_dependency_events WHERE second < %s",
+                         (int(now) - _RATE_RETENTION,))
+            conn.execute("DELETE FROM flexiq_dependency_hold_times WHERE ended_at < %s",
+                         (now - _HOLD_TIMES_RETENTION,))
             return recovered
 
         return self._run("recover expired leases", body)
@@ -532,6 +598,7 @@ class PostgresBackend(Backend):
             if conn.execute(
                     f"UPDATE flexiq_jobs SET state = 'cancelled', finished_at = %s, {_UNLEASED} "
                     f"WHERE id = %s AND state IN ('queued', 'running', 'dead')", (now, job_id)).rowcount:
+                _free_holds(conn, [job_id], now, measure=False)
                 return True
             if conn.execute("SELECT 1 FROM flexiq_jobs WHERE id = %s", (job_id,)).fetchone() is None:
                 raise JobNotFound(f"no job with id {job_id}")
@@ -669,6 +736,26 @@ class PostgresBackend(Backend):
             "WHERE queue = %(queue)s AND second >= %(second)s UNION ALL SELECT second, arrivals "
             "FROM flexiq_rate_changes WHERE queue = %(queue)s AND second >= %(second)s) AS parts "
             "GROUP BY second HAVING sum(arrivals) > 0", {"queue": queue, "second": second})}, snapshot=True)
+
+    # -- dependency limits -------------------------------------------------------------------
+
+    def admit(self, owner: str, job_id: int, dependencies: Sequence[DependencyLimit], *,
+              now: float) -> Deferral | None:
+        """See ``Backend``.  The dependencies' rows are locked (FOR UPDATE, in name order, so
+        two admissions never wait on each other crosswise) for the rest of the transaction:
+        admissions to one dependency from every host take turns, each counting the holds
+        the ones before it committed."""
+        limits = list({limit.name: limit for limit in dependencies}.values())
+        if not limits:
+            return None
+        return self._run("admit a job to its dependencies",
+                         lambda conn: _admit(conn, owner, job_id, limits, now))
+
+    def dependency_stats(self, dependency: str, *, now: float, window: float = 60.0) -> DependencyStats:
+        if not window > 0:
+            raise QueueError(f"a stats window must be more than 0s, got {window!r}")
+        return self._run("read dependency stats",
+                         lambda conn: _dependency_stats(conn, dependency, now, window), snapshot=True)
 
     # -- stats -----------------------------------------------------------------------------
 
@@ -826,17 +913,19 @@ def _fold(conn: psycopg.Connection) -> None:
         "failures = r.failures + excluded.failures")
 
 
-def _apply(conn: psycopg.Connection, endings: _Endings) -> None:
-    """The row changes ``endings`` collected, in PostgreSQL's dialect (see sqlite._Endings)."""
+def _apply(conn: psycopg.Connection, endings: _Endings, *, measure_holds: bool = False) -> None:
+    """The row changes ``endings`` collected, in PostgreSQL's dialect (see sqlite._Endings);
+    the jobs' dependency slots freed in the same transaction."""
     cursor = conn.cursor()
     for statement, batch, rows in ((_ACK, _ACK_BATCH, endings._acks), (_RELEASE, None, endings._releases),
                                    (_LOSE, None, endings._losses), (_RETRY, None, endings._retries),
-                                   (_DEAD_LETTER, None, endings._deaths),
+                                   (_DEAD_LETTER, None, endings._deaths), (_DEFER, None, endings._deferrals),
                                    (_RECORD, _RECORD_BATCH, endings._executions)):
         if batch is not None and len(rows) > 1:
             cursor.execute(batch, [list(column) for column in zip(*rows)])
         elif rows:
             cursor.executemany(statement, rows)
+    _free_holds(conn, endings.ids, endings.now, measure=measure_holds)
     for (queue, tenant), (completions, failures) in sorted(endings._tallies.items()):
         _bump_rate(conn, queue, tenant, int(endings.now), completions=completions, failures=failures)
 
@@ -886,7 +975,8 @@ def _read_stats(conn: psycopg.Connection, queue: str, now: float, window: float,
     # Each tenant's oldest runnable job: one index probe (jobs_age) per tenant, in one round trip.
     waiting = sorted(tenant for tenant, by_state in counts.items() if by_state.get("queued"))
     firsts = dict(conn.execute(
-        f"SELECT t.tenant, (SELECT min(run_at) FROM flexiq_jobs WHERE {_DUE} AND queue = %s "
+        f"SELECT t.tenant, (SELECT min(run_at) FROM flexiq_jobs WHERE {_DUE} AND waiting_for IS NULL "
+        f"AND queue = %s "
         f"AND tenant = t.tenant) FROM unnest(%s::text[]) AS t(tenant)", (queue, waiting))) if waiting else {}
     per_tenant = {}
     for tenant in sorted(counts.keys() | events.keys()):
@@ -898,14 +988,19 @@ def _read_stats(conn: psycopg.Connection, queue: str, now: float, window: float,
         arrivals, completions, failures = events.get(tenant, (0, 0, 0))
         per_tenant[tenant] = _stats(
             queue, window, runnable=by_state.get("queued", 0), delayed=by_state.get("delayed", 0),
+            waiting=by_state.get("waiting", 0),
             running=by_state.get("running", 0), dead=by_state.get("dead", 0), oldest=oldest,
             arrivals=arrivals, completions=completions, failures=failures,
             durations=sorted(shares.get(tenant, ())))
+    caps = TenantCaps(dict(conn.execute("SELECT tenant, max_running FROM flexiq_tenant_caps")))
+    if caps and any(p.runnable for p in per_tenant.values()):
+        per_tenant = hold_capped(per_tenant, caps, _running_per_tenant(conn))
     parts = per_tenant.values()
     coming = 0
     if due_within > 0 and any(p.delayed for p in parts):
         coming = conn.execute(
-            f"SELECT count(*) FROM (SELECT 1 FROM flexiq_jobs WHERE {_DELAYED} AND queue = %s "
+            f"SELECT count(*) FROM (SELECT 1 FROM flexiq_jobs WHERE {_DELAYED} AND waiting_for IS NULL "
+            f"AND queue = %s "
             f"AND run_at <= %s LIMIT {COMING_DUE_LIMIT}) AS coming",
             (queue, now + due_within)).fetchone()[0]
     running_age = None
@@ -917,8 +1012,10 @@ def _read_stats(conn: psycopg.Connection, queue: str, now: float, window: float,
         running_age = max(0.0, total / count) if count else None
     overall = _stats(
         queue, window, runnable=sum(p.runnable for p in parts), delayed=sum(p.delayed for p in parts),
+        waiting=sum(p.waiting_for_dependency for p in parts),
         running=sum(p.running for p in parts), dead=sum(p.dead for p in parts),
         oldest=max((p.oldest_runnable_age for p in parts), default=0.0),
+        held=sum(p.held_by_tenant_cap for p in parts),
         arrivals=sum(tally[0] for tally in events.values()),
         completions=sum(tally[1] for tally in events.values()),
         failures=sum(tally[2] for tally in events.values()),
@@ -928,3 +1025,177 @@ def _read_stats(conn: psycopg.Connection, queue: str, now: float, window: float,
                                running_age_mean=running_age,
                                recent_duration_p50=percentile(sorted(recent), 0.50),
                                recent_completions=len(recent))
+
+
+# -- dependency limits -----------------------------------------------------------------------
+
+def _free_holds(conn: psycopg.Connection, job_ids: Sequence[int], now: float, *, measure: bool) -> None:
+    """Delete the dependency holds of jobs whose attempt ended; record how long each was held."""
+    if not job_ids:
+        return
+    freed = conn.execute("DELETE FROM flexiq_dependency_holds WHERE job_id = ANY(%s) RETURNING dependency, since",
+                         (sorted(set(job_ids)),)).fetchall()
+    if measure and freed:
+        conn.cursor().executemany(
+            "INSERT INTO flexiq_dependency_hold_times (dependency, ended_at, seconds) VALUES (%s, %s, %s)",
+            [(name, now, max(0.0, now - since)) for name, since in freed])
+
+
+def _bump_dependency(conn: psycopg.Connection, dependency: str, second: int, *,
+                     admitted: int = 0, deferred: int = 0) -> None:
+    # Only ever under the dependency's row lock (_admit): no contention of its own.
+    conn.execute(
+        "INSERT INTO flexiq_dependency_events AS e (dependency, second, admitted, deferred) "
+        "VALUES (%s, %s, %s, %s) ON CONFLICT (dependency, second) DO UPDATE SET "
+        "admitted = e.admitted + excluded.admitted, deferred = e.deferred + excluded.deferred",
+        (dependency, second, admitted, deferred))
+
+
+def _typical_hold(conn: psycopg.Connection, dependency: str, now: float) -> float | None:
+    recent = sorted(row[0] for row in conn.execute(
+        "SELECT seconds FROM flexiq_dependency_hold_times WHERE dependency = %s AND ended_at >= %s "
+        f"ORDER BY ended_at DESC LIMIT {_TYPICAL_HOLD_SAMPLE}", (dependency, now - _DURATION_HORIZON)))
+    return nearest_rank(recent, 0.5)
+
+
+def _admit(conn: psycopg.Connection, owner: str, job_id: int, limits: Sequence[DependencyLimit],
+           now: float) -> Deferral | None:
+    """``Backend.admit`` inside one transaction (see sqlite._admit for the same steps)."""
+    # FOR SHARE: the job cannot end (settle, recovery, cancel) until this admission commits,
+    # so a hold is never taken for an attempt that already ended.
+    if conn.execute("SELECT 1 FROM flexiq_jobs WHERE id = %s AND state = 'running' AND lease_owner = %s "
+                    "FOR SHARE", (job_id, owner)).fetchone() is None:
+        return Deferral(limits[0].name, 0.0)
+    if conn.execute("SELECT 1 FROM flexiq_dependency_holds WHERE job_id = %s AND owner = %s LIMIT 1",
+                    (job_id, owner)).fetchone() is not None:
+        return None  # admitted before: idempotent
+    names = sorted(limit.name for limit in limits)
+    conn.execute("INSERT INTO flexiq_dependencies (dependency) SELECT unnest(%s::text[]) ORDER BY 1 "
+                 "ON CONFLICT (dependency) DO NOTHING", (names,))
+    # The lock that makes admissions take turns.  In READ COMMITTED each statement after it
+    # sees what the previous holder of the lock committed.
+    tats = dict(conn.execute("SELECT dependency, tat FROM flexiq_dependencies WHERE dependency = ANY(%s) "
+                             "ORDER BY dependency FOR UPDATE", (names,)).fetchall())
+    refusals: list[Deferral] = []
+    new_tats: dict[str, float] = {}
+    for limit in limits:
+        waits = []
+        if limit.concurrency is not None:
+            ages = [now - since for (since,) in conn.execute(_LIVE_HOLDS, (limit.name,))]
+            if len(ages) >= limit.concurrency:
+                waits.append(slot_wait(ages, _typical_hold(conn, limit.name, now)))
+        if limit.rate is not None:
+            tat, wait = gcra(tats.get(limit.name), now, limit.rate, limit.effective_burst)
+            if tat is None:
+                waits.append(wait)
+            else:
+                new_tats[limit.name] = tat
+        if waits:
+            refusals.append(Deferral(limit.name, max(waits)))
+    second = int(now)
+    if refusals:
+        refusal = max(refusals, key=lambda r: r.wait)
+        _bump_dependency(conn, refusal.dependency, second, deferred=1)
+        return refusal
+    cursor = conn.cursor()
+    holds = [(limit.name, job_id, owner, now) for limit in limits if limit.concurrency is not None]
+    if holds:
+        cursor.executemany(
+            "INSERT INTO flexiq_dependency_holds (dependency, job_id, owner, since) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (dependency, job_id) DO UPDATE SET owner = excluded.owner, since = excluded.since",
+            holds)
+    if new_tats:
+        cursor.executemany("UPDATE flexiq_dependencies SET tat = %s WHERE dependency = %s",
+                           [(tat, name) for name, tat in new_tats.items()])
+    for name in names:
+        _bump_dependency(conn, name, second, admitted=1)
+    return None
+
+
+def _dependency_stats(conn: psycopg.Connection, dependency: str, now: float, window: float) -> DependencyStats:
+    in_use = len(conn.execute(_LIVE_HOLDS, (dependency,)).fetchall())
+    waiting = conn.execute(
+        "SELECT count(*) FROM (SELECT 1 FROM flexiq_jobs WHERE state = 'queued' AND waiting_for = %s "
+        f"LIMIT {COMING_DUE_LIMIT}) AS waiting", (dependency,)).fetchone()[0]
+    holds = sorted(row[0] for row in conn.execute(
+        "SELECT seconds FROM flexiq_dependency_hold_times WHERE dependency = %s AND ended_at > %s "
+        f"ORDER BY ended_at DESC LIMIT {_HOLD_SAMPLE}", (dependency, now - window)))
+    admitted, deferred = conn.execute(
+        "SELECT COALESCE(sum(admitted), 0), COALESCE(sum(deferred), 0) FROM flexiq_dependency_events "
+        "WHERE dependency = %s AND second > %s", (dependency, now - window)).fetchone()
+    return DependencyStats(dependency=dependency, in_use=in_use, waiting=int(waiting),
+                           hold_p50=nearest_rank(holds, 0.5), hold_p95=nearest_rank(holds, 0.95),
+                           holds_ended=len(holds), admitted_rate=int(admitted) / window,
+                           deferred_rate=int(deferred) / window, window=window)
+
+
+# -- tenant caps -----------------------------------------------------------------------------
+
+def _running_per_tenant(conn: psycopg.Connection, tenants: Sequence[str] | None = None) -> dict[str, int]:
+    """Running jobs per named tenant in every queue (of ``tenants`` only, when given), from the
+    counts and the changes not folded yet."""
+    where = "WHERE state = 'running' AND tenant <> ''" + (" AND tenant = ANY(%(tenants)s)" if tenants else "")
+    running: dict[str, int] = {}
+    for _, _, tenant, n in conn.execute(_COUNTS.format(where=where), {"tenants": list(tenants or ())}):
+        running[tenant] = running.get(tenant, 0) + int(n)
+    return running
+
+
+def _capped_candidates(conn: psycopg.Connection, queue: str, full: set[str], want: int,
+                       now: float) -> tuple[list[tuple[int, str]], bool]:
+    """The first ``want`` due jobs of ``queue`` in claim order, of tenants not in ``full``,
+    locked (``FOR UPDATE SKIP LOCKED``); and False when jobs other claims had locked were
+    left out of them (so fewer than ``want`` does not mean there are no more).
+
+    With tenants at their cap, and few others with jobs here: the head of each other
+    tenant's jobs (flexiq_jobs_tenant_claim), merged, then locked -- not a walk of the
+    claim order past every job of the capped tenants, however long their backlog.
+    """
+    if full:
+        tenants = sorted({tenant for _, _, tenant, _ in conn.execute(
+            _COUNTS.format(where="WHERE queue = %(queue)s AND state IN ('queued', 'waiting')"),
+            {"queue": queue})} - full)
+        if len(tenants) <= _HEADS_MAX:
+            heads = [row[0] for row in conn.execute(
+                f"SELECT j.id FROM unnest(%s::text[]) AS t(tenant) CROSS JOIN LATERAL ("
+                f"  SELECT id, priority, run_at FROM flexiq_jobs WHERE {_DUE} AND queue = %s "
+                f"  AND tenant = t.tenant AND run_at <= %s ORDER BY priority DESC, run_at, id LIMIT %s) AS j "
+                f"ORDER BY j.priority DESC, j.run_at, j.id LIMIT %s", (tenants, queue, now, want, want))]
+            if not heads:
+                return [], True
+            # By primary key alone, then checked here and put back in claim order: with the terms
+            # of the claim index in the query, the planner may walk that index instead.
+            locked = {job_id: tenant for job_id, tenant, state, delayed in conn.execute(
+                "SELECT id, tenant, state, delayed FROM flexiq_jobs WHERE id = ANY(%s) FOR UPDATE SKIP LOCKED",
+                (heads,)) if state == JobState.QUEUED.value and not delayed}
+            return [(job_id, locked[job_id]) for job_id in heads if job_id in locked], len(locked) == len(heads)
+    rows = conn.execute(
+        f"SELECT id, tenant FROM flexiq_jobs WHERE {_DUE} AND queue = %s AND run_at <= %s "
+        f"AND tenant <> ALL(%s::text[]) ORDER BY priority DESC, run_at, id LIMIT %s "
+        f"FOR UPDATE SKIP LOCKED", (queue, now, sorted(full), want)).fetchall()
+    return rows, True
+
+
+def _record_caps(conn: psycopg.Connection, caps: TenantCaps) -> None:
+    """Store the caps the workers claim with (for stats), in place of the ones stored: upserted
+    in key order, so workers storing them at once neither conflict nor deadlock."""
+    items = sorted(caps.max_running.items())
+    conn.execute("DELETE FROM flexiq_tenant_caps WHERE tenant <> ALL(%s::text[])", ([name for name, _ in items],))
+    if items:
+        conn.cursor().executemany(
+            "INSERT INTO flexiq_tenant_caps AS c (tenant, max_running) VALUES (%s, %s) "
+            "ON CONFLICT (tenant) DO UPDATE SET max_running = excluded.max_running", items)
+
+
+def _lease(conn: psycopg.Connection, request: ClaimRequest, job_ids: Sequence[int], now: float) -> list[Job]:
+    """Lease the due jobs ``job_ids`` (locked by this transaction) to ``request.owner``; return
+    them in claim order."""
+    if not job_ids:
+        return []
+    rows = conn.execute(
+        f"UPDATE flexiq_jobs SET state = 'running', lease_owner = %s, lease_expires = %s, "
+        f"attempts = attempts + 1, started_at = %s, waiting_for = NULL WHERE id = ANY(%s) "
+        f"RETURNING {_JOB_COLUMNS}", (request.owner, now + request.lease_seconds, now, list(job_ids))).fetchall()
+    jobs = [_row_to_job(row) for row in rows]
+    jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
+    return jobs

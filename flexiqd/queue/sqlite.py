@@ -22,7 +22,8 @@ from typing import Any, Iterable, Iterator, Sequence
 from ..errors import JobNotFound, PayloadError, QueueError, StoreUnavailable
 from .backend import Backend, EndedAttempt
 from .backoff import retry_delay
-from .limits import DependencyLimit, deferral_delay, gcra, nearest_rank, slot_wait
+from .limits import (DependencyLimit, TenantCaps, deferral_delay, gcra, nearest_rank, room_left, slot_wait,
+                     within_caps)
 from .owners import owner_alive_here
 from .sqlite_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
 from .types import (FINISHED_STATES, RECENT_WINDOW, ClaimRequest, Deferral, DependencyStats, Job, JobState,
@@ -83,6 +84,10 @@ _DUE = "state = 'queued' AND delayed = 0"
 _DELAYED = "state = 'queued' AND delayed = 1"
 # Queued jobs deferred by ``admit``, until their run_at (jobs_waiting).
 _WAITING = "state = 'queued' AND delayed = 2"
+# A capped claim with tenants at their cap reads the head of each other tenant's due jobs
+# (jobs_tenant_claim) while there are at most this many such tenants, instead of walking
+# the claim order past the capped tenants' jobs.
+_HEADS_MAX = 64
 # The counts buckets stats reads (finished jobs are counted too, but never read there).
 _WAITING_OR_HELD = "('queued', 'delayed', 'waiting', 'running', 'dead')"
 
@@ -137,6 +142,7 @@ class SQLiteBackend(Backend):
         self.busy_timeout = busy_timeout
         self._rng = rng or random.Random()
         self._lock = threading.RLock()
+        self._caps_recorded: TenantCaps | None = None  # the tenant caps this process last stored
         if synchronous.lower() not in _SYNCHRONOUS:
             raise StoreUnavailable(
                 f"{self.url}: synchronous={synchronous!r} is not one of {', '.join(_SYNCHRONOUS)}")
@@ -340,7 +346,10 @@ class SQLiteBackend(Backend):
 
     def claim(self, request: ClaimRequest, *, now: float) -> list[Job]:
         with self._write("claim") as conn:
-            return self._claim(conn, request, now)
+            claimed = self._claim(conn, request, now)
+        if request.tenant_caps is not None:
+            self._caps_recorded = request.tenant_caps
+        return claimed
 
     def settle(self, owner: str, outcomes: Iterable[Outcome], *, now: float) -> list[int]:
         outcomes = list(outcomes)
@@ -356,11 +365,18 @@ class SQLiteBackend(Backend):
         with self._write("settle and claim") as conn:
             settled = self._settle(conn, owner, outcomes, now) if outcomes else []
             claimed = self._claim(conn, request, now) if request and request.limit > 0 else []
+        if request is not None and request.limit > 0 and request.tenant_caps is not None:
+            self._caps_recorded = request.tenant_caps
         return settled, claimed
 
     def _claim(self, conn: sqlite3.Connection, request: ClaimRequest, now: float) -> list[Job]:
         self._recover(conn, now, owner=None, reason="lease expired")
         self._promote(conn, now)
+        caps = request.tenant_caps
+        if caps is not None and caps != self._caps_recorded:
+            _record_caps(conn, caps)
+        if caps:
+            return self._claim_within_caps(conn, request, caps, now)
         claimed: list[Job] = []
         for queue in request.queues:
             want = request.limit - len(claimed)
@@ -376,6 +392,27 @@ class SQLiteBackend(Backend):
             jobs = [_row_to_job(row) for row in rows]
             jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
             claimed.extend(jobs)
+        return claimed
+
+    def _claim_within_caps(self, conn: sqlite3.Connection, request: ClaimRequest, caps: TenantCaps,
+                           now: float) -> list[Job]:
+        """The claim walk, skipping the jobs of tenants at their cap (their running jobs in every
+        queue counted, the ones this claim takes included).  Each walk that finds a tenant out
+        of room walks again without it, so there is one walk more per tenant that fills up."""
+        running = dict(conn.execute("SELECT tenant, SUM(n) FROM counts WHERE state = 'running' "
+                                    "AND tenant <> '' GROUP BY tenant"))
+        room: dict[str, int] = {}
+        full = {tenant for tenant, n in room_left(caps, running, list(running)).items() if n <= 0}
+        claimed: list[Job] = []
+        for queue in request.queues:
+            while (want := request.limit - len(claimed)) > 0:
+                rows = _capped_candidates(conn, queue, full, want, now)
+                room.update(room_left(caps, running, [tenant for _, tenant in rows if tenant not in room]))
+                taken, out_of_room = within_caps(rows, room, caps)
+                full |= out_of_room
+                claimed.extend(_lease(conn, request, taken, now))
+                if len(rows) < want:
+                    break  # the queue has no more jobs of tenants with room
         return claimed
 
     def _settle(self, conn: sqlite3.Connection, owner: str, outcomes: list[Outcome],
@@ -836,6 +873,11 @@ def _read_stats(conn: sqlite3.Connection, queue: str, now: float, window: float,
             running=by_state.get("running", 0), dead=by_state.get("dead", 0), oldest=oldest,
             arrivals=arrivals, completions=completions, failures=failures,
             durations=sorted(shares.get(tenant, ())))
+    caps = TenantCaps(dict(conn.execute("SELECT tenant, max_running FROM tenant_caps")))
+    if caps and any(p.runnable for p in per_tenant.values()):
+        running = dict(conn.execute("SELECT tenant, SUM(n) FROM counts WHERE state = 'running' "
+                                    "AND tenant <> '' GROUP BY tenant"))
+        per_tenant = hold_capped(per_tenant, caps, running)
     parts = per_tenant.values()
     coming = 0
     if due_within > 0 and any(p.delayed for p in parts):
@@ -853,6 +895,7 @@ def _read_stats(conn: sqlite3.Connection, queue: str, now: float, window: float,
         waiting=sum(p.waiting_for_dependency for p in parts),
         running=sum(p.running for p in parts), dead=sum(p.dead for p in parts),
         oldest=max((p.oldest_runnable_age for p in parts), default=0.0),
+        held=sum(p.held_by_tenant_cap for p in parts),
         arrivals=sum(events_of[0] for events_of in events.values()),
         completions=sum(events_of[1] for events_of in events.values()),
         failures=sum(events_of[2] for events_of in events.values()),
@@ -866,13 +909,78 @@ def _read_stats(conn: sqlite3.Connection, queue: str, now: float, window: float,
 
 def _stats(queue: str, window: float, *, runnable: int, delayed: int, running: int, dead: int,
            oldest: float, arrivals: int, completions: int, failures: int,
-           durations: Sequence[float], tenants: dict[str, Stats] | None = None, waiting: int = 0) -> Stats:
+           durations: Sequence[float], tenants: dict[str, Stats] | None = None, waiting: int = 0,
+           held: int = 0) -> Stats:
     return Stats(queue=queue, runnable=runnable, delayed=delayed, running=running, dead=dead,
-                 waiting_for_dependency=waiting,
+                 waiting_for_dependency=waiting, held_by_tenant_cap=held,
                  oldest_runnable_age=oldest, arrival_rate=arrivals / window,
                  completion_rate=completions / window, failure_rate=failures / window,
                  duration_p50=percentile(durations, 0.50), duration_p95=percentile(durations, 0.95),
                  duration_p99=percentile(durations, 0.99), window=window, tenants=tenants or {})
+
+
+# -- tenant caps ---------------------------------------------------------------------------
+
+def hold_capped(per_tenant: dict[str, Stats], caps: TenantCaps, running: dict[str, int]) -> dict[str, Stats]:
+    """Each tenant's stats with the due jobs its cap holds back moved from runnable to
+    ``held_by_tenant_cap`` (see ``Stats``); ``running``: its running jobs in every queue."""
+    held_back = {}
+    for tenant, stats in per_tenant.items():
+        cap = caps.cap_of(tenant)
+        if cap is None or not stats.runnable:
+            held_back[tenant] = stats
+            continue
+        room = max(0, cap - int(running.get(tenant, 0)))
+        held = max(0, stats.runnable - room)
+        held_back[tenant] = dataclasses.replace(
+            stats, runnable=stats.runnable - held, held_by_tenant_cap=held,
+            oldest_runnable_age=stats.oldest_runnable_age if stats.runnable > held else 0.0)
+    return held_back
+
+
+def _capped_candidates(conn: sqlite3.Connection, queue: str, full: set[str], want: int,
+                       now: float) -> list[tuple[int, str]]:
+    """The first ``want`` due jobs of ``queue`` in claim order, of tenants not in ``full``.
+
+    With tenants at their cap, and few others with jobs here: the head of each
+    other tenant's jobs (one index range each), merged -- not a walk of the
+    claim order past every job of the capped tenants, however long their backlog.
+    """
+    if full:
+        tenants = [tenant for (tenant,) in conn.execute(
+            "SELECT DISTINCT tenant FROM counts WHERE queue = ? AND state IN ('queued', 'waiting')", (queue,))
+            if tenant not in full]
+        if len(tenants) <= _HEADS_MAX:
+            heads = [row for tenant in tenants for row in conn.execute(
+                f"SELECT id, tenant, priority, run_at FROM jobs WHERE {_DUE} AND queue = ? AND tenant = ? "
+                f"AND run_at <= ? ORDER BY priority DESC, run_at, id LIMIT ?", (queue, tenant, now, want))]
+            heads.sort(key=lambda row: (-row[2], row[3], row[0]))
+            return [(job_id, tenant) for job_id, tenant, _, _ in heads[:want]]
+    skip = sorted(full)
+    return conn.execute(
+        f"SELECT id, tenant FROM jobs WHERE {_DUE} AND queue = ? AND run_at <= ? "
+        f"AND tenant NOT IN ({','.join('?' * len(skip))}) "
+        f"ORDER BY priority DESC, run_at, id LIMIT ?", (queue, now, *skip, want)).fetchall()
+
+
+def _record_caps(conn: sqlite3.Connection, caps: TenantCaps) -> None:
+    """Store the caps the workers claim with (for stats), in place of the ones stored."""
+    conn.execute("DELETE FROM tenant_caps")
+    conn.executemany("INSERT INTO tenant_caps (tenant, max_running) VALUES (?, ?)",
+                     sorted(caps.max_running.items()))
+
+
+def _lease(conn: sqlite3.Connection, request: ClaimRequest, job_ids: Sequence[int], now: float) -> list[Job]:
+    """Lease the due jobs ``job_ids`` to ``request.owner``; return them in claim order."""
+    if not job_ids:
+        return []
+    rows = conn.execute(
+        f"UPDATE jobs SET state = 'running', lease_owner = ?, lease_expires = ?, attempts = attempts + 1, "
+        f"started_at = ?, waiting_for = NULL WHERE id IN ({','.join('?' * len(job_ids))}) "
+        f"RETURNING {_JOB_COLUMNS}", (request.owner, now + request.lease_seconds, now, *job_ids)).fetchall()
+    jobs = [_row_to_job(row) for row in rows]
+    jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
+    return jobs
 
 
 # -- dependency limits ---------------------------------------------------------------------

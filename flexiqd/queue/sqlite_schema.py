@@ -37,9 +37,15 @@ would not start it sooner.  ``dependency_holds`` has one row per job inside a
 limited dependency (the concurrency slots), ``dependency_tat`` one GCRA time
 per rate-limited dependency, ``dependency_hold_times`` the recent hold
 durations and ``dependency_events`` per-second admissions and refusals.
+
+Tenant caps (v6): ``tenant_caps`` holds the caps the workers last claimed with
+(``ClaimRequest.tenant_caps``; tenant "*" for every other tenant), so that
+``stats`` can tell the due jobs a cap holds back.  A claim counts a tenant's
+running jobs from ``counts``; with tenants at their cap it reads the head of each
+other tenant's due jobs through jobs_tenant_claim.
 """
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # -- pieces of the v3 schema: a new store and the migration to v3 share their text ----------
 
@@ -157,6 +163,17 @@ _V5_TABLES = (
 _V5_AGE_INDEX = ("CREATE INDEX jobs_age ON jobs(queue, tenant, run_at) "
                  "WHERE state = 'queued' AND delayed = 0 AND waiting_for IS NULL")
 
+# v6: tenant caps, as the workers last claimed with them.
+_V6_TABLES = (
+    """CREATE TABLE tenant_caps (
+    tenant TEXT PRIMARY KEY,
+    max_running INTEGER NOT NULL
+) WITHOUT ROWID""",
+    # One tenant's due jobs in claim order: the head of each tenant not at its cap.
+    "CREATE INDEX jobs_tenant_claim ON jobs(queue, tenant, priority DESC, run_at, id) "
+    "WHERE state = 'queued' AND delayed = 0",
+)
+
 # Statements that bring a store of the version before each key up to it, in order;
 # a new store gets SCHEMA whole.  Append, never edit: stores in the field ran them.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -196,6 +213,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         _V5_AGE_INDEX,
         *_V5_TABLES,
     ),
+    6: _V6_TABLES,
 }
 
 SCHEMA: tuple[str, ...] = (
@@ -246,4 +264,5 @@ SCHEMA: tuple[str, ...] = (
     "CREATE INDEX executions_job ON executions(job_id)",
     *_V4_INDEXES,
     *_V5_TABLES,
+    *_V6_TABLES,
 )

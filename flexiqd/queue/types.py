@@ -6,6 +6,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from .limits import TenantCaps
+
 
 class JobState(str, enum.Enum):
     """Where a job is in its life.
@@ -132,7 +134,7 @@ class DependencyStats:
     """One limited dependency as the store sees it (``Backend.dependency_stats``).
 
     ``in_use``: jobs holding a slot now.  ``waiting``: jobs deferred for it and
-    not yet due again (counted up to ``COMING_DUE_LIMIT`` on SQLite).
+    not yet due again (counted up to ``COMING_DUE_LIMIT``).
     ``hold_p50``/``hold_p95``: seconds a job held it, over the holds that ended
     in the last ``window`` seconds (None: none ended).  ``admitted_rate`` and
     ``deferred_rate``: admissions and refusals per second over the window.
@@ -154,12 +156,19 @@ class DependencyStats:
 
 @dataclass(frozen=True)
 class ClaimRequest:
-    """Claim up to ``limit`` runnable jobs from ``queues`` (in that order of preference)."""
+    """Claim up to ``limit`` runnable jobs from ``queues`` (in that order of preference).
+
+    ``tenant_caps``: the jobs of a tenant already running its cap's worth (across
+    every worker sharing the store) are skipped, so other tenants' jobs are claimed
+    instead.  The store keeps the caps last given, for ``Stats.held_by_tenant_cap``;
+    None leaves them as they are (a worker without a config file).
+    """
 
     owner: str
     queues: tuple[str, ...]
     limit: int
     lease_seconds: float = 30.0
+    tenant_caps: TenantCaps | None = None
 
 
 @dataclass(frozen=True)
@@ -198,8 +207,18 @@ class Stats:
     are in none of ``runnable``, ``delayed``, ``coming_due`` and
     ``oldest_runnable_age``: more workers would not start them sooner, so an
     autoscaler must not count them as work to scale for.  They do not count
-    as arrivals again.  Every queued job is in exactly one of runnable,
-    delayed, waiting_for_dependency.
+    as arrivals again.
+
+    ``held_by_tenant_cap``: due jobs of tenants that run as many jobs as their
+    cap allows (``ClaimRequest.tenant_caps``, the caps the workers last claimed
+    with): a tenant with a cap of c, r jobs running (in every queue of the
+    store) and q due jobs here has max(0, q - max(0, c - r)) of them held.
+    Like the jobs waiting for a dependency, they are in none of ``runnable``
+    and ``oldest_runnable_age`` (a tenant whose due jobs are all held has no
+    oldest runnable job): more workers would not start them sooner.
+
+    Every queued job is in exactly one of runnable, delayed,
+    waiting_for_dependency, held_by_tenant_cap.
     """
 
     queue: str
@@ -223,6 +242,7 @@ class Stats:
     recent_completions: int = 0
     recent_window: float = RECENT_WINDOW
     waiting_for_dependency: int = 0
+    held_by_tenant_cap: int = 0
 
     @property
     def time_to_drain(self) -> float | None:

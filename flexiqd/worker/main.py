@@ -18,7 +18,7 @@ import os
 import threading
 
 from ..config.runtime import PAUSED_FILE_ENV, is_paused
-from ..config.worker import LimitsReader, WorkerSetup, drain_timeout_now
+from ..config.worker import LimitsReader, TenantCapsReader, WorkerSetup, drain_timeout_now
 from ..errors import StoreUnavailable
 from ..queue.url import open_backend
 from .exit import become_subreaper, exit_now, kill_descendants
@@ -45,7 +45,7 @@ def run_worker(setup: WorkerSetup, signals: WorkerSignals | None = None) -> int:
         log.error("Worker %s cannot start: %s", setup.config.name, exc)
         return EXIT_UNAVAILABLE
     worker = Worker(app, backend, setup.config, drain_budget=lambda: drain_timeout_now(setup),
-                    dependency_limits=LimitsReader(setup))
+                    dependency_limits=LimitsReader(setup), tenant_caps=TenantCapsReader(setup))
     if setup.pool and is_paused(os.environ.get(PAUSED_FILE_ENV), setup.pool):
         log.info("Pool %s is paused by an operator: worker %s starts paused.", setup.pool, setup.config.name)
         worker.pause()

@@ -42,7 +42,7 @@ from ..errors import QueueError
 from ..notify import Notifier, watchdog_interval
 from ..queue.api import Queue
 from ..queue.backend import Backend
-from ..queue.limits import DependencyLimit, limits_for
+from ..queue.limits import DependencyLimit, TenantCaps, limits_for
 from ..queue.types import ClaimRequest, Job, Outcome, OutcomeKind
 from .execution import INTERRUPT_GRACE, Executor, Run, timed_out_outcome
 from .settings import WorkerConfig
@@ -89,13 +89,15 @@ class Worker:
     ``drain_budget`` is asked for the drain budget when a drain begins (a reload may have
     changed it since the worker started); without it, ``config.drain_timeout`` holds.
     ``dependency_limits`` is asked for the limits at most every LIMITS_CHECK seconds, on
-    the store thread; without it, ``config.dependency_limits`` hold.
+    the store thread; without it, ``config.dependency_limits`` hold.  ``tenant_caps``
+    likewise, for the caps every claim carries (``config.tenant_caps`` without it).
     """
 
     def __init__(self, app: Queue, backend: Backend, config: WorkerConfig, *,
                  notifier: Notifier | None = None, clock: Callable[[], float] = time.time,
                  drain_budget: Callable[[], float] | None = None,
-                 dependency_limits: Callable[[], Mapping[str, DependencyLimit]] | None = None) -> None:
+                 dependency_limits: Callable[[], Mapping[str, DependencyLimit]] | None = None,
+                 tenant_caps: Callable[[], TenantCaps | None] | None = None) -> None:
         self.app = app
         self.backend = backend
         self.config = config
@@ -107,6 +109,8 @@ class Worker:
         self._limits_source = dependency_limits or (lambda: config.dependency_limits)
         self._limits = config.dependency_limits
         self._limits_checked = time.monotonic()
+        self._caps_source = tenant_caps or (lambda: config.tenant_caps)
+        self._caps = config.tenant_caps
         self._inflight: dict[int, Run] = {}
         self._outcomes: list[Outcome] = []
         self._settling = 0  # results in the store call under way
@@ -263,13 +267,16 @@ class Worker:
         admission or deferral failed: released or deferred with the next exchange,
         never kept unrun under a lease nobody renews).
         """
-        _, claimed = self.backend.settle_and_claim(self.config.name, outcomes, request, now=self.clock())
         if time.monotonic() - self._limits_checked >= LIMITS_CHECK:
             self._limits_checked = time.monotonic()
             try:
                 self._limits = self._limits_source()
+                self._caps = self._caps_source()
             except Exception as exc:  # noqa: BLE001 - a bad re-read must not stop the worker
-                log.warning("Worker %s keeps its dependency limits: %s", self.config.name, exc)
+                log.warning("Worker %s keeps its dependency limits and tenant caps: %s", self.config.name, exc)
+        if request is not None and self._caps is not None:
+            request = dataclasses.replace(request, tenant_caps=self._caps)
+        _, claimed = self.backend.settle_and_claim(self.config.name, outcomes, request, now=self.clock())
         if not self._limits or not claimed:
             return claimed, []
         admitted: list[Job] = []

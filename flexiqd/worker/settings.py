@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
-from ..queue.limits import DependencyLimit
+from ..queue.limits import DependencyLimit, TenantCaps
 from ..queue.owners import owner_name
 
 
@@ -24,6 +24,9 @@ class WorkerConfig:
     # The config's dependencies.<name>.limit: a job of a task that uses one starts only
     # once the store admits it (Backend.admit); dependencies not here are not limited.
     dependency_limits: Mapping[str, DependencyLimit] = dataclasses.field(default_factory=dict)
+    # The config's tenants.<name>.max_running, passed with every claim (ClaimRequest.tenant_caps);
+    # None (no config file): claims skip nothing and leave the store's caps as they are.
+    tenant_caps: TenantCaps | None = None
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:

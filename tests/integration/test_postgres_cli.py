@@ -136,7 +136,9 @@ def test_check_config_connects_to_the_database_and_changes_nothing(pg_server, st
     assert done.returncode == 0, done.stderr
     assert "PostgreSQL 15" in done.stdout and "schema not created yet" in done.stdout
     open_backend(store).close()
-    assert "schema version 1" in check_config(tmp_path, store).stdout
+    from flexiqd.queue.postgres_schema import SCHEMA_VERSION
+
+    assert f"schema version {SCHEMA_VERSION}" in check_config(tmp_path, store).stdout
 
 
 @pytest.mark.parametrize("case, expected", [

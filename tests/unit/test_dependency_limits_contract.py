@@ -15,13 +15,6 @@ T0 = 1_700_000_000.0
 API = DependencyLimit("partner_api", concurrency=2)
 
 
-@pytest.fixture(autouse=True)
-def _limits_not_on_postgres_yet(request):
-    # The PostgreSQL store refuses admission ("does not enforce dependency limits") for now.
-    if "backend_kind" in request.fixturenames and request.getfixturevalue("backend_kind") == "postgres":
-        pytest.skip("the PostgreSQL store does not enforce dependency limits yet")
-
-
 def claim(backend, n, owner="w1", *, now=T0, lease=30.0):
     return backend.claim(ClaimRequest(owner, ("default",), n, lease), now=now)
 

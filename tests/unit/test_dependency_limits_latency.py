@@ -11,13 +11,6 @@ from flexiqd.queue.types import ClaimRequest, NewJob, Outcome
 
 from test_controller import make
 
-@pytest.fixture(autouse=True)
-def _limits_not_on_postgres_yet(request):
-    # The PostgreSQL store refuses admission ("does not enforce dependency limits") for now.
-    if "backend_kind" in request.fixturenames and request.getfixturevalue("backend_kind") == "postgres":
-        pytest.skip("the PostgreSQL store does not enforce dependency limits yet")
-
-
 CONFIG = """\
 dependencies:
   partner_api:

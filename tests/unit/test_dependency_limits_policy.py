@@ -4,8 +4,6 @@ not start them sooner.  Stats come from a real store, through the daemon's own m
 
 from __future__ import annotations
 
-import pytest
-
 from flexiqd.daemon.scaling import combine_metrics
 from flexiqd.policy import Observation, PoolPolicy
 from flexiqd.queue import ClaimRequest, NewJob, Outcome
@@ -15,13 +13,6 @@ from test_policy_support import run
 
 T0 = 1_700_000_000.0
 LIMIT = DependencyLimit("partner_api", concurrency=3)
-
-
-@pytest.fixture(autouse=True)
-def _limits_not_on_postgres_yet(request):
-    # The PostgreSQL store refuses admission ("does not enforce dependency limits") for now.
-    if "backend_kind" in request.fixturenames and request.getfixturevalue("backend_kind") == "postgres":
-        pytest.skip("the PostgreSQL store does not enforce dependency limits yet")
 
 
 def _backlog(backend, *, deferred: bool):
