@@ -49,7 +49,12 @@ APPS = BENCH / "apps"
 WORK = BENCH / ".work" / "pg-run"
 sys.path[:0] = [str(ROOT / "tests"), str(BENCH)]
 
-LIBS = ("flexiqd", "procrastinate", "pgqueuer")
+LIBS = ("flexiqd", "flexiqd-capped", "procrastinate", "pgqueuer")
+# flexiqd again, its tasks using a dependency with a fleet-wide concurrency limit set above
+# every slot (so it never binds): what the admission itself costs.
+CAPPED = "flexiqd-capped"
+CAP_LIMIT = 64  # >= 16 processes x 4 slots
+CAP_CONFIG = f"dependencies:\n  bench_dep:\n    capacity: 100000\n    limit: {{concurrency: {CAP_LIMIT}}}\n"
 SHAPES = ("noop", "sleep10")
 SHAPE_LABELS = {"noop": "no-op jobs", "sleep10": "10 ms jobs (`time.sleep`)"}
 WORKERS = (1, 4, 16)
@@ -68,7 +73,7 @@ def log(message: str) -> None:
 
 def python_for(lib: str) -> str:
     """flexiqd runs from the project's venv (Debian's psycopg); the peers from the bench venv."""
-    if lib == "flexiqd":
+    if lib.startswith("flexiqd"):
         venv = ROOT / ".venv" / "bin" / "python"
         return str(venv) if venv.exists() else sys.executable
     return sys.executable
@@ -127,10 +132,10 @@ def worker_env(lib: str, server, database: str, out: Path) -> dict:
 def phase_enqueue(lib: str, shape: str, n: int) -> dict:
     """Create the library's schema, then enqueue ``n`` jobs in calls of CHUNK; time the enqueue."""
     chunks = [range(k, min(n, k + CHUNK)) for k in range(0, n, CHUNK)]
-    if lib == "flexiqd":
+    if lib.startswith("flexiqd"):
         import pg_flexiqd as app
         app.queue.stats("default")  # opens the store and creates its tables
-        task = getattr(app, shape)
+        task = getattr(app, shape + ("_capped" if lib == CAPPED else ""))
         began = time.perf_counter()
         for chunk in chunks:
             task.map([(i,) for i in chunk])
@@ -201,7 +206,7 @@ def run_phase(interpreter_of: str, env: dict, name: str, **kwargs: Any) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 # Each returns (completed, first claim, last completion), times as seconds since the epoch.
-STORE_QUERIES = {
+STORE_QUERIES: dict[str, str] = {
     # flexiqd stamps started_at when it claims a job and finished_at when it settles it.
     "flexiqd": "SELECT count(*) FILTER (WHERE state = 'done'), min(started_at), "
                "max(finished_at) FILTER (WHERE state = 'done') FROM flexiq_jobs",
@@ -214,11 +219,14 @@ STORE_QUERIES = {
                 "extract(epoch FROM min(created) FILTER (WHERE status = 'picked')), "
                 "extract(epoch FROM max(created) FILTER (WHERE status = 'successful')) FROM pgqueuer_log",
 }
-COUNT_QUERIES = {
+COUNT_QUERIES: dict[str, str] = {
     "flexiqd": "SELECT count(*) FROM flexiq_jobs WHERE state = 'done'",
     "procrastinate": "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'",
     "pgqueuer": "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'",
 }
+
+
+STORE_QUERIES[CAPPED], COUNT_QUERIES[CAPPED] = STORE_QUERIES["flexiqd"], COUNT_QUERIES["flexiqd"]
 
 
 def read_marks(out: Path) -> collections.Counter:
@@ -233,9 +241,13 @@ def read_marks(out: Path) -> collections.Counter:
 
 def worker_commands(lib: str, procs: int) -> list[list[str]]:
     py = python_for(lib)
-    if lib == "flexiqd":
+    if lib.startswith("flexiqd"):
         cmd = [py, "-m", "flexiqd.cli.flexiq", "worker", "--app", "pg_flexiqd:queue",
                "--queues", "default", "--concurrency", str(SLOTS)]
+        if lib == CAPPED:
+            config = WORK / "capped.yaml"
+            config.write_text(CAP_CONFIG)
+            cmd += ["--config", str(config)]
     elif lib == "procrastinate":
         cmd = [py, "-m", "procrastinate", "--app=pg_procrastinate.app", "worker", "--concurrency", str(SLOTS)]
     else:
@@ -284,7 +296,7 @@ def per_job(before: dict, after: dict, own_commits: int, n: int) -> dict:
 def drain_run(server, lib: str, shape: str, procs: int, rnd: int, n: int, cap: float) -> dict:
     import psycopg
 
-    database = f"b_{lib}_{shape}_{procs}_{rnd}"
+    database = f"b_{lib.replace('-', '_')}_{shape}_{procs}_{rnd}"
     out = WORK / database
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -367,13 +379,16 @@ def summarise(results: dict) -> dict:
                 cell["rates"][lib] = median(rates)
                 cell["ranges"][lib] = [min(rates), max(rates)] if rates else None
                 cell["timeboxed"][lib] = [r["completed"] for r in mine if not r["complete"]]
-            peers = {lib: rate for lib, rate in cell["rates"].items() if lib != "flexiqd" and rate}
+            peers = {lib: rate for lib, rate in cell["rates"].items() if not lib.startswith("flexiqd") and rate}
             best = max(peers, key=peers.get) if peers else None
             cell["best_peer"] = best
             ours = cell["rates"].get("flexiqd")
             cell["ratio_to_best_peer"] = ours / peers[best] if best and ours else None
             cell["ahead_of_both"] = bool(ours and peers and all(ours > rate for rate in peers.values())
-                                         and len(peers) == len(results["config"]["libs"]) - 1)
+                                         and len(peers) == len([lib for lib in results["config"]["libs"]
+                                                                if not lib.startswith("flexiqd")]))
+            capped = cell["rates"].get(CAPPED)
+            cell["capped_ratio"] = capped / ours if capped and ours else None
             cells[key] = cell
     aim = all(c["ahead_of_both"] for c in cells.values()) if cells else False
     return {"cells": cells, "aim_met": aim,
@@ -466,9 +481,16 @@ def render(results: dict) -> str:
                  + ", ".join(f"{lib} {count}" for lib, count in dups.items()) + ".")
     limit = results.get("limit")
     if limit is not None:
-        if limit.get("enforced"):
-            lines.append("Fleet-wide cap: the PostgreSQL store enforces dependency limits in this checkout, "
-                         "but this benchmark does not measure their cost yet.")
+        if limit.get("enforced") and CAPPED in libs:
+            ratios = [f"{SHAPE_LABELS[shape]} x {procs}: {fmt_ratio(summary['cells'][f'{shape}/{procs}'].get('capped_ratio'))}"
+                      for shape in config["shapes"] for procs in config["workers"]]
+            lines.append(f"The cost of a fleet-wide cap: `{CAPPED}` is flexiqd with every job's task using a "
+                         f"dependency whose `limit.concurrency` ({CAP_LIMIT}) is above every slot, so the limit "
+                         f"never binds and only the admission (a row lock and a hold per job, in the store) "
+                         f"costs; its rate over flexiqd's, per cell: " + "; ".join(ratios) + ".")
+        elif limit.get("enforced"):
+            lines.append("Fleet-wide cap: the PostgreSQL store enforces dependency limits in this checkout; "
+                         f"run with `{CAPPED}` among the libraries to measure their cost.")
         else:
             lines.append(f"Fleet-wide cap (`dependencies.<d>.limit.concurrency`): not measured. "
                          f"The PostgreSQL store does not enforce dependency limits yet "
@@ -497,7 +519,7 @@ def machine_info() -> dict:
 
 def versions() -> dict:
     out: dict[str, Any] = {}
-    for lib in LIBS:
+    for lib in (lib for lib in LIBS if lib != CAPPED):
         code = "from importlib.metadata import version; print(version(%r))" % lib
         with contextlib.suppress(Exception):
             out[lib] = subprocess.run([python_for(lib), "-c", code], capture_output=True, text=True,

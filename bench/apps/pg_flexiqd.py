@@ -22,3 +22,15 @@ def noop(i):
 def sleep10(i):
     time.sleep(0.01)
     mark(i)
+
+
+# The same work for jobs that use a limited dependency (the ``flexiqd-capped`` runs).
+@queue.task("noop_capped", uses=["bench_dep"])
+def noop_capped(i):
+    mark(i)
+
+
+@queue.task("sleep10_capped", uses=["bench_dep"])
+def sleep10_capped(i):
+    time.sleep(0.01)
+    mark(i)

@@ -89,12 +89,15 @@ def worker_setup(*, app: str | None, url: str | None, instance: str | None, conf
         pool, store = pool_of_instance(instance, path)
         app, url, pool_name = pool.app, url or store, pool.name
         settings.update(pool_settings(pool))
-    elif instance and (config or os.environ.get(CONFIG_ENV)):
-        path = config_path(config)  # --app given: the file is asked for the drain budget and limits
+    elif config or os.environ.get(CONFIG_ENV):
+        path = config_path(config)  # --app given: the file is asked for the limits (and, with
+        # --instance, for the pool's drain budget)
     limits_path = path
-    if path is not None:
+    if instance is None:
+        path = None  # no pool to read a drain budget for
+    if limits_path is not None:
         # Not optional: a worker that ran without them could push a dependency past its quota.
-        loaded = load_config(path)
+        loaded = load_config(limits_path)
         settings["dependency_limits"] = loaded.dependency_limits
         settings["tenant_caps"] = loaded.tenant_caps
     given = {key: value for key, value in overrides.items() if value is not None}

@@ -59,6 +59,18 @@ def test_a_worker_of_a_pool_gets_every_limit_of_the_config(tmp_path):
     assert alone.config.dependency_limits == {}
 
 
+def test_a_worker_by_hand_with_a_config_file_gets_its_limits(tmp_path, monkeypatch):
+    monkeypatch.delenv("FLEXIQD_CONFIG", raising=False)
+    path = tmp_path / "flexiqd.yaml"
+    path.write_text(FILE)
+    by_hand = worker_setup(app="shop.tasks:queue", url=None, instance=None, config=str(path), overrides={})
+    assert set(by_hand.config.dependency_limits) == {"partner_api", "sms"}
+    assert by_hand.limits_path == str(path) and by_hand.config_path is None  # no pool's drain budget
+    monkeypatch.setenv("FLEXIQD_CONFIG", str(path))
+    from_env = worker_setup(app="shop.tasks:queue", url=None, instance=None, config=None, overrides={})
+    assert set(from_env.config.dependency_limits) == {"partner_api", "sms"}
+
+
 def test_a_task_declares_the_dependencies_it_uses():
     queue = Queue("sqlite:////nonexistent/never-opened.db")
 
