@@ -26,7 +26,7 @@ jobs is vacuumed at 2% dead rows instead of 20%, the small tables that are
 rewritten all day after a fixed number of dead rows.
 """
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 VERSION_TABLE = "flexiq_schema"
 
@@ -160,6 +160,20 @@ SCHEMA: tuple[str, ...] = (
     "CREATE INDEX flexiq_executions_worker ON flexiq_executions (worker, started_at)",
 )
 
+# Hosts of a fleet (v2): each flexiqd's last heartbeat and what it reported
+# (flexiqd.queue.hosts): one small row per machine, written by that machine's daemon
+# alone, so no two hosts ever wait on one row.
+_V2_HOSTS = """CREATE TABLE flexiq_hosts (
+    name text PRIMARY KEY,
+    last_beat double precision NOT NULL,
+    interval double precision NOT NULL,
+    report text NOT NULL DEFAULT '{}',
+    registered_at double precision NOT NULL
+)"""
+SCHEMA = (*SCHEMA, _V2_HOSTS)
+
 # Statements that bring a store of the version before each key up to it, in order;
 # a new store gets SCHEMA whole.  Append, never edit: stores in the field ran them.
-MIGRATIONS: dict[int, tuple[str, ...]] = {}
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    2: (_V2_HOSTS,),
+}

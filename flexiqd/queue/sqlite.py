@@ -17,13 +17,14 @@ import os
 import random
 import sqlite3
 import threading
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import JobNotFound, PayloadError, QueueError, StoreUnavailable
 from .backend import Backend, EndedAttempt
 from .backoff import retry_delay
 from .limits import DependencyLimit, deferral_delay, gcra, nearest_rank, slot_wait
-from .owners import owner_alive_here
+from .hosts import HostInfo, encode_report, host_info, is_alive
+from .owners import owner_alive_here, owner_parts
 from .sqlite_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
 from .types import (FINISHED_STATES, RECENT_WINDOW, ClaimRequest, Deferral, DependencyStats, Job, JobState,
                     NewJob, Outcome, OutcomeKind, Stats)
@@ -42,6 +43,8 @@ _DURATION_SAMPLE = 1000
 _DURATION_HORIZON = 300.0
 # Rate buckets older than this are dropped during lease recovery.
 _RATE_RETENTION = 3600
+# What recovering a running job needs to know of it (both stores, _recover and _rescue).
+_RECOVER_COLUMNS = "id, attempts, max_attempts, lease_owner, started_at, queue, tenant, lease_outcome, error"
 # Delayed jobs made due per transaction, earliest first: a million jobs due at the same
 # instant are promoted in steps of a fraction of a second, between which other writers
 # get the lock, not in one transaction that outlasts their busy timeout.
@@ -478,7 +481,7 @@ class SQLiteBackend(Backend):
         left alone: it may still be running them (a thread stuck in C), and a
         job runs again only when nothing can still be running it.
         """
-        columns = "id, attempts, max_attempts, lease_owner, started_at, queue, tenant, lease_outcome, error"
+        columns = _RECOVER_COLUMNS
         if owner is None:
             rows = [row for row in conn.execute(
                 f"SELECT {columns} FROM jobs WHERE state = 'running' AND lease_expires < ?", (now,))
@@ -688,6 +691,39 @@ class SQLiteBackend(Backend):
                     return _read_stats(conn, queue, now, window, horizon)
 
 
+    # -- hosts of a fleet (one host here, kept by the same code as on PostgreSQL) ----------
+
+    def heartbeat(self, host: str, *, now: float, interval: float,
+                  report: Mapping[str, Any] | None = None) -> None:
+        text = encode_report(report or {})
+        with self._write("record a heartbeat") as conn:
+            conn.execute(
+                "INSERT INTO hosts (name, last_beat, interval, report, registered_at) VALUES (?,?,?,?,?) "
+                "ON CONFLICT (name) DO UPDATE SET last_beat = excluded.last_beat, "
+                "interval = excluded.interval, report = excluded.report",
+                (host, now, interval, text, now))
+
+    def hosts(self, *, now: float) -> list[HostInfo]:
+        with self._read("list hosts") as conn:
+            return [host_info(*row, now=now) for row in conn.execute(
+                "SELECT name, last_beat, interval, report, registered_at FROM hosts ORDER BY name")]
+
+    def forget_host(self, host: str) -> bool:
+        with self._write("forget a host") as conn:
+            return conn.execute("DELETE FROM hosts WHERE name = ?", (host,)).rowcount > 0
+
+    def rescue_dead_hosts(self, *, now: float, exclude: Sequence[str] = ()) -> dict[str, int]:
+        with self._write("rescue the jobs of dead hosts") as conn:
+            dead = _dead_hosts(conn.execute("SELECT name, last_beat, interval FROM hosts"), now, exclude)
+            if not dead:
+                return {}
+            rows = conn.execute(f"SELECT {_RECOVER_COLUMNS} FROM jobs WHERE state = 'running' "
+                                f"AND lease_expires < ?", (now,)).fetchall()
+            endings, rescued = _rescue(rows, dead, now, self._rng)
+            endings.apply(conn)
+            return rescued
+
+
 @contextlib.contextmanager
 def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
     """One write transaction, taken at once (BEGIN IMMEDIATE): never a lock upgrade."""
@@ -781,6 +817,35 @@ class _Endings:
         _free_holds(conn, self.ids, self.now, measure=measure_holds)
         for (queue, tenant), (completions, failures) in self._tallies.items():
             _bump_rate(conn, queue, tenant, int(self.now), completions=completions, failures=failures)
+
+
+def _dead_hosts(rows: Iterable[tuple], now: float, exclude: Sequence[str]) -> set[str]:
+    """Names of the hosts in ``rows`` (name, last_beat, interval) that are dead at ``now``."""
+    return {name for name, last_beat, interval in rows
+            if name not in exclude and not is_alive(last_beat, interval, now)}
+
+
+def _rescue(rows: Iterable[tuple], dead: set[str], now: float,
+            rng: random.Random) -> tuple[_Endings, dict[str, int]]:
+    """The endings of the running jobs (``_RECOVER_COLUMNS``) whose owner's host is in ``dead``:
+    released with no attempt used (the host stopped, not the job), unless the owner's
+    ``abandon`` marked it failed; and how many per host."""
+    endings = _Endings(now)
+    rescued: dict[str, int] = {}
+    for job_id, attempts, max_attempts, owner, started_at, queue, tenant, mark, error in rows:
+        parts = owner_parts(owner or "")
+        if parts is None or parts[0] not in dead:
+            continue
+        host = parts[0]
+        if mark == OutcomeKind.FAIL.value:
+            endings.fail(job_id, attempts, max_attempts, error, queue, tenant, rng)
+            endings.record(job_id, attempts, owner, started_at, mark, error)
+        else:
+            endings.release(job_id)
+            endings.record(job_id, attempts, owner, started_at, OutcomeKind.RELEASE.value,
+                           f"host {host} stopped beating (worker {owner})")
+        rescued[host] = rescued.get(host, 0) + 1
+    return endings, rescued
 
 
 def _read_stats(conn: sqlite3.Connection, queue: str, now: float, window: float,

@@ -39,7 +39,7 @@ per rate-limited dependency, ``dependency_hold_times`` the recent hold
 durations and ``dependency_events`` per-second admissions and refusals.
 """
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # -- pieces of the v3 schema: a new store and the migration to v3 share their text ----------
 
@@ -157,6 +157,17 @@ _V5_TABLES = (
 _V5_AGE_INDEX = ("CREATE INDEX jobs_age ON jobs(queue, tenant, run_at) "
                  "WHERE state = 'queued' AND delayed = 0 AND waiting_for IS NULL")
 
+# Hosts of a fleet (v6): each flexiqd's last heartbeat and what it reported
+# (flexiqd.queue.hosts).  On SQLite there is one host, kept by the same code as on
+# PostgreSQL.
+_V6_HOSTS = """CREATE TABLE hosts (
+    name TEXT PRIMARY KEY,
+    last_beat REAL NOT NULL,
+    interval REAL NOT NULL,
+    report TEXT NOT NULL DEFAULT '{}',
+    registered_at REAL NOT NULL
+) WITHOUT ROWID"""
+
 # Statements that bring a store of the version before each key up to it, in order;
 # a new store gets SCHEMA whole.  Append, never edit: stores in the field ran them.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -196,6 +207,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         _V5_AGE_INDEX,
         *_V5_TABLES,
     ),
+    6: (_V6_HOSTS,),
 }
 
 SCHEMA: tuple[str, ...] = (
@@ -246,4 +258,5 @@ SCHEMA: tuple[str, ...] = (
     "CREATE INDEX executions_job ON executions(job_id)",
     *_V4_INDEXES,
     *_V5_TABLES,
+    _V6_HOSTS,
 )
