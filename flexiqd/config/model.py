@@ -84,3 +84,9 @@ class DaemonConfig:
     source: str = dataclasses.field(default="", repr=False)  # the file's text, as validated
     # dependencies.<name>.limit: enforced by the workers of every pool (flexiqd.queue.limits)
     dependency_limits: Mapping[str, DependencyLimit] = dataclasses.field(default_factory=dict)
+    # Hosts sharing the store: each daemon beats this often (flexiqd.queue.hosts).
+    heartbeat: float = 2.0
+    # dependencies.<name>.global: the capacity is the whole fleet's, shared between live hosts.
+    global_dependencies: frozenset[str] = frozenset()
+    # pools.<name>.max_workers: {count: N, global: true}: N for the whole fleet, not per host.
+    global_max_workers: Mapping[str, int] = dataclasses.field(default_factory=dict)

@@ -93,7 +93,9 @@ def worker_setup(*, app: str | None, url: str | None, instance: str | None, conf
     limits_path = path
     if path is not None:
         # Not optional: a worker that ran without them could push a dependency past its quota.
-        settings["dependency_limits"] = load_config(path).dependency_limits
+        loaded = load_config(path)
+        settings["dependency_limits"] = loaded.dependency_limits
+        settings["heartbeat"] = loaded.heartbeat  # the lease timing on a store shared by hosts
     given = {key: value for key, value in overrides.items() if value is not None}
     settings.update(given)
     if "drain_timeout" in given:

@@ -24,11 +24,15 @@ class WorkerConfig:
     # The config's dependencies.<name>.limit: a job of a task that uses one starts only
     # once the store admits it (Backend.admit); dependencies not here are not limited.
     dependency_limits: Mapping[str, DependencyLimit] = dataclasses.field(default_factory=dict)
+    # The config's heartbeat: on a store shared by hosts, the leases follow it (queue.hosts).
+    heartbeat: float = 2.0
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
         if self.lease_seconds <= 0:
             raise ValueError(f"lease_seconds must be positive, got {self.lease_seconds}")
+        if self.heartbeat <= 0:
+            raise ValueError(f"heartbeat must be positive, got {self.heartbeat}")
         if self.drain_timeout < 0:
             raise ValueError(f"drain_timeout must not be negative, got {self.drain_timeout}")
