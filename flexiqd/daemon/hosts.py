@@ -1,0 +1,112 @@
+"""This host in the fleet: its heartbeat in the store, and the rescue of dead hosts' jobs.
+
+Every ``heartbeat`` seconds, on a thread of its own (a long tick must not make the
+host look dead): record this host's beat with what its pools want and use (the
+controller's ``fleet_report``), read every host's row (the fleet the caps are
+shared with), and hand back the jobs of hosts that stopped beating
+(``Backend.rescue_dead_hosts``: one daemon at a time does it).  See
+flexiqd.queue.hosts for the timing and why it is safe.
+
+The daemon's own beat failing does not stop its workers: they guard their own
+leases (flexiqd.worker.fence).  Stopping the daemon does not unregister the host:
+its workers may still be draining, and its share of global caps is given back
+when its beat expires, two heartbeats later.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Mapping
+
+from ..errors import QueueError
+from ..logs import MessageId, journal
+from ..queue.backend import Backend
+from ..queue.hosts import HostInfo
+
+log = logging.getLogger(__name__)
+
+
+class HostHeartbeat:
+    """This host's beat and the rescue, every ``interval()`` seconds.  Thread-safe reads.
+
+    ``report()`` is called on the beat's thread and must be cheap and thread-safe
+    (it reads what the last tick saw).
+    """
+
+    def __init__(self, backend: Backend, host: str, interval: Callable[[], float],
+                 report: Callable[[], Mapping[str, Any]], *, clock: Callable[[], float] = time.time) -> None:
+        self.backend = backend
+        self.host = host
+        self._interval = interval
+        self._report = report
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._fleet: list[HostInfo] = []
+        self._failing_since: float | None = None
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.rescued = 0  # jobs handed back from dead hosts since the start
+
+    # -- reads (any thread) -------------------------------------------------------------------
+
+    def fleet(self) -> list[HostInfo]:
+        """Every host as the last beat read them (this one included)."""
+        with self._lock:
+            return list(self._fleet)
+
+    def failing_for(self, now: float) -> float | None:
+        """For how long the beats have been failing (None: the last one went through)."""
+        with self._lock:
+            return None if self._failing_since is None else now - self._failing_since
+
+    # -- one beat -----------------------------------------------------------------------------
+
+    def beat(self) -> dict[str, int]:
+        """Beat, read the fleet, rescue dead hosts' jobs; return what was rescued per host."""
+        now = self._clock()
+        try:
+            self.backend.heartbeat(self.host, now=now, interval=self._interval(), report=self._report())
+            fleet = self.backend.hosts(now=now)
+            rescued = self.backend.rescue_dead_hosts(now=now, exclude=(self.host,))
+        except QueueError as exc:
+            with self._lock:
+                first = self._failing_since is None
+                if first:
+                    self._failing_since = now
+            if first:
+                log.warning("Cannot record this host's heartbeat (retried every beat): %s", exc)
+            return {}
+        with self._lock:
+            if self._failing_since is not None:
+                log.info("This host's heartbeat goes through again after %.1fs.", now - self._failing_since)
+            self._failing_since = None
+            self._fleet = fleet
+        for host, jobs in sorted(rescued.items()):
+            self.rescued += jobs
+            log.warning("Host %s stopped beating: handed its %d running jobs back to the queue.", host, jobs,
+                        extra=journal(MessageId.EXPIRED_LEASES_RECOVERED, JOBS=jobs, HOST=host))
+        return rescued
+
+    # -- the thread ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="flexiqd-heartbeat", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop beating (idempotent); returns once the beat under way, if any, has ended."""
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            started = time.monotonic()
+            try:
+                self.beat()
+            except Exception:  # a bug here must not silence the beat for good
+                log.exception("The heartbeat failed.")
+            self._stopped.wait(max(0.0, self._interval() - (time.monotonic() - started)))
