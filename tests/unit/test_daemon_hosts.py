@@ -147,3 +147,27 @@ def test_a_pool_with_a_global_cap_holds_its_count_before_the_first_grant(backend
     decision = controller.tick()["default"]
     # Capped to nothing; the one worker a backlog keeps (the pool's floor) comes after the caps.
     assert (decision.capped, decision.desired, decision.reason) == (0, 1, "RaisedToMinimum")
+
+
+def test_the_status_shows_the_fleet_and_each_global_caps_use_and_this_hosts_share(backend):
+    from flexiqd.cli.render import render_status
+    from flexiqd.daemon.documents import hosts_document, status_document
+
+    clock = Clock()
+    reports = {"a": report(10, 0), "b": report(10, 0)}
+    beats = {h: HostHeartbeat(backend, h, lambda: 2.0, (lambda h=h: reports[h]), clock=clock,
+                              capacities=lambda: {"db": 10.0}) for h in "ab"}
+    for _ in range(4):
+        for host, beat in beats.items():
+            beat.beat()
+            reports[host] = report(10, beat.grants(clock.now).get("default", {}).get("db", 0))
+    beats["a"].beat()
+    document = hosts_document(beats["a"], {"db": 10.0}, clock.now)
+    assert [m["name"] for m in document["members"]] == ["a", "b"]
+    assert document["global"]["db"]["fleet_use"] == 10.0
+    assert (document["global"]["db"]["share"], document["global"]["db"]["use"]) == (5.0, 5.0)
+    config = parse_config(GLOBAL, "test.yaml")
+    text = render_status(status_document(config, "test.yaml", None, {}, {}, clock.now, document), clock.now)
+    assert "hosts: 2 alive of 2 (this host: a)" in text
+    assert "global db" in text and "fleet uses 10 of 10; this host's share 5 (uses 5)" in text
+    assert status_document(config, "test.yaml", None, {}, {}, clock.now)["hosts"] is None
