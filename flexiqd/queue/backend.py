@@ -102,7 +102,9 @@ class Backend(abc.ABC):
     def recover_expired(self, *, now: float) -> int:
         """Settle the jobs whose lease expired; return how many.
 
-        Leases of an owner that is a live process of this host are left to it.
+        Leases of an owner that is a live process of this host are left to it;
+        those of a worker of another host registered by ``heartbeat`` are left to
+        that host while it is alive, and to ``rescue_dead_hosts`` once it is dead.
         Each other job gets what its owner's ``abandon`` asked for, or is *lost*:
         runnable again in its place (priority and run_at kept) with the attempt
         counted, or dead-lettered when it had no attempts left.  Idempotent.

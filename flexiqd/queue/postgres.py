@@ -36,7 +36,8 @@ from .hosts import HostInfo, encode_report, host_info
 from .owners import owner_alive_here
 from .postgres_listen import Listener, channel_of
 from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, VERSION_TABLE
-from .sqlite import _RECOVER_COLUMNS, COMING_DUE_LIMIT, _dead_hosts, _Endings, _rescue, _row_to_job, _stats, encode_json, percentile
+from .sqlite import (_RECOVER_COLUMNS, COMING_DUE_LIMIT, _dead_hosts, _Endings, _left_to_rescue, _rescue,
+                     _row_to_job, _stats, encode_json, percentile)
 from .types import FINISHED_STATES, RECENT_WINDOW, ClaimRequest, Job, JobState, NewJob, Outcome, OutcomeKind, Stats
 
 log = logging.getLogger(__name__)
@@ -489,6 +490,7 @@ class PostgresBackend(Backend):
                 f"SELECT {columns} FROM flexiq_jobs WHERE state = 'running' AND lease_expires < %s "
                 f"ORDER BY id FOR UPDATE SKIP LOCKED", (now,))
                 if owner_alive_here(row[3]) is not True]
+            rows = _left_to_rescue(conn, rows, "flexiq_hosts")
         else:
             rows = conn.execute(
                 f"SELECT {columns} FROM flexiq_jobs WHERE state = 'running' "

@@ -24,7 +24,7 @@ from .backend import Backend, EndedAttempt
 from .backoff import retry_delay
 from .limits import DependencyLimit, deferral_delay, gcra, nearest_rank, slot_wait
 from .hosts import HostInfo, encode_report, host_info, is_alive
-from .owners import owner_alive_here, owner_parts
+from .owners import owner_alive_here, owner_parts, this_host
 from .sqlite_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
 from .types import (FINISHED_STATES, RECENT_WINDOW, ClaimRequest, Deferral, DependencyStats, Job, JobState,
                     NewJob, Outcome, OutcomeKind, Stats)
@@ -486,6 +486,7 @@ class SQLiteBackend(Backend):
             rows = [row for row in conn.execute(
                 f"SELECT {columns} FROM jobs WHERE state = 'running' AND lease_expires < ?", (now,))
                 if owner_alive_here(row[3]) is not True]
+            rows = _left_to_rescue(conn, rows, "hosts")
         else:
             rows = conn.execute(
                 f"SELECT {columns} FROM jobs WHERE state = 'running' AND lease_expires IS NOT NULL "
@@ -817,6 +818,18 @@ class _Endings:
         _free_holds(conn, self.ids, self.now, measure=measure_holds)
         for (queue, tenant), (completions, failures) in self._tallies.items():
             _bump_rate(conn, queue, tenant, int(self.now), completions=completions, failures=failures)
+
+
+def _left_to_rescue(conn: Any, rows: list, table: str) -> list:
+    """The expired leases (``_RECOVER_COLUMNS`` rows) not held by a worker of another registered
+    host: a live one recovers its own workers' jobs (it can tell whether they still run), a dead
+    one's are handed back by ``rescue_dead_hosts`` with no attempt used."""
+    others = {parts[0] for parts in (owner_parts(row[3] or "") for row in rows)
+              if parts is not None and parts[0] != this_host()}
+    if not others:
+        return rows
+    registered = {name for (name,) in conn.execute(f"SELECT name FROM {table}")}
+    return [row for row in rows if (owner_parts(row[3] or "") or ("",))[0] not in registered - {this_host()}]
 
 
 def _dead_hosts(rows: Iterable[tuple], now: float, exclude: Sequence[str]) -> set[str]:

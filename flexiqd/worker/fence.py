@@ -37,11 +37,19 @@ class LeaseFence:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def confirm(self, job_ids: Iterable[int], sent_at: float) -> None:
-        """The store took a claim or renewal of ``job_ids`` sent at ``sent_at`` (this clock)."""
+    def claimed(self, job_ids: Iterable[int], sent_at: float) -> None:
+        """The store leased ``job_ids`` to this worker by a claim sent at ``sent_at`` (this clock)."""
         with self._lock:
             for job_id in job_ids:
                 self._confirmed[job_id] = max(sent_at, self._confirmed.get(job_id, sent_at))
+
+    def confirm(self, job_ids: Iterable[int], sent_at: float) -> None:
+        """The store renewed ``job_ids`` by a call sent at ``sent_at``.  Jobs dropped meanwhile
+        (finished while the renewal was under way) stay dropped."""
+        with self._lock:
+            for job_id in job_ids:
+                if job_id in self._confirmed:
+                    self._confirmed[job_id] = max(sent_at, self._confirmed[job_id])
 
     def drop(self, job_ids: Iterable[int]) -> None:
         """Nothing here runs ``job_ids`` any more (finished, handed back, never started)."""

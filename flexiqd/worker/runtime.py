@@ -287,7 +287,7 @@ class Worker:
         sent = time.monotonic()
         _, claimed = self.backend.settle_and_claim(self.config.name, outcomes, request, now=self.clock())
         if self.fence is not None:
-            self.fence.confirm([job.id for job in claimed], sent)
+            self.fence.claimed([job.id for job in claimed], sent)
         if time.monotonic() - self._limits_checked >= LIMITS_CHECK:
             self._limits_checked = time.monotonic()
             try:

@@ -124,3 +124,19 @@ def test_the_fence_fires_before_another_host_may_take_a_job(beat):
     assert timing.renew_every * 2 < timing.fence_after
     assert timing.fence_after + beat / 2 < timing.lease
     assert not is_alive(0.0, beat, timing.lease + 0.001)
+
+
+def test_expired_leases_of_a_registered_hosts_workers_are_left_to_the_rescue(backend):
+    one, _ = _fleet_with_work(backend)
+    enqueue(backend, 1)
+    assert backend.recover_expired(now=T0 + 10) == 0  # not "lost": no attempt counted
+    assert all(backend.get(job.id).state is JobState.RUNNING for job in one)
+    assert backend.rescue_dead_hosts(now=T0 + 10, exclude=("web2",)) == {"web1": 2}
+    assert all(backend.get(job.id).attempts == 0 for job in one)
+
+
+def test_expired_leases_of_unregistered_hosts_are_recovered_as_lost(backend):
+    enqueue(backend, 1)
+    [job] = claim(backend, owner_name("default-1", 1, host="laptop"), 1)
+    assert backend.recover_expired(now=T0 + 10) == 1
+    assert backend.get(job.id).attempts == 1

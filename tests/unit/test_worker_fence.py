@@ -28,7 +28,7 @@ class Clock:
 def test_a_job_is_overdue_once_its_last_confirmation_is_older_than_the_bound():
     clock = Clock()
     fence = LeaseFence(2.0, lambda ids: None, clock=clock)
-    fence.confirm([1, 2], 100.0)
+    fence.claimed([1, 2], 100.0)
     fence.confirm([2], 101.5)
     fence.confirm([2], 101.0)  # an older answer arriving late never moves a confirmation back
     assert fence.overdue(102.0) == []
@@ -38,12 +38,22 @@ def test_a_job_is_overdue_once_its_last_confirmation_is_older_than_the_bound():
     assert fence.overdue(103.6) == [2]
 
 
+def test_a_renewal_answered_after_its_job_finished_does_not_bring_the_job_back():
+    # The race that would fence a healthy worker: a renewal sent while the job ran returns
+    # after the job finished and was dropped.
+    fence = LeaseFence(2.0, lambda ids: None)
+    fence.claimed([5], 100.0)
+    fence.drop([5])
+    fence.confirm([5], 101.0)
+    assert fence.overdue(200.0) == []
+
+
 def test_the_watcher_reports_the_overdue_jobs_once():
     clock = Clock()
     breaches: list[list[int]] = []
     reported = threading.Event()
     fence = LeaseFence(0.05, lambda ids: (breaches.append(ids), reported.set()), clock=clock)
-    fence.confirm([7], clock.now)
+    fence.claimed([7], clock.now)
     fence.start()
     clock.now += 1.0
     assert reported.wait(5.0)
