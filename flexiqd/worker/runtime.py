@@ -40,6 +40,8 @@ import collections
 import dataclasses
 import functools
 import logging
+import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping
@@ -79,6 +81,8 @@ UNSETTLED_MAX = 16
 # At exit, how long to keep trying to commit the last results: a result lost here is a job
 # run again.  Well inside the stop timeout's grace beyond the drain budget.
 FINAL_SETTLE_TIME = 3.0
+# After a fence's breach, the process ends within this even if logging blocks.
+FENCE_EXIT_GRACE = 0.2
 # How often the dependency limits are looked at again (a reload may have changed them).
 LIMITS_CHECK = 2.0
 
@@ -458,11 +462,16 @@ class Worker:
                                 "its result will be dropped.", self.config.name, lost)
 
     def _fenced(self, job_ids: list[int]) -> None:
-        """The fence's breach (on its thread): end everything before another host takes the jobs."""
+        """The fence's breach (on its thread): end everything before another host takes the jobs.
+
+        The processes first, and the exit bounded: a log handler blocked on a full pipe must
+        not keep this process (and its task threads) alive past the fence's margin.
+        """
+        kill_descendants()
+        threading.Timer(FENCE_EXIT_GRACE, os._exit, (EXIT_FENCED,)).start()
         log.error("Worker %s could not renew the leases of jobs %s for %gs: the store may hand them "
                   "to another host, so it kills its tasks and exits.", self.config.name,
                   ", ".join(map(str, job_ids)), self.timing.fence_after)
-        kill_descendants()
         exit_now(EXIT_FENCED)
 
     async def _watchdog(self, interval: float) -> None:
