@@ -11,7 +11,8 @@ Global caps (``dependencies.<d>.global``, ``max_workers: {count, global: true}``
 are shared here too (``policy.sharing.share_fleet``): each beat publishes per pool
 what it wants and a *claim* (never below what it runs or was granted), then reads
 every live host's row and grants this host its share within what the others
-claimed.  The tick caps each pool at its grant; a pool with a global cap and no
+claimed (a dead host's claims still count while its workers hold jobs: its daemon
+may be down with its workers running on).  The tick caps each pool at its grant; a pool with a global cap and no
 grant yet (before the first beat) holds its count, and one whose beats have failed
 for a heartbeat gets none (the others may soon take its share).
 
@@ -34,6 +35,7 @@ from ..queue.backend import Backend
 from ..policy.config import DependencyUse
 from ..policy.sharing import FleetPool, share_fleet
 from ..queue.hosts import HostInfo
+from ..queue.owners import owner_parts
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +97,7 @@ class HostHeartbeat:
             self.backend.heartbeat(self.host, now=now, interval=self._interval(), report=report)
             fleet = self.backend.hosts(now=now)
             rescued = self.backend.rescue_dead_hosts(now=now, exclude=(self.host,))
+            busy = self._busy_dead_hosts(fleet)
         except QueueError as exc:
             with self._lock:
                 first = self._failing_since is None
@@ -108,7 +111,7 @@ class HostHeartbeat:
                 log.info("This host's heartbeat goes through again after %.1fs.", now - self._failing_since)
             self._failing_since = None
             self._fleet = fleet
-            self._share(fleet, report)
+            self._share(fleet, report, busy)
         for host, jobs in sorted(rescued.items()):
             self.rescued += jobs
             log.warning("Host %s stopped beating: handed its %d running jobs back to the queue.", host, jobs,
@@ -124,13 +127,22 @@ class HostHeartbeat:
             pools[pool] = {**entry, "claim": claim}
         return {**report, "pools": pools}
 
-    def _share(self, fleet: list[HostInfo], report: Mapping[str, Any]) -> None:
+    def _busy_dead_hosts(self, fleet: list[HostInfo]) -> set[str]:
+        """Dead hosts whose workers still hold jobs (a daemon down, its workers running on):
+        their claims still count, so nobody takes a share their workers may be using."""
+        if not self._capacities() or all(host.alive for host in fleet):
+            return set()
+        dead = {host.name for host in fleet if not host.alive}
+        return {parts[0] for parts in map(owner_parts, self.backend.lease_owners())
+                if parts is not None and parts[0] in dead}
+
+    def _share(self, fleet: list[HostInfo], report: Mapping[str, Any], busy: set[str]) -> None:
         """The grants and intents from the rows just read (the lock held)."""
         capacities = self._capacities()
         if not capacities:
             self._grants, self._intent = {}, {}
             return
-        pairs = [pair for host in fleet if host.alive or host.name == self.host
+        pairs = [pair for host in fleet if host.alive or host.name == self.host or host.name in busy
                  for pair in _pairs(host.name, host.report)]
         claimed = {pool: entry["claim"] for pool, entry in report["pools"].items()}
         shares = share_fleet(capacities, pairs, self.host, claimed)

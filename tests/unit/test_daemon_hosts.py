@@ -10,7 +10,7 @@ from flexiqd.daemon.controller import Controller
 from flexiqd.daemon.hosts import HostHeartbeat
 from flexiqd.errors import StoreUnavailable
 from flexiqd.queue.owners import owner_name
-from flexiqd.queue.types import ClaimRequest, JobState, NewJob
+from flexiqd.queue.types import ClaimRequest, JobState, NewJob, Outcome
 from flexiqd.queue.url import open_backend
 
 from fakes import FakeFleet
@@ -171,3 +171,26 @@ def test_the_status_shows_the_fleet_and_each_global_caps_use_and_this_hosts_shar
     assert "hosts: 2 alive of 2 (this host: a)" in text
     assert "global db" in text and "fleet uses 10 of 10; this host's share 5 (uses 5)" in text
     assert status_document(config, "test.yaml", None, {}, {}, clock.now)["hosts"] is None
+
+
+def test_a_dead_host_whose_workers_still_hold_jobs_keeps_its_share(backend):
+    # Its daemon is down, its workers run on: nobody may take what they may be using.
+    clock = Clock()
+    reports = {"a": report(10, 0), "b": report(10, 0)}
+    beats = {h: HostHeartbeat(backend, h, lambda: 2.0, (lambda h=h: reports[h]), clock=clock,
+                              capacities=lambda: {"db": 10.0}) for h in "ab"}
+    for _ in range(3):
+        for host, beat in beats.items():
+            beat.beat()
+            reports[host] = report(10, beat.grants(clock.now).get("default", {}).get("db", 0))
+    backend.enqueue([NewJob(task="t")], now=clock.now)
+    [job] = backend.claim(ClaimRequest(owner_name("default-1", 42, host="a"), ("default",), 1, 60.0),
+                          now=clock.now)
+    clock.now += 5.0  # a's daemon stops beating; its worker's lease runs for a minute
+    for _ in range(3):
+        beats["b"].beat()
+    assert beats["b"].grants(clock.now)["default"]["db"] == 5
+    backend.settle(job.lease_owner, [Outcome.ack(job.id)], now=clock.now)  # a's worker is done
+    for _ in range(2):
+        beats["b"].beat()
+    assert beats["b"].grants(clock.now)["default"]["db"] == 10
