@@ -32,6 +32,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -190,6 +191,7 @@ def main() -> None:
     }
     (REPO / "bench" / "results-hosts.json").write_text(json.dumps(result, indent=1) + "\n")
     write_summary(result, len(back), len(claimed))
+    shutil.rmtree(work, ignore_errors=True)  # kept only when a run failed: its logs say why
     print(f"back in the queue: {result['back']}; claimed again elsewhere: {result['claimed']}")
 
 
