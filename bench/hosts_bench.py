@@ -190,7 +190,7 @@ def main() -> None:
         "back": summary(back), "claimed": summary(claimed),
     }
     (REPO / "bench" / "results-hosts.json").write_text(json.dumps(result, indent=1) + "\n")
-    write_summary(result, len(back), len(claimed))
+    write_summary(result)
     shutil.rmtree(work, ignore_errors=True)  # kept only when a run failed: its logs say why
     print(f"back in the queue: {result['back']}; claimed again elsewhere: {result['claimed']}")
 
@@ -201,7 +201,7 @@ def _job():
     return NewJob(task="work", payload={"args": [1.0], "kwargs": {}})
 
 
-def write_summary(result: dict, n_back: int, n_claimed: int) -> None:
+def write_summary(result: dict) -> None:
     path = REPO / "bench" / "hosts.md"
     text = path.read_text() if path.exists() else "<!-- hosts:start -->\n<!-- hosts:end -->\n"
     head, rest = text.split("<!-- hosts:start -->", 1)
