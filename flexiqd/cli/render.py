@@ -114,7 +114,9 @@ def render_status(document: Mapping[str, Any], now: float | None = None) -> str:
         lines.append(f"pool {name}" + (f" ({state})" if state else ""))
         lines.extend(f"  {label:<{LABEL_WIDTH}}  {value}" for label, value in pool_rows(pool, now))
     hosts = document.get("hosts")
-    if hosts:
+    # One machine alone with nothing shared: nothing worth a section.
+    if hosts and (len(hosts.get("members") or []) > 1 or hosts.get("global")
+                  or hosts.get("beat_failing_for") is not None or hosts.get("rescued_jobs")):
         lines.append("")
         lines.extend(hosts_lines(hosts, now))
     return "\n".join(lines)

@@ -194,3 +194,16 @@ def test_a_dead_host_whose_workers_still_hold_jobs_keeps_its_share(backend):
     for _ in range(2):
         beats["b"].beat()
     assert beats["b"].grants(clock.now)["default"]["db"] == 10
+
+
+def test_a_machine_alone_with_nothing_shared_gets_no_fleet_section(backend):
+    from flexiqd.cli.render import render_status
+    from flexiqd.daemon.documents import hosts_document, status_document
+
+    clock = Clock()
+    beat = beat_of(backend, "a", clock)
+    beat.beat()
+    config = parse_config("pools: {default: {}}", "test.yaml")
+    document = status_document(config, "test.yaml", None, {}, {}, clock.now, hosts_document(beat, {}, clock.now))
+    assert document["hosts"]["members"][0]["name"] == "a"
+    assert "hosts:" not in render_status(document, clock.now)
