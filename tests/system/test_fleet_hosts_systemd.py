@@ -26,6 +26,7 @@ import pytest
 
 from pg_server import PostgresServer, unavailable_reason as pg_unavailable
 
+from .conftest import in_ci
 from .flexiqd_install import REPO, install
 from .sandbox import Sandbox, unavailable_reason
 
@@ -84,6 +85,8 @@ def fleet():
     """A PostgreSQL, a shared marks folder, and three booted sandboxes; all torn down after."""
     for reason in (unavailable_reason(), pg_unavailable()):
         if reason is not None:
+            if in_ci():
+                pytest.fail(f"system tests must run in CI, but {reason}", pytrace=False)
             pytest.skip(reason)
     server = SharedServer().start()
     marks = Path(tempfile.mkdtemp(prefix="fleet-marks-", dir=REPO / ".cache"))
