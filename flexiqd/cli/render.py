@@ -113,7 +113,39 @@ def render_status(document: Mapping[str, Any], now: float | None = None) -> str:
         state = _override(pool, now)
         lines.append(f"pool {name}" + (f" ({state})" if state else ""))
         lines.extend(f"  {label:<{LABEL_WIDTH}}  {value}" for label, value in pool_rows(pool, now))
+    hosts = document.get("hosts")
+    # One machine alone with nothing shared: nothing worth a section.
+    if hosts and (len(hosts.get("members") or []) > 1 or hosts.get("global")
+                  or hosts.get("beat_failing_for") is not None or hosts.get("rescued_jobs")):
+        lines.append("")
+        lines.extend(hosts_lines(hosts, now))
     return "\n".join(lines)
+
+
+def _units(value: float) -> str:
+    return f"{value:g}"
+
+
+def hosts_lines(hosts: Mapping[str, Any], now: float) -> list[str]:
+    """The fleet part of ``flexiqctl status``: the hosts sharing the store, each global cap's use."""
+    members = hosts.get("members") or []
+    alive = sum(1 for member in members if member.get("alive"))
+    lines = [f"hosts: {alive} alive of {len(members)} (this host: {hosts.get('host')})"]
+    failing = hosts.get("beat_failing_for")
+    if failing is not None:
+        lines.append(f"  this host's heartbeat has been failing for {failing:.0f}s")
+    for member in members:
+        age = now - member["last_beat"]
+        state = "alive" if member.get("alive") else "dead"
+        lines.append(f"  {member['name']:<{LABEL_WIDTH}}  {state}, beat {age:.1f}s ago "
+                     f"(every {_units(member['interval'])}s)")
+    if hosts.get("rescued_jobs"):
+        lines.append(f"  jobs handed back from dead hosts: {hosts['rescued_jobs']}")
+    for name, cap in (hosts.get("global") or {}).items():
+        lines.append(f"  {'global ' + name:<{LABEL_WIDTH}}  fleet uses {_units(cap['fleet_use'])} of "
+                     f"{_units(cap['capacity'])}; this host's share {_units(cap['share'])} "
+                     f"(uses {_units(cap['use'])})")
+    return lines
 
 
 def render_event(event: Mapping[str, Any]) -> str:

@@ -24,14 +24,18 @@ from ..queue.limits import DependencyLimit, LimitError, TenantCaps, limit_from_m
 from ..queue.url import check_url
 from .model import DEFAULT_HTTP_PORT, DEFAULT_STORE, DaemonConfig, FlexiqOptions, HttpConfig, PoolConfig
 
-TOP_KEYS = ("store", "tick", "fleet", "retention", "dead_retention", "dependencies", "tenants", "pools", "http")
+TOP_KEYS = ("store", "tick", "heartbeat", "fleet", "retention", "dead_retention", "dependencies", "tenants",
+            "pools", "http")
 HTTP_KEYS = ("listen", "token_file", "allow_remote", "scaler_target")
 POOL_KEYS = ("app", "queues", "concurrency", "batch_size", "drain_timeout", "lease", "policy", "environment",
              "credentials", "resources", "min_workers", "max_workers", "scale_to_zero", "cpu_bound", "targets",
              "behavior", "knee", "uses", "flexiq")
 POLICY_KEYS = ("min_workers", "max_workers", "scale_to_zero", "cpu_bound", "targets", "behavior", "knee")
 RESOURCE_KEYS = ("memory_max", "cpu_weight")
-DEPENDENCY_KEYS = ("capacity", "reserved", "start_burst", "limit")
+DEPENDENCY_KEYS = ("capacity", "reserved", "start_burst", "limit", "global")
+GLOBAL_MAX_KEYS = ("count", "global")
+# The heartbeat's range: below it the beats load the store; above it a dead host's jobs wait long.
+HEARTBEAT_MIN, HEARTBEAT_MAX = 0.2, 60.0
 FLEXIQ_KEYS = ("target_queue_depth_per_worker", "target_utilisation", "tolerance",
                "scale_up_window", "scale_down_window")
 # Policy options that are durations, so `5m` works where the policy wants seconds.
@@ -133,6 +137,9 @@ def _daemon(data: Any, path: str, fleet_override: str | None) -> DaemonConfig:
     tick = _duration(data.get("tick", "1s"), "tick")
     if tick <= 0:
         raise _fail("tick", "must be more than 0s")
+    heartbeat = _duration(data.get("heartbeat", "2s"), "heartbeat")
+    if not HEARTBEAT_MIN <= heartbeat <= HEARTBEAT_MAX:
+        raise _fail("heartbeat", f"must be between {HEARTBEAT_MIN:g}s and {HEARTBEAT_MAX:g}s, got {heartbeat:g}s")
     fleet = data.get("fleet", "systemd")
     if fleet not in ("systemd", "process"):
         raise _fail("fleet", f"must be 'systemd' or 'process', got {_show(fleet)}")
@@ -141,18 +148,43 @@ def _daemon(data: Any, path: str, fleet_override: str | None) -> DaemonConfig:
     dependencies = {name: _dependency(name, value) for name, value in dependencies_data.items()}
     limits = {str(name): _dependency_limit(str(name), value["limit"])
               for name, value in dependencies_data.items() if value.get("limit") is not None}
+    global_dependencies = frozenset(str(name) for name, value in dependencies_data.items()
+                                    if _flag(value.get("global", False), f"dependencies.{name}.global"))
     pools_data = data.get("pools")
     if pools_data is None:
         pools_data = {"default": {}}
+    pools_data = _mapping(pools_data, "pools")
+    global_max = {}
+    for name, value in pools_data.items():
+        if isinstance(value, Mapping) and isinstance(value.get("max_workers"), Mapping):
+            count, shared = _max_workers(value["max_workers"], f"pools.{name}.max_workers")
+            pools_data = {**pools_data, name: {**value, "max_workers": count}}
+            if shared:
+                global_max[str(name)] = count
     pools = {str(name): _pool(str(name), value, dependencies, fleet, limits)
-             for name, value in _mapping(pools_data, "pools").items()}
+             for name, value in pools_data.items()}
     retention = _duration(data.get("retention", "7d"), "retention")
     dead_retention = _duration(data.get("dead_retention", "30d"), "dead_retention")
     http = _http(data["http"]) if data.get("http") is not None else None
     return DaemonConfig(path=path, store=store, tick=tick, fleet=fleet, retention=retention,
                         dead_retention=dead_retention,
                         dependencies=dependencies, pools=pools, http=http,
-                        dependency_limits=limits, tenant_caps=_tenant_caps(data.get("tenants")))
+                        dependency_limits=limits, tenant_caps=_tenant_caps(data.get("tenants")), heartbeat=heartbeat,
+                        global_dependencies=global_dependencies, global_max_workers=global_max)
+
+
+def _flag(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(where, f"must be true or false, got {_show(value)}")
+    return value
+
+
+def _max_workers(value: Mapping[str, Any], where: str) -> tuple[int, bool]:
+    """``max_workers: {count: N, global: true}``: N workers, per host or for the whole fleet."""
+    _known(value, GLOBAL_MAX_KEYS, where)
+    if "count" not in value:
+        raise _fail(f"{where}.count", "is required (the most workers)")
+    return _int(value["count"], f"{where}.count", 0), _flag(value.get("global", False), f"{where}.global")
 
 
 def parse_listen(value: Any, where: str) -> tuple[str, int]:

@@ -86,3 +86,9 @@ class DaemonConfig:
     dependency_limits: Mapping[str, DependencyLimit] = dataclasses.field(default_factory=dict)
     # tenants.<name>.max_running: enforced by the claims of every worker (flexiqd.queue.limits)
     tenant_caps: TenantCaps = dataclasses.field(default_factory=TenantCaps)
+    # Hosts sharing the store: each daemon beats this often (flexiqd.queue.hosts).
+    heartbeat: float = 2.0
+    # dependencies.<name>.global: the capacity is the whole fleet's, shared between live hosts.
+    global_dependencies: frozenset[str] = frozenset()
+    # pools.<name>.max_workers: {count: N, global: true}: N for the whole fleet, not per host.
+    global_max_workers: Mapping[str, int] = dataclasses.field(default_factory=dict)

@@ -100,6 +100,7 @@ def worker_setup(*, app: str | None, url: str | None, instance: str | None, conf
         loaded = load_config(limits_path)
         settings["dependency_limits"] = loaded.dependency_limits
         settings["tenant_caps"] = loaded.tenant_caps
+        settings["heartbeat"] = loaded.heartbeat  # the lease timing on a store shared by hosts
     given = {key: value for key, value in overrides.items() if value is not None}
     settings.update(given)
     if "drain_timeout" in given:

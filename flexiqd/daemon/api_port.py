@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..errors import FlexiqdError
-from .documents import event_document, status_document
+from .documents import event_document, hosts_document, status_document
 
 if TYPE_CHECKING:
     from .service import Daemon
@@ -95,8 +95,11 @@ class DaemonPort:
             controller = daemon.controller
             if controller is None:
                 return status_document(daemon.config, config_path, config_error, {}, {}, time.time())
+            now = time.time()
+            hosts = (hosts_document(daemon.hosts, controller.global_caps(), now)
+                     if daemon.hosts is not None else None)
             return status_document(controller.config, config_path, config_error, controller.views,
-                                   controller.overrides, time.time())
+                                   controller.overrides, now, hosts)
 
         return await daemon.io(build)
 

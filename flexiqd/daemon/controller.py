@@ -122,6 +122,10 @@ class Controller:
         self._maintained_at: float | None = None
         self._resuming: dict[str, set[str]] = {}   # pool -> instances to tell "resume" once ready
         self._binding_caps: dict[str, CapValue | None] = {}  # pool -> the cap that last bound its count
+        #: This host's share of the global caps (daemon.hosts.HostHeartbeat.grants); None: the
+        #: host is alone, and global caps are its own.
+        self.fleet_grants: Callable[[float], dict[str, dict[str, int]] | None] | None = None
+        self._fleet_report: dict = {"pools": {}}
         loaded = self.intent.load(clock())
         self.overrides: dict[str, Override] = {n: o for n, o in loaded.items() if n in config.pools}
         for name, override in sorted(self.overrides.items()):
@@ -181,7 +185,8 @@ class Controller:
         seen = self._observe(now)
         if seen is None:
             return {}
-        decided = decide_pools(self.config, seen.observations, self.histories, now)
+        decided = decide_pools(self.config, seen.observations, self.histories, now,
+                               self._fleet_caps(seen.observations, now))
         decisions = {name: self._steer(decision, now) for name, decision in decided.items()}
         for name, decision in decisions.items():
             self._note_binding_cap(decision, seen.observations[name])
@@ -189,7 +194,57 @@ class Controller:
         self.views = {name: self._view(name, decisions.get(name), seen) for name in self.config.pools
                       if name in seen.observations}
         self._save_histories(now, force=any(d.changed for d in decisions.values()))
+        self._fleet_report = self._report(decided, seen)
         return decisions
+
+    # -- the fleet's global caps (see daemon.hosts) --------------------------------------------
+
+    def global_caps(self) -> dict[str, float]:
+        """The caps shared with the other hosts: global dependencies, ``max_workers:<pool>``."""
+        config = self.config
+        caps = {name: config.dependencies[name].available for name in config.global_dependencies
+                if name in config.dependencies}
+        caps.update({f"max_workers:{pool}": float(count) for pool, count in config.global_max_workers.items()})
+        return caps
+
+    def _global_uses(self, pool: PoolConfig) -> dict[str, list[float]]:
+        uses = {use.dependency: [use.per_worker, use.weight] for use in pool.policy.dependencies
+                if use.dependency in self.config.global_dependencies}
+        if pool.name in self.config.global_max_workers:
+            uses[f"max_workers:{pool.name}"] = [1.0, 1.0]
+        return uses
+
+    def _fleet_caps(self, observations: dict[str, Observation], now: float) -> dict[str, dict[str, int]] | None:
+        """Each pool's grants of its global caps: its share as of the last beat; before the first
+        beat it holds its count; with failing beats it gets none."""
+        if self.fleet_grants is None:
+            return None
+        grants = self.fleet_grants(now)
+        caps = {}
+        for name, obs in observations.items():
+            wanted = self._global_uses(self.config.pools[name])
+            if not wanted:
+                continue
+            granted = {} if grants is None else grants.get(name, {})
+            caps[name] = {cap: (0 if grants is None else granted.get(cap, obs.current)) for cap in wanted}
+        return caps
+
+    def _report(self, decided: dict[str, Decision], seen: _Seen) -> dict:
+        """What this host publishes with its beat: per pool with global caps, its uncapped want
+        (within its bounds), the workers it runs (draining ones too) and what one of them uses."""
+        pools = {}
+        for name, decision in decided.items():
+            pool, obs = self.config.pools[name], seen.observations[name]
+            uses = self._global_uses(pool)
+            if not uses:
+                continue
+            wants = min(max(decision.raw_desired, obs.current, pool.policy.floor), pool.policy.max_workers)
+            pools[name] = {"wants": wants, "current": obs.current + obs.draining, "uses": uses}
+        return {"pools": pools}
+
+    def fleet_report(self) -> dict:
+        """The report of the last tick (thread-safe: replaced whole)."""
+        return self._fleet_report
 
     # -- observe ------------------------------------------------------------------------------
 

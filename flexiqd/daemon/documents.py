@@ -15,6 +15,7 @@ from .. import __version__
 if TYPE_CHECKING:
     from ..config.model import DaemonConfig
     from .controller import PoolView
+    from .hosts import HostHeartbeat
     from .events import ScaleEvent
     from .overrides import Override
 
@@ -76,8 +77,9 @@ def pool_document(name: str, config: "DaemonConfig", view: "PoolView | None",
 
 def status_document(config: "DaemonConfig | None", config_path: str, config_error: str | None,
                     views: Mapping[str, "PoolView"], overrides: Mapping[str, "Override"],
-                    now: float) -> dict[str, Any]:
-    """The whole Status document: the daemon, then every configured pool by name."""
+                    now: float, hosts: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The whole Status document: the daemon, then every configured pool by name, then the
+    fleet of hosts sharing the store (``hosts``: a ``hosts_document``; None when not known)."""
     pools = {}
     if config is not None:
         for name in sorted(config.pools):
@@ -90,6 +92,41 @@ def status_document(config: "DaemonConfig | None", config_path: str, config_erro
         "tick": config.tick if config is not None else None,
         "generated_at": now,
         "pools": pools,
+        "hosts": hosts,
+    }
+
+
+def hosts_document(heartbeat: "HostHeartbeat", capacities: Mapping[str, float], now: float) -> dict[str, Any]:
+    """The hosts sharing the store and each global cap's use across them (docs/dbus-api.md).
+
+    ``fleet_use``: what the live hosts' workers use (as each last reported);
+    ``fleet_claimed``: what they claimed; ``share``: what this host was granted.
+    """
+    fleet = heartbeat.fleet()
+    grants = heartbeat.grants(now)
+    caps: dict[str, dict[str, Any]] = {
+        name: {"capacity": capacity, "fleet_use": 0.0, "fleet_claimed": 0.0, "share": 0.0, "use": 0.0}
+        for name, capacity in sorted(capacities.items())}
+    for host in fleet:
+        if not host.alive and host.name != heartbeat.host:
+            continue
+        for pool, entry in (host.report.get("pools") or {}).items():
+            for name, use in (entry.get("uses") or {}).items():
+                if name not in caps or not isinstance(use, list) or not use:
+                    continue
+                caps[name]["fleet_use"] += float(entry.get("current", 0)) * float(use[0])
+                caps[name]["fleet_claimed"] += float(entry.get("claim", 0)) * float(use[0])
+                if host.name == heartbeat.host:
+                    caps[name]["use"] += float(entry.get("current", 0)) * float(use[0])
+                    granted = (grants or {}).get(pool, {}).get(name)
+                    caps[name]["share"] += float(granted if granted is not None else 0) * float(use[0])
+    return {
+        "host": heartbeat.host,
+        "beat_failing_for": heartbeat.failing_for(now),
+        "rescued_jobs": heartbeat.rescued,
+        "members": [{"name": host.name, "alive": host.alive, "last_beat": host.last_beat,
+                     "interval": host.interval} for host in fleet],
+        "global": caps,
     }
 
 

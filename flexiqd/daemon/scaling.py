@@ -20,7 +20,7 @@ from ..policy.caps import apply_caps, cap_reason, collect_caps
 from ..policy.config import PoolPolicy
 from ..policy.flexiq_compat import decide_flexiq, flexiq_log_line
 from ..policy.history import with_external_change
-from ..policy.sharing import DependencyCap
+from ..policy.sharing import DependencyCap, with_fleet_grants
 from ..policy.types import KneeState
 
 #: The `policy:` of pools sized by flexiq's formula.
@@ -30,12 +30,14 @@ OPERATOR_REASONS = frozenset({"Pinned", "Paused"})
 
 
 def decide_pools(config: DaemonConfig, observations: Mapping[str, Observation],
-                 histories: Mapping[str, History], now: float) -> dict[str, Decision]:
+                 histories: Mapping[str, History], now: float,
+                 fleet_grants: Mapping[str, Mapping[str, int]] | None = None) -> dict[str, Decision]:
     """Decide every configured pool that was observed; dependencies are shared among all of them.
 
     Each pool's demand (what it would keep or reach, within its bounds) is shared
     out by ``share_dependencies``; pools whose metrics failed are held, and what
-    their workers use is taken off the top.  Then each pool decides under its share.
+    their workers use is taken off the top.  Then each pool decides under its share --
+    for global caps, under ``fleet_grants`` (pool -> cap -> workers: its share of the fleet's).
     """
     pools = [pool for pool in config.pools.values() if pool.name in observations]
     demands, held = [], []
@@ -57,6 +59,9 @@ def decide_pools(config: DaemonConfig, observations: Mapping[str, Observation],
         demands.append(PoolDemand(pool=pool.name, workers=demand, uses=pool.policy.dependencies))
     shares = share_dependencies(list(config.dependencies.values()), demands, held)
 
+    for pool_name, grants in (fleet_grants or {}).items():
+        if pool_name in shares or grants:
+            shares[pool_name] = with_fleet_grants(shares.get(pool_name), pool_name, grants)
     decisions: dict[str, Decision] = {}
     for pool in pools:
         obs = observations[pool.name]

@@ -31,6 +31,7 @@ from ..notify import Notifier, watchdog_interval
 from ..queue.url import open_backend, sqlite_path
 from .controller import Controller
 from .events import EventLog
+from .hosts import HostHeartbeat
 from .intent import HISTORY_FILE, INTENT_FILE, HistoryFile, IntentFile
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,7 @@ class Daemon:
         self._watcher = None
         self.api = None                   # the D-Bus service, once serving
         self.http = None                  # the HTTP endpoint (/metrics), when configured
+        self.hosts: HostHeartbeat | None = None  # this host's heartbeat in the store
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flexiqd-io")
         self._running: tuple[float, str] | None = None   # (monotonic start, what) of the I/O thread's job
         self._status = "starting"
@@ -211,8 +213,15 @@ class Daemon:
                                intent=IntentFile(intent_path), paused_path=self._published_path(PAUSED_FILE),
                                history=HistoryFile(history_path)),
             what="adopting the workers")
+        # This host in the fleet: registered (and dead hosts' jobs rescued) before the first
+        # tick, then beating on a thread of its own.
+        self.hosts = HostHeartbeat(backend, self.controller.host, lambda: self.config.heartbeat,
+                                   self.controller.fleet_report, capacities=self.controller.global_caps)
+        self.controller.fleet_grants = self.hosts.grants
+        await self.io(self.hosts.beat, what="recording this host's heartbeat")
         # Adopt: the first tick lists what systemd already runs and sizes from there.
         await self.io(self.controller.tick, what="tick")
+        self.hosts.start()
         if self._systemd is not None:
             from ..fleet.systemd import UnitWatcher
 
@@ -384,6 +393,9 @@ class Daemon:
             await self.api.close()
         if self._watcher is not None:
             self._watcher.stop(loop)
+        if self.hosts is not None:
+            # Not unregistered: workers may still drain; the beat expires in two heartbeats.
+            await loop.run_in_executor(None, self.hosts.stop)
         try:
             # The histories first: leaving may wait out the workers' drains, and systemd may
             # kill a daemon that outlives its stop timeout before it got to write them.

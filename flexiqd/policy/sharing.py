@@ -103,3 +103,90 @@ def _cap(pool: str, caps: dict[str, int]) -> DependencyCap:
     return DependencyCap(
         pool=pool, workers=caps[binding], dependency=binding, per_dependency=tuple(sorted(caps.items()))
     )
+
+
+# -- fleet-wide caps: participants are (host, pool) pairs --------------------------------------
+#
+# A dependency marked global (or a pool's global max_workers) is shared between the live
+# hosts without a coordinator.  Every host publishes per pool, with its heartbeat, what it
+# *wants* (the demand above) and what it *claims*: never less than what it runs or may run
+# until its next beat.  From the same rows every host computes the same fair shares of
+# the wants (water-filling over the (host, pool) pairs) -- its *intent*, published as its
+# next claim -- and *grants* itself only what it claimed before reading the rows and what
+# the others' claims leave free.  Each host writes its claim before it reads the others',
+# so of any two hosts at least one sees the other's claim: the grants in force never add up
+# to more than the capacity.  Growing to a new share takes two beats; a host that stopped
+# beating gives its claim back once its beat expires.
+
+#: The name under which a pool's global max_workers is shared, as a dependency of its own.
+FLEET_MAX = "max_workers@fleet"
+
+
+@dataclass(frozen=True, kw_only=True)
+class FleetPool:
+    """One (host, pool) pair as its host last published it.
+
+    ``wants`` and ``claim`` are worker counts; ``uses`` how much of each global
+    dependency one of its workers uses.
+    """
+
+    host: str
+    pool: str
+    wants: int
+    claim: int
+    uses: tuple[DependencyUse, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FleetShare:
+    """This host's outcome for one pool: ``intent`` to publish as its next claim, and ``grant``
+    per global dependency (the workers it may run until the next beat)."""
+
+    pool: str
+    intent: dict[str, int]
+    grant: dict[str, int]
+
+    @property
+    def next_claim(self) -> int:
+        return min(self.intent.values(), default=0)
+
+    @property
+    def workers(self) -> int | None:
+        return min(self.grant.values()) if self.grant else None
+
+
+def share_fleet(capacities: Mapping[str, float], pairs: Sequence[FleetPool], host: str,
+                claimed: Mapping[str, int]) -> dict[str, FleetShare]:
+    """This ``host``'s share of each global dependency in ``capacities``, per pool of its own.
+
+    ``pairs``: every live host's published pools (this host's included, as read);
+    ``claimed``: what this host published as its claims in the beat just before
+    the read (a grant never exceeds it).  Pure and deterministic: hosts with the
+    same rows compute the same intents.
+    """
+    intents: dict[str, dict[str, int]] = {pair.pool: {} for pair in pairs if pair.host == host}
+    grants: dict[str, dict[str, int]] = {pool: {} for pool in intents}
+    for name, capacity in sorted(capacities.items()):
+        users = [(pair, use) for pair in pairs for use in pair.uses if use.dependency == name]
+        if not users:
+            continue
+        wanted = {(pair.host, pair.pool): pair.wants * use.per_worker for pair, use in users}
+        weights = {(pair.host, pair.pool): use.weight for pair, use in users}
+        fair = water_fill(capacity, wanted, weights)
+        for pair, use in users:
+            if pair.host != host:
+                continue
+            others = sum(other.claim * other_use.per_worker for other, other_use in users
+                         if (other.host, other.pool) != (pair.host, pair.pool))
+            intent = math.floor(fair[(pair.host, pair.pool)] / use.per_worker + _EPSILON)
+            free = math.floor(max(0.0, capacity - others) / use.per_worker + _EPSILON)
+            intents[pair.pool][name] = intent
+            grants[pair.pool][name] = max(0, min(intent, claimed.get(pair.pool, 0), free))
+    return {pool: FleetShare(pool=pool, intent=intents[pool], grant=grants[pool]) for pool in intents}
+
+
+def with_fleet_grants(cap: DependencyCap | None, pool: str, grants: Mapping[str, int]) -> DependencyCap | None:
+    """A pool's dependency cap with the global dependencies' entries replaced by the fleet's grants."""
+    caps = dict(cap.per_dependency) if cap is not None else {}
+    caps.update(grants)
+    return _cap(pool, caps) if caps else cap

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import QueueError
+from .hosts import HostInfo
 from .limits import DependencyLimit
 from .types import ClaimRequest, Deferral, DependencyStats, Job, JobState, NewJob, Outcome, Stats
 
@@ -103,7 +104,9 @@ class Backend(abc.ABC):
     def recover_expired(self, *, now: float) -> int:
         """Settle the jobs whose lease expired; return how many.
 
-        Leases of an owner that is a live process of this host are left to it.
+        Leases of an owner that is a live process of this host are left to it;
+        those of a worker of another host registered by ``heartbeat`` are left to
+        that host while it is alive, and to ``rescue_dead_hosts`` once it is dead.
         Each other job gets what its owner's ``abandon`` asked for, or is *lost*:
         runnable again in its place (priority and run_at kept) with the attempt
         counted, or dead-lettered when it had no attempts left.  Idempotent.
@@ -232,6 +235,38 @@ class Backend(abc.ABC):
         nothing left to claim.  Stores that cannot push (SQLite) do nothing here.
         """
         return lambda: None
+
+    # -- hosts of a fleet (see flexiqd.queue.hosts) -----------------------------------------
+
+    #: Whether processes on several machines may share this store (their leases are then
+    #: kept by the shared-store timing, flexiqd.queue.hosts.LeaseTiming).
+    shared_by_hosts: bool = False
+
+    def heartbeat(self, host: str, *, now: float, interval: float,
+                  report: Mapping[str, Any] | None = None) -> None:
+        """Register ``host`` (or renew it): it beat at ``now`` and beats every ``interval``
+        seconds; ``report`` (JSON-able) is what it publishes for the others.  Idempotent."""
+        raise QueueError(f"{self.url}: this store does not keep hosts")
+
+    def hosts(self, *, now: float) -> list[HostInfo]:
+        """Every registered host, by name, alive or not as of ``now``."""
+        raise QueueError(f"{self.url}: this store does not keep hosts")
+
+    def forget_host(self, host: str) -> bool:
+        """Remove ``host``'s registration (a clean shutdown); False if it was not registered."""
+        raise QueueError(f"{self.url}: this store does not keep hosts")
+
+    def rescue_dead_hosts(self, *, now: float, exclude: Sequence[str] = ()) -> dict[str, int]:
+        """Hand back the running jobs of dead hosts; return how many per host.
+
+        A job is rescued when the host of its lease owner is registered and dead
+        (``hosts.is_alive``) and its lease has expired: runnable again in its place
+        with no attempt used (like a release), or what its owner's ``abandon``
+        asked for.  Hosts in ``exclude`` (the caller's own) are left alone.  One
+        caller at a time does the work; the others return ``{}`` at once.
+        Idempotent.
+        """
+        raise QueueError(f"{self.url}: this store does not keep hosts")
 
     def close(self) -> None:
         """Release the store's resources.  Idempotent."""

@@ -24,7 +24,7 @@ import logging
 import math
 import random
 import threading
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -32,12 +32,14 @@ from psycopg.conninfo import conninfo_to_dict
 
 from ..errors import JobNotFound, QueueError, StoreUnavailable
 from .backend import Backend, EndedAttempt
+from .hosts import HostInfo, encode_report, host_info
 from .limits import (DependencyLimit, TenantCaps, deferral_delay, gcra, nearest_rank, room_left, slot_wait,
                      within_caps)
 from .owners import owner_alive_here
 from .postgres_listen import Listener, channel_of
 from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, VERSION_TABLE
-from .sqlite import COMING_DUE_LIMIT, _Endings, _row_to_job, _stats, encode_json, hold_capped, percentile
+from .sqlite import (_RECOVER_COLUMNS, COMING_DUE_LIMIT, _dead_hosts, _Endings, _left_to_rescue, _rescue,
+                     _row_to_job, _stats, encode_json, hold_capped, percentile)
 from .types import (FINISHED_STATES, RECENT_WINDOW, ClaimRequest, Deferral, DependencyStats, Job, JobState, NewJob,
                     Outcome, OutcomeKind, Stats)
 
@@ -563,6 +565,7 @@ class PostgresBackend(Backend):
                 f"SELECT {columns} FROM flexiq_jobs WHERE state = 'running' AND lease_expires < %s "
                 f"ORDER BY id FOR UPDATE SKIP LOCKED", (now,))
                 if owner_alive_here(row[3]) is not True]
+            rows = _left_to_rescue(conn, rows, "flexiq_hosts")
         else:
             rows = conn.execute(
                 f"SELECT {columns} FROM flexiq_jobs WHERE state = 'running' "
@@ -814,6 +817,50 @@ class PostgresBackend(Backend):
         listener = Listener(self._connect, [channel_of(queue) for queue in queues], wake)
         listener.start()
         return listener.stop
+
+
+    # -- hosts of a fleet (see flexiqd.queue.hosts) -----------------------------------------
+
+    shared_by_hosts = True
+
+    def heartbeat(self, host: str, *, now: float, interval: float,
+                  report: Mapping[str, Any] | None = None) -> None:
+        text = encode_report(report or {})
+        self._run("record a heartbeat", lambda conn: conn.execute(
+            "INSERT INTO flexiq_hosts AS h (name, last_beat, interval, report, registered_at) "
+            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (name) DO UPDATE SET "
+            "last_beat = excluded.last_beat, interval = excluded.interval, report = excluded.report",
+            (host, now, interval, text, now)))
+
+    def hosts(self, *, now: float) -> list[HostInfo]:
+        return self._run("list hosts", lambda conn: [host_info(*row, now=now) for row in conn.execute(
+            "SELECT name, last_beat, interval, report, registered_at FROM flexiq_hosts ORDER BY name")])
+
+    def forget_host(self, host: str) -> bool:
+        return self._run("forget a host", lambda conn: conn.execute(
+            "DELETE FROM flexiq_hosts WHERE name = %s", (host,)).rowcount > 0)
+
+    def rescue_dead_hosts(self, *, now: float, exclude: Sequence[str] = ()) -> dict[str, int]:
+        def body(conn: psycopg.Connection) -> dict[str, int]:
+            # One rescuer at a time: the others would only skip the rows it holds.
+            if not conn.execute("SELECT pg_try_advisory_xact_lock("
+                                "hashtext('flexiq rescue of ' || current_schema()))").fetchone()[0]:
+                return {}
+            dead = _dead_hosts(conn.execute("SELECT name, last_beat, interval FROM flexiq_hosts"),
+                               now, exclude)
+            if not dead:
+                return {}
+            # Rows a worker is settling or renewing right now are skipped: it is alive after all.
+            rows = conn.execute(f"SELECT {_RECOVER_COLUMNS} FROM flexiq_jobs WHERE state = 'running' "
+                                f"AND lease_expires < %s ORDER BY id FOR UPDATE SKIP LOCKED", (now,)).fetchall()
+            endings, rescued = _rescue(rows, dead, now, self._rng)
+            _apply(conn, endings)
+            if rescued:
+                ended = set(endings.ids)
+                _notify(conn, {row[5] for row in rows if row[0] in ended})
+            return rescued
+
+        return self._run("rescue the jobs of dead hosts", body)
 
 
 def probe(options: ConnectOptions, url: str) -> str:

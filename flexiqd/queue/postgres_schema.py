@@ -26,7 +26,7 @@ jobs is vacuumed at 2% dead rows instead of 20%, the small tables that are
 rewritten all day after a fixed number of dead rows.
 """
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 VERSION_TABLE = "flexiq_schema"
 
@@ -218,6 +218,18 @@ SCHEMA: tuple[str, ...] = (
     *_V2_TABLES,
 )
 
+# Hosts of a fleet (v3): each flexiqd's last heartbeat and what it reported
+# (flexiqd.queue.hosts): one small row per machine, written by that machine's daemon
+# alone, so no two hosts ever wait on one row.
+_V3_HOSTS = """CREATE TABLE flexiq_hosts (
+    name text PRIMARY KEY,
+    last_beat double precision NOT NULL,
+    interval double precision NOT NULL,
+    report text NOT NULL DEFAULT '{}',
+    registered_at double precision NOT NULL
+)"""
+SCHEMA = (*SCHEMA, _V3_HOSTS)
+
 # Statements that bring a store of the version before each key up to it, in order;
 # a new store gets SCHEMA whole.  Append, never edit: stores in the field ran them.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -230,4 +242,5 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         _V2_COMING_INDEX,
         *_V2_TABLES,
     ),
+    3: (_V3_HOSTS,),
 }

@@ -17,14 +17,15 @@ import os
 import random
 import sqlite3
 import threading
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import JobNotFound, PayloadError, QueueError, StoreUnavailable
 from .backend import Backend, EndedAttempt
 from .backoff import retry_delay
+from .hosts import HostInfo, encode_report, host_info, is_alive
 from .limits import (DependencyLimit, TenantCaps, deferral_delay, gcra, nearest_rank, room_left, slot_wait,
                      within_caps)
-from .owners import owner_alive_here
+from .owners import owner_alive_here, owner_parts, this_host
 from .sqlite_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
 from .types import (FINISHED_STATES, RECENT_WINDOW, ClaimRequest, Deferral, DependencyStats, Job, JobState,
                     NewJob, Outcome, OutcomeKind, Stats)
@@ -43,6 +44,8 @@ _DURATION_SAMPLE = 1000
 _DURATION_HORIZON = 300.0
 # Rate buckets older than this are dropped during lease recovery.
 _RATE_RETENTION = 3600
+# What recovering a running job needs to know of it (both stores, _recover and _rescue).
+_RECOVER_COLUMNS = "id, attempts, max_attempts, lease_owner, started_at, queue, tenant, lease_outcome, error"
 # Delayed jobs made due per transaction, earliest first: a million jobs due at the same
 # instant are promoted in steps of a fraction of a second, between which other writers
 # get the lock, not in one transaction that outlasts their busy timeout.
@@ -515,11 +518,12 @@ class SQLiteBackend(Backend):
         left alone: it may still be running them (a thread stuck in C), and a
         job runs again only when nothing can still be running it.
         """
-        columns = "id, attempts, max_attempts, lease_owner, started_at, queue, tenant, lease_outcome, error"
+        columns = _RECOVER_COLUMNS
         if owner is None:
             rows = [row for row in conn.execute(
                 f"SELECT {columns} FROM jobs WHERE state = 'running' AND lease_expires < ?", (now,))
                 if owner_alive_here(row[3]) is not True]
+            rows = _left_to_rescue(conn, rows, "hosts")
         else:
             rows = conn.execute(
                 f"SELECT {columns} FROM jobs WHERE state = 'running' AND lease_expires IS NOT NULL "
@@ -725,6 +729,39 @@ class SQLiteBackend(Backend):
                     return _read_stats(conn, queue, now, window, horizon)
 
 
+    # -- hosts of a fleet (one host here, kept by the same code as on PostgreSQL) ----------
+
+    def heartbeat(self, host: str, *, now: float, interval: float,
+                  report: Mapping[str, Any] | None = None) -> None:
+        text = encode_report(report or {})
+        with self._write("record a heartbeat") as conn:
+            conn.execute(
+                "INSERT INTO hosts (name, last_beat, interval, report, registered_at) VALUES (?,?,?,?,?) "
+                "ON CONFLICT (name) DO UPDATE SET last_beat = excluded.last_beat, "
+                "interval = excluded.interval, report = excluded.report",
+                (host, now, interval, text, now))
+
+    def hosts(self, *, now: float) -> list[HostInfo]:
+        with self._read("list hosts") as conn:
+            return [host_info(*row, now=now) for row in conn.execute(
+                "SELECT name, last_beat, interval, report, registered_at FROM hosts ORDER BY name")]
+
+    def forget_host(self, host: str) -> bool:
+        with self._write("forget a host") as conn:
+            return conn.execute("DELETE FROM hosts WHERE name = ?", (host,)).rowcount > 0
+
+    def rescue_dead_hosts(self, *, now: float, exclude: Sequence[str] = ()) -> dict[str, int]:
+        with self._write("rescue the jobs of dead hosts") as conn:
+            dead = _dead_hosts(conn.execute("SELECT name, last_beat, interval FROM hosts"), now, exclude)
+            if not dead:
+                return {}
+            rows = conn.execute(f"SELECT {_RECOVER_COLUMNS} FROM jobs WHERE state = 'running' "
+                                f"AND lease_expires < ?", (now,)).fetchall()
+            endings, rescued = _rescue(rows, dead, now, self._rng)
+            endings.apply(conn)
+            return rescued
+
+
 @contextlib.contextmanager
 def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
     """One write transaction, taken at once (BEGIN IMMEDIATE): never a lock upgrade."""
@@ -818,6 +855,47 @@ class _Endings:
         _free_holds(conn, self.ids, self.now, measure=measure_holds)
         for (queue, tenant), (completions, failures) in self._tallies.items():
             _bump_rate(conn, queue, tenant, int(self.now), completions=completions, failures=failures)
+
+
+def _left_to_rescue(conn: Any, rows: list, table: str) -> list:
+    """The expired leases (``_RECOVER_COLUMNS`` rows) not held by a worker of another registered
+    host: a live one recovers its own workers' jobs (it can tell whether they still run), a dead
+    one's are handed back by ``rescue_dead_hosts`` with no attempt used."""
+    others = {parts[0] for parts in (owner_parts(row[3] or "") for row in rows)
+              if parts is not None and parts[0] != this_host()}
+    if not others:
+        return rows
+    registered = {name for (name,) in conn.execute(f"SELECT name FROM {table}")}
+    return [row for row in rows if (owner_parts(row[3] or "") or ("",))[0] not in registered - {this_host()}]
+
+
+def _dead_hosts(rows: Iterable[tuple], now: float, exclude: Sequence[str]) -> set[str]:
+    """Names of the hosts in ``rows`` (name, last_beat, interval) that are dead at ``now``."""
+    return {name for name, last_beat, interval in rows
+            if name not in exclude and not is_alive(last_beat, interval, now)}
+
+
+def _rescue(rows: Iterable[tuple], dead: set[str], now: float,
+            rng: random.Random) -> tuple[_Endings, dict[str, int]]:
+    """The endings of the running jobs (``_RECOVER_COLUMNS``) whose owner's host is in ``dead``:
+    released with no attempt used (the host stopped, not the job), unless the owner's
+    ``abandon`` marked it failed; and how many per host."""
+    endings = _Endings(now)
+    rescued: dict[str, int] = {}
+    for job_id, attempts, max_attempts, owner, started_at, queue, tenant, mark, error in rows:
+        parts = owner_parts(owner or "")
+        if parts is None or parts[0] not in dead:
+            continue
+        host = parts[0]
+        if mark == OutcomeKind.FAIL.value:
+            endings.fail(job_id, attempts, max_attempts, error, queue, tenant, rng)
+            endings.record(job_id, attempts, owner, started_at, mark, error)
+        else:
+            endings.release(job_id)
+            endings.record(job_id, attempts, owner, started_at, OutcomeKind.RELEASE.value,
+                           f"host {host} stopped beating (worker {owner})")
+        rescued[host] = rescued.get(host, 0) + 1
+    return endings, rescued
 
 
 def _read_stats(conn: sqlite3.Connection, queue: str, now: float, window: float,

@@ -45,7 +45,7 @@ running jobs from ``counts``; with tenants at their cap it reads the head of eac
 other tenant's due jobs through jobs_tenant_claim.
 """
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # -- pieces of the v3 schema: a new store and the migration to v3 share their text ----------
 
@@ -173,6 +173,16 @@ _V6_TABLES = (
     "CREATE INDEX jobs_tenant_claim ON jobs(queue, tenant, priority DESC, run_at, id) "
     "WHERE state = 'queued' AND delayed = 0",
 )
+# Hosts of a fleet (v7): each flexiqd's last heartbeat and what it reported
+# (flexiqd.queue.hosts).  On SQLite there is one host, kept by the same code as on
+# PostgreSQL.
+_V7_HOSTS = """CREATE TABLE hosts (
+    name TEXT PRIMARY KEY,
+    last_beat REAL NOT NULL,
+    interval REAL NOT NULL,
+    report TEXT NOT NULL DEFAULT '{}',
+    registered_at REAL NOT NULL
+) WITHOUT ROWID"""
 
 # Statements that bring a store of the version before each key up to it, in order;
 # a new store gets SCHEMA whole.  Append, never edit: stores in the field ran them.
@@ -214,6 +224,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         *_V5_TABLES,
     ),
     6: _V6_TABLES,
+    7: (_V7_HOSTS,),
 }
 
 SCHEMA: tuple[str, ...] = (
@@ -265,4 +276,5 @@ SCHEMA: tuple[str, ...] = (
     *_V4_INDEXES,
     *_V5_TABLES,
     *_V6_TABLES,
+    _V7_HOSTS,
 )

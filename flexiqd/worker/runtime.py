@@ -21,6 +21,12 @@ thread right after the claim); a refused one goes straight back to the queue,
 deferred (``Outcome.defer``), so the slot it would have taken stays free for
 the next job.
 
+Stores shared by hosts (PostgreSQL): another host may take a job once its lease
+expired and its host stopped beating, so leases follow the heartbeat
+(``queue.hosts.shared_store_timing``: 2 x heartbeat, renewed every heartbeat / 3)
+and a ``LeaseFence`` ends the process -- tasks' processes killed -- once a job's
+lease has gone a heartbeat unconfirmed (the store unreachable or hung).
+
 Crash duplicates: a SIGKILLed worker's jobs run again, but only those it had
 started and not yet settled -- the ones running, plus the finished ones whose
 results were not committed yet.  ``_free_slots`` keeps both together at most
@@ -34,6 +40,8 @@ import collections
 import dataclasses
 import functools
 import logging
+import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping
@@ -42,12 +50,15 @@ from ..errors import QueueError
 from ..notify import Notifier, watchdog_interval
 from ..queue.api import Queue
 from ..queue.backend import Backend
+from ..queue.hosts import LeaseTiming, shared_store_timing
 from ..queue.limits import DependencyLimit, TenantCaps, limits_for
 from ..queue.types import ClaimRequest, Job, Outcome, OutcomeKind
 from .execution import INTERRUPT_GRACE, Executor, Run, timed_out_outcome
+from .exit import exit_now, kill_descendants
+from .fence import LeaseFence
 from .settings import WorkerConfig
 
-__all__ = ["EXIT_OK", "EXIT_STUCK", "EXIT_UNAVAILABLE", "Worker", "WorkerConfig"]
+__all__ = ["EXIT_FENCED", "EXIT_OK", "EXIT_STUCK", "EXIT_UNAVAILABLE", "Worker", "WorkerConfig"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +66,7 @@ log = logging.getLogger(__name__)
 EXIT_OK = 0
 EXIT_STUCK = 70       # every slot is held by a task that ignored its timeout: restart clean
 EXIT_UNAVAILABLE = 69  # the store could not be opened
+EXIT_FENCED = 75      # leases unconfirmed too long on a store shared by hosts: ended before another host may take them
 
 # Prefetch: claim ahead only about this much work, so a worker never sits on a
 # backlog another worker could start (and depth and age stay honest for the
@@ -69,6 +81,8 @@ UNSETTLED_MAX = 16
 # At exit, how long to keep trying to commit the last results: a result lost here is a job
 # run again.  Well inside the stop timeout's grace beyond the drain budget.
 FINAL_SETTLE_TIME = 3.0
+# After a fence's breach, the process ends within this even if logging blocks.
+FENCE_EXIT_GRACE = 0.2
 # How often the dependency limits are looked at again (a reload may have changed them).
 LIMITS_CHECK = 2.0
 
@@ -97,7 +111,8 @@ class Worker:
                  notifier: Notifier | None = None, clock: Callable[[], float] = time.time,
                  drain_budget: Callable[[], float] | None = None,
                  dependency_limits: Callable[[], Mapping[str, DependencyLimit]] | None = None,
-                 tenant_caps: Callable[[], TenantCaps | None] | None = None) -> None:
+                 tenant_caps: Callable[[], TenantCaps | None] | None = None,
+                 on_fence: Callable[[list[int]], None] | None = None) -> None:
         self.app = app
         self.backend = backend
         self.config = config
@@ -125,6 +140,12 @@ class Worker:
         self._stop_before_start = False
         self._paused = False
         self._last_status = 0.0
+        # On a store shared by hosts the leases follow the heartbeat, and a fence guards them.
+        self.timing = (shared_store_timing(config.heartbeat) if backend.shared_by_hosts else
+                       LeaseTiming(lease=config.lease_seconds, renew_every=config.lease_seconds / 3,
+                                   fence_after=0.0))
+        self.fence = (LeaseFence(self.timing.fence_after, on_fence or self._fenced)
+                      if backend.shared_by_hosts else None)
 
     # -- control, safe from signal handlers and other threads -------------------------------
 
@@ -172,6 +193,8 @@ class Worker:
         if self._stop_before_start:
             self._stop.set()
         helpers = [asyncio.create_task(self._renew_leases())]
+        if self.fence is not None:
+            self.fence.start()
         # New jobs wake an idle worker at once where the store can say so; polling stays.
         unsubscribe = self.backend.subscribe(self.config.queues, self._poke)
         interval = watchdog_interval()
@@ -190,6 +213,8 @@ class Worker:
             unsubscribe()
             for helper in helpers:
                 helper.cancel()
+            if self.fence is not None and not self.left_running:
+                self.fence.stop()  # nothing left that another host could take from under us
             self._store_thread.shutdown(wait=True)
         log.info("Worker %s stopped: %d done, %d failed, %d released, %d given up while running, "
                  "%d deferred for a dependency.", self.config.name, self.counters.done, self.counters.failed,
@@ -227,7 +252,7 @@ class Worker:
             if self._exchange_due(want):
                 outcomes, self._outcomes = self._outcomes, []
                 request = ClaimRequest(self.config.name, self.config.queues, want,
-                                       self.config.lease_seconds) if want > 0 else None
+                                       self.timing.lease) if want > 0 else None
                 self._settling = len(outcomes)
                 try:
                     claimed, pending = await self._store(self._exchange, outcomes, request)
@@ -276,7 +301,10 @@ class Worker:
                 log.warning("Worker %s keeps its dependency limits and tenant caps: %s", self.config.name, exc)
         if request is not None and self._caps is not None:
             request = dataclasses.replace(request, tenant_caps=self._caps)
+        sent = time.monotonic()
         _, claimed = self.backend.settle_and_claim(self.config.name, outcomes, request, now=self.clock())
+        if self.fence is not None:
+            self.fence.claimed([job.id for job in claimed], sent)
         if not self._limits or not claimed:
             return claimed, []
         admitted: list[Job] = []
@@ -301,6 +329,8 @@ class Worker:
                           refusal.dependency)
                 deferrals.append(Outcome.defer(job.id, refusal))
         self.counters.deferred += len(deferrals)
+        if self.fence is not None:
+            self.fence.drop([outcome.job_id for outcome in (*deferrals, *pending)])
         if deferrals:
             try:
                 self.backend.settle(self.config.name, deferrals, now=self.clock())
@@ -352,6 +382,8 @@ class Worker:
     def _release_buffer(self) -> None:
         released = [Outcome.release(job.id) for job in self._buffer]
         self._buffer.clear()
+        if self.fence is not None:
+            self.fence.drop([outcome.job_id for outcome in released])
         self.counters.released += len(released)
         self._add_outcomes(released)
 
@@ -382,6 +414,8 @@ class Worker:
         ran = time.monotonic() - run.began
         self._mean_run = ran if self._mean_run is None else 0.8 * self._mean_run + 0.2 * ran
         self._inflight.pop(run.job.id, None)
+        if self.fence is not None:
+            self.fence.drop([run.job.id])  # its thread is done: nothing here runs it any more
         self._count(run.job, outcome)
         self._add_outcomes([outcome])
         assert self._wake is not None
@@ -415,22 +449,37 @@ class Worker:
     # -- leases, watchdog, status -------------------------------------------------------------
 
     async def _renew_leases(self) -> None:
-        period = self.config.lease_seconds / 3
         while True:
-            await asyncio.sleep(period)
+            await asyncio.sleep(self.timing.renew_every)
             ids = list(self._inflight) + [job.id for job in self._buffer]
             if not ids:
                 continue
+            sent = time.monotonic()
             try:
                 held = await self._store(self.backend.renew, self.config.name, ids,
-                                         self.config.lease_seconds, now=self.clock())
+                                         self.timing.lease, now=self.clock())
             except QueueError as exc:
                 log.warning("Worker %s could not renew %d leases: %s", self.config.name, len(ids), exc)
                 continue
+            if self.fence is not None:
+                self.fence.confirm(held, sent)
             for lost in set(ids) - set(held):
                 if lost in self._inflight or any(job.id == lost for job in self._buffer):
                     log.warning("Worker %s lost the lease of job %d (cancelled or expired); "
                                 "its result will be dropped.", self.config.name, lost)
+
+    def _fenced(self, job_ids: list[int]) -> None:
+        """The fence's breach (on its thread): end everything before another host takes the jobs.
+
+        The processes first, and the exit bounded: a log handler blocked on a full pipe must
+        not keep this process (and its task threads) alive past the fence's margin.
+        """
+        kill_descendants()
+        threading.Timer(FENCE_EXIT_GRACE, os._exit, (EXIT_FENCED,)).start()
+        log.error("Worker %s could not renew the leases of jobs %s for %gs: the store may hand them "
+                  "to another host, so it kills its tasks and exits.", self.config.name,
+                  ", ".join(map(str, job_ids)), self.timing.fence_after)
+        exit_now(EXIT_FENCED)
 
     async def _watchdog(self, interval: float) -> None:
         while True:

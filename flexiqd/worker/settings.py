@@ -27,11 +27,15 @@ class WorkerConfig:
     # The config's tenants.<name>.max_running, passed with every claim (ClaimRequest.tenant_caps);
     # None (no config file): claims skip nothing and leave the store's caps as they are.
     tenant_caps: TenantCaps | None = None
+    # The config's heartbeat: on a store shared by hosts, the leases follow it (queue.hosts).
+    heartbeat: float = 2.0
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
         if self.lease_seconds <= 0:
             raise ValueError(f"lease_seconds must be positive, got {self.lease_seconds}")
+        if self.heartbeat <= 0:
+            raise ValueError(f"heartbeat must be positive, got {self.heartbeat}")
         if self.drain_timeout < 0:
             raise ValueError(f"drain_timeout must not be negative, got {self.drain_timeout}")

@@ -20,6 +20,7 @@ import pytest
 
 from flexiqd import Queue
 from flexiqd.queue import JobState, NewJob, open_backend
+from flexiqd.queue.postgres_schema import SCHEMA_VERSION
 from flexiqd.worker.runtime import Worker, WorkerConfig
 
 from .conftest import REPO, read_marks, wait_for
@@ -136,8 +137,6 @@ def test_check_config_connects_to_the_database_and_changes_nothing(pg_server, st
     assert done.returncode == 0, done.stderr
     assert "PostgreSQL 15" in done.stdout and "schema not created yet" in done.stdout
     open_backend(store).close()
-    from flexiqd.queue.postgres_schema import SCHEMA_VERSION
-
     assert f"schema version {SCHEMA_VERSION}" in check_config(tmp_path, store).stdout
 
 
