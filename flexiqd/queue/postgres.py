@@ -535,6 +535,11 @@ class PostgresBackend(Backend):
 
     def recover_expired(self, *, now: float) -> int:
         def body(conn: psycopg.Connection) -> int:
+            # Once per fleet: every daemon sharing the store runs this each minute; one that
+            # finds another at it leaves the work to it (its transaction sees the same rows).
+            if not conn.execute("SELECT pg_try_advisory_xact_lock("
+                                "hashtext('flexiq maintenance of ' || current_schema()))").fetchone()[0]:
+                return 0
             recovered = self._recover(conn, now, owner=None, reason="lease expired")
             _fold(conn)
             conn.execute("DELETE FROM flexiq_rates WHERE second < %s", (int(now) - _RATE_RETENTION,))

@@ -126,6 +126,24 @@ def test_recovery_and_purges_from_several_processes_at_once_handle_each_job_once
         store.close()
 
 
+def test_lease_recovery_runs_once_per_fleet_under_an_advisory_lock(pg_server):
+    import psycopg
+
+    url = pg_server.fresh_url()
+    store = open_backend(url)
+    store.enqueue([NewJob(task="t") for _ in range(3)], now=T0)
+    claim(store, "gone-host:w:1", limit=3)
+    schema = url.rsplit("search_path%3D", 1)[1]
+    with psycopg.connect(pg_server.socket_url("flexiq", schema=schema), autocommit=True) as other:
+        with other.transaction():
+            other.execute("SELECT pg_advisory_xact_lock(hashtext('flexiq maintenance of ' || current_schema()))")
+            # Another daemon is at it: this one leaves the work to it.
+            assert store.recover_expired(now=T0 + 100) == 0
+            assert store.stats("default", now=T0 + 100).running == 3
+    assert store.recover_expired(now=T0 + 100) == 3
+    store.close()
+
+
 def test_processes_opening_a_new_store_at_once_create_it_once(pg_server):
     url = pg_server.fresh_url()
     stores = run_together(4, lambda i: open_backend(url))
