@@ -378,9 +378,9 @@ class Controller:
         try:
             recovered = self.backend.recover_expired(now=now)
             purged = self.backend.purge(states=[JobState.DONE, JobState.CANCELLED],
-                                        finished_before=now - self.config.retention)
+                                        finished_before=now - self.config.retention, sweep=True)
             purged += self.backend.purge(states=[JobState.DEAD],
-                                         finished_before=now - self.config.dead_retention)
+                                         finished_before=now - self.config.dead_retention, sweep=True)
         except QueueError as exc:
             log.warning("Queue maintenance failed (it is retried in a minute): %s", exc)
             return

@@ -145,8 +145,13 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def purge(self, *, states: Sequence[JobState], finished_before: float,
-              queue: str | None = None) -> int:
-        """Delete finished jobs (in ``states``) that finished before the given time."""
+              queue: str | None = None, sweep: bool = False) -> int:
+        """Delete finished jobs (in ``states``) that finished before the given time.
+
+        ``sweep``: a periodic retention sweep, which a store shared by several
+        daemons runs once per fleet -- one that finds another sweeping returns 0
+        and leaves the work to it.  An operator's purge (``sweep=False``) always runs.
+        """
 
     @abc.abstractmethod
     def stats(self, queue: str, *, now: float, window: float = 60.0, horizon: float = 0.0) -> Stats:

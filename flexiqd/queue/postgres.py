@@ -537,8 +537,7 @@ class PostgresBackend(Backend):
         def body(conn: psycopg.Connection) -> int:
             # Once per fleet: every daemon sharing the store runs this each minute; one that
             # finds another at it leaves the work to it (its transaction sees the same rows).
-            if not conn.execute("SELECT pg_try_advisory_xact_lock("
-                                "hashtext('flexiq maintenance of ' || current_schema()))").fetchone()[0]:
+            if not _lead_maintenance(conn):
                 return 0
             recovered = self._recover(conn, now, owner=None, reason="lease expired")
             _fold(conn)
@@ -675,7 +674,7 @@ class PostgresBackend(Backend):
         return self._run("retry dead jobs", body)
 
     def purge(self, *, states: Sequence[JobState], finished_before: float,
-              queue: str | None = None) -> int:
+              queue: str | None = None, sweep: bool = False) -> int:
         wanted = []
         for state in states:
             state = JobState(state)
@@ -684,6 +683,8 @@ class PostgresBackend(Backend):
             wanted.append(state.value)
 
         def body(conn: psycopg.Connection) -> int:
+            if sweep and not _lead_maintenance(conn):
+                return 0
             names = [queue] if queue is not None else _queues(conn)
             removed = 0
             for name in names:  # one index range (queue, state, finished_at) per queue and state
@@ -926,6 +927,16 @@ def _new_row(job: NewJob, now: float) -> dict[str, Any]:
             "timeout": float(job.timeout) if job.timeout is not None else None,
             "idempotency_key": job.idempotency_key, "tenant": job.tenant or "",
             "enqueued_at": float(now)}
+
+
+def _lead_maintenance(conn: psycopg.Connection) -> bool:
+    """Whether this transaction may run the fleet's periodic sweeps; False while another does.
+
+    Every daemon sharing the store sweeps each minute; one that finds another at it
+    leaves the work to it (a transaction-scoped advisory lock, so a crash frees it).
+    """
+    return conn.execute("SELECT pg_try_advisory_xact_lock("
+                        "hashtext('flexiq maintenance of ' || current_schema()))").fetchone()[0]
 
 
 def _notify(conn: psycopg.Connection, queues: Iterable[str]) -> None:

@@ -622,7 +622,7 @@ class SQLiteBackend(Backend):
             return len(revived)
 
     def purge(self, *, states: Sequence[JobState], finished_before: float,
-              queue: str | None = None) -> int:
+              queue: str | None = None, sweep: bool = False) -> int:
         queues = [queue] if queue is not None else self.queues()
         removed = 0
         with self._write("purge finished jobs") as conn:

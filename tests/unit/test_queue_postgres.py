@@ -126,7 +126,7 @@ def test_recovery_and_purges_from_several_processes_at_once_handle_each_job_once
         store.close()
 
 
-def test_lease_recovery_runs_once_per_fleet_under_an_advisory_lock(pg_server):
+def test_the_periodic_sweeps_run_once_per_fleet_under_an_advisory_lock(pg_server):
     import psycopg
 
     url = pg_server.fresh_url()
@@ -141,6 +141,14 @@ def test_lease_recovery_runs_once_per_fleet_under_an_advisory_lock(pg_server):
             assert store.recover_expired(now=T0 + 100) == 0
             assert store.stats("default", now=T0 + 100).running == 3
     assert store.recover_expired(now=T0 + 100) == 3
+    held = claim(store, "w1", limit=3, now=T0 + 100)
+    store.settle("w1", [Outcome.ack(job.id) for job in held], now=T0 + 101)
+    with psycopg.connect(pg_server.socket_url("flexiq", schema=schema), autocommit=True) as other:
+        with other.transaction():
+            other.execute("SELECT pg_advisory_xact_lock(hashtext('flexiq maintenance of ' || current_schema()))")
+            # The retention sweep too; an operator's purge runs all the same.
+            assert store.purge(states=[JobState.DONE], finished_before=T0 + 200, sweep=True) == 0
+            assert store.purge(states=[JobState.DONE], finished_before=T0 + 200) == 3
     store.close()
 
 
