@@ -224,6 +224,13 @@ class Backend(abc.ABC):
         """
         raise QueueError(f"{self.url}: this store does not enforce dependency limits")
 
+    def admit_many(self, owner: str, requests: Sequence[tuple[int, Sequence[DependencyLimit]]], *,
+                   now: float) -> dict[int, Deferral | None]:
+        """``admit`` for each ``(job_id, dependencies)`` in turn, in one transaction where the
+        store can (one commit for a claim's batch instead of one per job); the answer per job
+        id.  All or nothing as a whole: an error admits none of them."""
+        return {job_id: self.admit(owner, job_id, limits, now=now) for job_id, limits in requests}
+
     def dependency_stats(self, dependency: str, *, now: float, window: float = 60.0) -> DependencyStats:
         """The dependency's use now and over the last ``window`` seconds (see ``DependencyStats``).
 

@@ -38,8 +38,8 @@ from .limits import (DependencyLimit, TenantCaps, deferral_delay, gcra, nearest_
 from .owners import owner_alive_here
 from .postgres_listen import Listener, channel_of
 from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, VERSION_TABLE
-from .sqlite import (_RECOVER_COLUMNS, COMING_DUE_LIMIT, _dead_hosts, _Endings, _left_to_rescue, _rescue,
-                     _row_to_job, _stats, encode_json, hold_capped, percentile)
+from .sqlite import (_RECOVER_COLUMNS, COMING_DUE_LIMIT, _dead_hosts, _distinct, _Endings, _left_to_rescue,
+                     _rescue, _row_to_job, _stats, encode_json, hold_capped, percentile)
 from .types import (FINISHED_STATES, RECENT_WINDOW, ClaimRequest, Deferral, DependencyStats, Job, JobState, NewJob,
                     Outcome, OutcomeKind, Stats)
 
@@ -759,6 +759,14 @@ class PostgresBackend(Backend):
             return None
         return self._run("admit a job to its dependencies",
                          lambda conn: _admit(conn, owner, job_id, limits, now))
+
+    def admit_many(self, owner: str, requests: Sequence[tuple[int, Sequence[DependencyLimit]]], *,
+                   now: float) -> dict[int, Deferral | None]:
+        """See ``Backend``: one transaction, so the dependencies' rows are locked once for
+        the batch and it costs one commit (a WAL flush), not one per job."""
+        return self._run("admit jobs to their dependencies", lambda conn: {
+            job_id: _admit(conn, owner, job_id, _distinct(limits), now) if limits else None
+            for job_id, limits in requests})
 
     def dependency_stats(self, dependency: str, *, now: float, window: float = 60.0) -> DependencyStats:
         if not window > 0:

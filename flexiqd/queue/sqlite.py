@@ -679,11 +679,17 @@ class SQLiteBackend(Backend):
 
     def admit(self, owner: str, job_id: int, dependencies: Sequence[DependencyLimit], *,
               now: float) -> Deferral | None:
-        limits = list({limit.name: limit for limit in dependencies}.values())
+        limits = _distinct(dependencies)
         if not limits:
             return None
         with self._write("admit a job to its dependencies") as conn:
             return _admit(conn, owner, job_id, limits, now)
+
+    def admit_many(self, owner: str, requests: Sequence[tuple[int, Sequence[DependencyLimit]]], *,
+                   now: float) -> dict[int, Deferral | None]:
+        with self._write("admit jobs to their dependencies") as conn:
+            return {job_id: _admit(conn, owner, job_id, _distinct(limits), now) if limits else None
+                    for job_id, limits in requests}
 
     def dependency_stats(self, dependency: str, *, now: float, window: float = 60.0) -> DependencyStats:
         if not window > 0:
@@ -1088,6 +1094,11 @@ def _typical_hold(conn: sqlite3.Connection, dependency: str, now: float) -> floa
         "SELECT seconds FROM dependency_hold_times WHERE dependency = ? AND ended_at >= ? "
         f"ORDER BY ended_at DESC LIMIT {_TYPICAL_HOLD_SAMPLE}", (dependency, now - _DURATION_HORIZON)))
     return nearest_rank(recent, 0.5)
+
+
+def _distinct(dependencies: Sequence[DependencyLimit]) -> list[DependencyLimit]:
+    """One limit per dependency name (the last given), in the order first named."""
+    return list({limit.name: limit for limit in dependencies}.values())
 
 
 def _admit(conn: sqlite3.Connection, owner: str, job_id: int, limits: Sequence[DependencyLimit],

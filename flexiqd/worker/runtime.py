@@ -52,7 +52,7 @@ from ..queue.api import Queue
 from ..queue.backend import Backend
 from ..queue.hosts import LeaseTiming, shared_store_timing
 from ..queue.limits import DependencyLimit, TenantCaps, limits_for
-from ..queue.types import ClaimRequest, Job, Outcome, OutcomeKind
+from ..queue.types import ClaimRequest, Deferral, Job, Outcome, OutcomeKind
 from .execution import INTERRUPT_GRACE, Executor, Run, timed_out_outcome
 from .exit import exit_now, kill_descendants
 from .fence import LeaseFence
@@ -310,18 +310,21 @@ class Worker:
         admitted: list[Job] = []
         deferrals: list[Outcome] = []
         pending: list[Outcome] = []
-        for job in claimed:
-            limits = self._limits_of(job)
-            if not limits:
-                admitted.append(job)
-                continue
+        limited = [(job, self._limits_of(job)) for job in claimed]
+        requests = [(job.id, limits) for job, limits in limited if limits]
+        refusals: dict[int, Deferral | None] = {}
+        if requests:
             try:
-                refusal = self.backend.admit(self.config.name, job.id, limits, now=self.clock())
+                # The whole batch in one transaction: one commit, not one per job.
+                refusals = self.backend.admit_many(self.config.name, requests, now=self.clock())
             except QueueError as exc:
-                log.warning("Worker %s could not admit job %d to %s (%s); handing it back.",
-                            self.config.name, job.id, ", ".join(limit.name for limit in limits), exc)
-                pending.append(Outcome.release(job.id))
-                continue
+                names = sorted({limit.name for _, limits in requests for limit in limits})
+                log.warning("Worker %s could not admit %d jobs to %s (%s); handing them back.",
+                            self.config.name, len(requests), ", ".join(names), exc)
+                pending.extend(Outcome.release(job_id) for job_id, _ in requests)
+                return [job for job, limits in limited if not limits], pending
+        for job, limits in limited:
+            refusal = refusals.get(job.id) if limits else None
             if refusal is None:
                 admitted.append(job)
             else:

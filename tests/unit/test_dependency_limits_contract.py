@@ -258,3 +258,13 @@ def test_hold_times_and_admissions_are_measured(backend):
 def test_a_dependency_nobody_used_reads_as_idle(backend):
     stats = backend.dependency_stats("never", now=T0)
     assert (stats.in_use, stats.waiting, stats.hold_p50, stats.admitted_rate) == (0, 0, None, 0)
+
+
+def test_a_claims_batch_is_admitted_in_one_call_as_one_at_a_time(backend):
+    ids = backend.enqueue([NewJob(task="t") for _ in range(5)], now=T0)
+    claim(backend, 5)
+    limit = DependencyLimit("api", concurrency=3)
+    answers = backend.admit_many("w1", [(job_id, [limit]) for job_id in ids] + [(999_999, [])], now=T0)
+    assert [answers[job_id] is None for job_id in ids] == [True, True, True, False, False]
+    assert answers[999_999] is None  # nothing to admit to
+    assert backend.dependency_stats("api", now=T0).in_use == 3

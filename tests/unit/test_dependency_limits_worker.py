@@ -69,6 +69,7 @@ def test_jobs_the_store_cannot_admit_are_handed_back_not_run(queue, monkeypatch)
         raise QueueError(f"{self.url}: this store does not enforce dependency limits")
 
     monkeypatch.setattr(SQLiteBackend, "admit", refuse)
+    monkeypatch.setattr(SQLiteBackend, "admit_many", refuse)
     started = time.monotonic()
     worker, _, code = run_until(queue, lambda: time.monotonic() - started > 0.5, config=config)
     assert code == 0 and ran == []
