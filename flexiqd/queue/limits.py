@@ -122,6 +122,42 @@ def gcra(tat: float | None, now: float, rate: float, burst: int) -> tuple[float 
 
 # -- concurrency ---------------------------------------------------------------------------
 
+def plan_admissions(requests: Sequence[tuple[int, Sequence[DependencyLimit]]], in_use: Mapping[str, int],
+                    tats: Mapping[str, float | None], now: float,
+                    ) -> tuple[dict[int, list[tuple[str, float | None]] | None], dict[str, float | None]]:
+    """Which of a batch of jobs enter their dependencies, in order, each all or nothing.
+
+    ``in_use``: live holds per dependency before the batch; ``tats``: each rate's stored
+    theoretical arrival time.  Returns, per job id, None (admitted) or what refused it --
+    ``(dependency, wait)`` with the rate's exact wait, or None for a full concurrency
+    (the caller estimates that wait from the holds) -- and the rates' new tats.  Pure:
+    a store reads the state once, plans the batch, and writes the outcome once.
+    """
+    using, rates = dict(in_use), dict(tats)
+    plan: dict[int, list[tuple[str, float | None]] | None] = {}
+    for job_id, limits in requests:
+        refused: list[tuple[str, float | None]] = []
+        started: dict[str, float] = {}
+        for limit in limits:
+            if limit.concurrency is not None and using.get(limit.name, 0) >= limit.concurrency:
+                refused.append((limit.name, None))
+            if limit.rate is not None:
+                tat, wait = gcra(rates.get(limit.name), now, limit.rate, limit.effective_burst)
+                if tat is None:
+                    refused.append((limit.name, wait))
+                else:
+                    started[limit.name] = tat
+        if refused:
+            plan[job_id] = refused
+            continue
+        plan[job_id] = None
+        for limit in limits:
+            if limit.concurrency is not None:
+                using[limit.name] = using.get(limit.name, 0) + 1
+        rates.update(started)
+    return plan, rates
+
+
 def slot_wait(hold_ages: Sequence[float], typical_hold: float | None) -> float:
     """Seconds until a full dependency is likely to have a free slot.
 

@@ -19,6 +19,7 @@ jobs due notifies the channel of their queue (see postgres_listen.py).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import math
@@ -33,8 +34,8 @@ from psycopg.conninfo import conninfo_to_dict
 from ..errors import JobNotFound, QueueError, StoreUnavailable
 from .backend import Backend, EndedAttempt
 from .hosts import HostInfo, encode_report, host_info
-from .limits import (DependencyLimit, TenantCaps, deferral_delay, gcra, nearest_rank, room_left, slot_wait,
-                     within_caps)
+from .limits import (DependencyLimit, TenantCaps, deferral_delay, nearest_rank, plan_admissions, room_left,
+                     slot_wait, within_caps)
 from .owners import owner_alive_here
 from .postgres_listen import Listener, channel_of
 from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, VERSION_TABLE
@@ -107,6 +108,8 @@ _HOLD_TIMES_RETENTION = 600.0
 # The holds that count: of a job still running leased to the owner that took the hold.
 _LIVE_HOLDS = ("SELECT h.since FROM flexiq_dependency_holds h JOIN flexiq_jobs j ON j.id = h.job_id "
                "WHERE h.dependency = %s AND j.state = 'running' AND j.lease_owner = h.owner")
+_LIVE_HOLDS_OF = ("SELECT h.dependency, h.since FROM flexiq_dependency_holds h JOIN flexiq_jobs j ON j.id = h.job_id "
+                  "WHERE h.dependency = ANY(%s) AND j.state = 'running' AND j.lease_owner = h.owner")
 
 # Tenants at most whose heads a capped claim reads (see sqlite._HEADS_MAX).
 _HEADS_MAX = 64
@@ -750,23 +753,18 @@ class PostgresBackend(Backend):
 
     def admit(self, owner: str, job_id: int, dependencies: Sequence[DependencyLimit], *,
               now: float) -> Deferral | None:
-        """See ``Backend``.  The dependencies' rows are locked (FOR UPDATE, in name order, so
-        two admissions never wait on each other crosswise) for the rest of the transaction:
-        admissions to one dependency from every host take turns, each counting the holds
-        the ones before it committed."""
-        limits = list({limit.name: limit for limit in dependencies}.values())
-        if not limits:
-            return None
-        return self._run("admit a job to its dependencies",
-                         lambda conn: _admit(conn, owner, job_id, limits, now))
+        """See ``Backend``: ``admit_many`` of one job."""
+        return self.admit_many(owner, [(job_id, dependencies)], now=now)[job_id]
 
     def admit_many(self, owner: str, requests: Sequence[tuple[int, Sequence[DependencyLimit]]], *,
                    now: float) -> dict[int, Deferral | None]:
-        """See ``Backend``: one transaction, so the dependencies' rows are locked once for
-        the batch and it costs one commit (a WAL flush), not one per job."""
-        return self._run("admit jobs to their dependencies", lambda conn: {
-            job_id: _admit(conn, owner, job_id, _distinct(limits), now) if limits else None
-            for job_id, limits in requests})
+        """See ``Backend``: one transaction, set-based (``_admit_many``).  The dependencies'
+        rows are locked (FOR UPDATE, in name order, so two admissions never wait on each
+        other crosswise): admissions to one dependency from every host take turns, each
+        counting the holds the ones before it committed."""
+        if not any(dependencies for _, dependencies in requests):
+            return {job_id: None for job_id, _ in requests}
+        return self._run("admit jobs to their dependencies", lambda conn: _admit_many(conn, owner, requests, now))
 
     def dependency_stats(self, dependency: str, *, now: float, window: float = 60.0) -> DependencyStats:
         if not window > 0:
@@ -1129,58 +1127,76 @@ def _typical_hold(conn: psycopg.Connection, dependency: str, now: float) -> floa
     return nearest_rank(recent, 0.5)
 
 
-def _admit(conn: psycopg.Connection, owner: str, job_id: int, limits: Sequence[DependencyLimit],
-           now: float) -> Deferral | None:
-    """``Backend.admit`` inside one transaction (see sqlite._admit for the same steps)."""
-    # FOR SHARE: the job cannot end (settle, recovery, cancel) until this admission commits,
+def _admit_many(conn: psycopg.Connection, owner: str, requests: Sequence[tuple[int, Sequence[DependencyLimit]]],
+                now: float) -> dict[int, Deferral | None]:
+    """``Backend.admit_many`` inside one transaction, set-based: the state is read once for
+    the batch (the jobs, their holds, each dependency's row, its live holds), the batch is
+    planned (``limits.plan_admissions``) and the outcome written in a few statements, so the
+    dependencies' rows stay locked for a few round trips, not for a round trip per job."""
+    answers: dict[int, Deferral | None] = {}
+    ids = [job_id for job_id, _ in requests]
+    # FOR SHARE: a job cannot end (settle, recovery, cancel) until this admission commits,
     # so a hold is never taken for an attempt that already ended.
-    if conn.execute("SELECT 1 FROM flexiq_jobs WHERE id = %s AND state = 'running' AND lease_owner = %s "
-                    "FOR SHARE", (job_id, owner)).fetchone() is None:
-        return Deferral(limits[0].name, 0.0)
-    if conn.execute("SELECT 1 FROM flexiq_dependency_holds WHERE job_id = %s AND owner = %s LIMIT 1",
-                    (job_id, owner)).fetchone() is not None:
-        return None  # admitted before: idempotent
-    names = sorted(limit.name for limit in limits)
+    live = {row[0] for row in conn.execute(
+        "SELECT id FROM flexiq_jobs WHERE id = ANY(%s) AND state = 'running' AND lease_owner = %s "
+        "ORDER BY id FOR SHARE", (ids, owner))}
+    held = {row[0] for row in conn.execute(
+        "SELECT DISTINCT job_id FROM flexiq_dependency_holds WHERE job_id = ANY(%s) AND owner = %s", (ids, owner))}
+    todo: list[tuple[int, list[DependencyLimit]]] = []
+    for job_id, dependencies in requests:
+        limits = _distinct(dependencies)
+        if not limits or job_id in held:
+            answers[job_id] = None  # nothing to enter, or admitted before: idempotent
+        elif job_id not in live:
+            answers[job_id] = Deferral(limits[0].name, 0.0)
+        else:
+            todo.append((job_id, limits))
+    if not todo:
+        return answers
+    names = sorted({limit.name for _, limits in todo for limit in limits})
     conn.execute("INSERT INTO flexiq_dependencies (dependency) SELECT unnest(%s::text[]) ORDER BY 1 "
                  "ON CONFLICT (dependency) DO NOTHING", (names,))
-    # The lock that makes admissions take turns.  In READ COMMITTED each statement after it
-    # sees what the previous holder of the lock committed.
+    # The lock that makes admissions from every host take turns (in name order: never
+    # crosswise).  In READ COMMITTED each statement after it sees what the previous holder
+    # of the lock committed.
     tats = dict(conn.execute("SELECT dependency, tat FROM flexiq_dependencies WHERE dependency = ANY(%s) "
                              "ORDER BY dependency FOR UPDATE", (names,)).fetchall())
-    refusals: list[Deferral] = []
-    new_tats: dict[str, float] = {}
-    for limit in limits:
+    ages: dict[str, list[float]] = {name: [] for name in names}
+    for name, since in conn.execute(_LIVE_HOLDS_OF, (names,)):
+        ages[name].append(now - since)
+    plan, new_tats = plan_admissions(todo, {name: len(held_for) for name, held_for in ages.items()}, tats, now)
+    typical: dict[str, float | None] = {}
+    holds: list[tuple[str, int, str, float]] = []
+    admitted: collections.Counter = collections.Counter()
+    deferred: collections.Counter = collections.Counter()
+    for job_id, limits in todo:
+        refused = plan[job_id]
+        if refused is None:
+            answers[job_id] = None
+            holds += [(limit.name, job_id, owner, now) for limit in limits if limit.concurrency is not None]
+            admitted.update(limit.name for limit in limits)
+            continue
         waits = []
-        if limit.concurrency is not None:
-            ages = [now - since for (since,) in conn.execute(_LIVE_HOLDS, (limit.name,))]
-            if len(ages) >= limit.concurrency:
-                waits.append(slot_wait(ages, _typical_hold(conn, limit.name, now)))
-        if limit.rate is not None:
-            tat, wait = gcra(tats.get(limit.name), now, limit.rate, limit.effective_burst)
-            if tat is None:
-                waits.append(wait)
-            else:
-                new_tats[limit.name] = tat
-        if waits:
-            refusals.append(Deferral(limit.name, max(waits)))
-    second = int(now)
-    if refusals:
-        refusal = max(refusals, key=lambda r: r.wait)
-        _bump_dependency(conn, refusal.dependency, second, deferred=1)
-        return refusal
-    cursor = conn.cursor()
-    holds = [(limit.name, job_id, owner, now) for limit in limits if limit.concurrency is not None]
+        for name, wait in refused:
+            if wait is None:  # a full concurrency: when a slot is likely to free up
+                if name not in typical:
+                    typical[name] = _typical_hold(conn, name, now)
+                wait = slot_wait(ages[name], typical[name])
+            waits.append(Deferral(name, wait))
+        answers[job_id] = refusal = max(waits, key=lambda r: r.wait)
+        deferred[refusal.dependency] += 1
     if holds:
-        cursor.executemany(
-            "INSERT INTO flexiq_dependency_holds (dependency, job_id, owner, since) VALUES (%s, %s, %s, %s) "
+        conn.execute(
+            "INSERT INTO flexiq_dependency_holds (dependency, job_id, owner, since) "
+            "SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::float8[]) "
             "ON CONFLICT (dependency, job_id) DO UPDATE SET owner = excluded.owner, since = excluded.since",
-            holds)
-    if new_tats:
-        cursor.executemany("UPDATE flexiq_dependencies SET tat = %s WHERE dependency = %s",
-                           [(tat, name) for name, tat in new_tats.items()])
+            [list(column) for column in zip(*holds)])
     for name in names:
-        _bump_dependency(conn, name, second, admitted=1)
-    return None
+        if new_tats.get(name) != tats.get(name):
+            conn.execute("UPDATE flexiq_dependencies SET tat = %s WHERE dependency = %s", (new_tats[name], name))
+        if admitted[name] or deferred[name]:
+            _bump_dependency(conn, name, int(now), admitted=admitted[name], deferred=deferred[name])
+    return answers
 
 
 def _dependency_stats(conn: psycopg.Connection, dependency: str, now: float, window: float) -> DependencyStats:

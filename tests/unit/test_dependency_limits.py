@@ -107,3 +107,26 @@ def test_deferral_delay_spreads_refused_jobs_after_their_wait():
     assert min(delays) >= 1.0 and max(delays) <= 1.5
     assert max(delays) - min(delays) > 0.4  # spread, not one instant
     assert all(deferral_delay(0.0, rng) >= MIN_WAIT for _ in range(50))
+
+
+def test_a_batch_is_planned_in_order_each_job_all_or_nothing():
+    from flexiqd.queue.limits import plan_admissions
+
+    api = DependencyLimit("api", concurrency=2)
+    sms = DependencyLimit("sms", rate=1.0, burst=1)
+    plan, tats = plan_admissions([(1, [api]), (2, [api, sms]), (3, [api, sms]), (4, [api])],
+                                 {"api": 0}, {"sms": None}, 100.0)
+    assert plan[1] is None and plan[2] is None  # two slots, one start of sms
+    assert plan[3] == [("api", None), ("sms", 1.0)]  # both full: the rate says how long, exactly
+    assert plan[4] == [("api", None)]
+    assert tats == {"sms": 101.0}
+
+
+def test_a_refused_job_takes_nothing_from_the_batch():
+    from flexiqd.queue.limits import plan_admissions
+
+    api = DependencyLimit("api", concurrency=1)
+    sms = DependencyLimit("sms", rate=1.0, burst=1)
+    # Job 1 wants both, sms is free but api is full: it takes no start of sms, so job 2 gets it.
+    plan, tats = plan_admissions([(1, [api, sms]), (2, [sms])], {"api": 1}, {}, 50.0)
+    assert plan[1] == [("api", None)] and plan[2] is None and tats == {"sms": 51.0}
