@@ -53,7 +53,7 @@ LIBS = ("flexiqd", "flexiqd-capped", "procrastinate", "pgqueuer")
 # flexiqd again, its tasks using a dependency with a fleet-wide concurrency limit set above
 # every slot (so it never binds): what the admission itself costs.
 CAPPED = "flexiqd-capped"
-CAP_LIMIT = 64  # >= 16 processes x 4 slots
+CAP_LIMIT = 100_000  # above every job the workers can hold, prefetched ones included
 CAP_CONFIG = f"dependencies:\n  bench_dep:\n    capacity: 100000\n    limit: {{concurrency: {CAP_LIMIT}}}\n"
 SHAPES = ("noop", "sleep10")
 SHAPE_LABELS = {"noop": "no-op jobs", "sleep10": "10 ms jobs (`time.sleep`)"}
