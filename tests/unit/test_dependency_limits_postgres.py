@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import importlib.util
 import pathlib
-import threading
 
 import pytest
 
 from flexiqd.queue import ClaimRequest, NewJob, Outcome, open_backend
 from flexiqd.queue.limits import DependencyLimit
 from pg_server import in_ci
+
+from test_queue_postgres import run_together
 
 try:
     import psycopg
@@ -125,28 +126,6 @@ def test_a_version_1_store_is_migrated_to_the_shape_of_a_new_one(pg_server):
 
 # -- many connections at once ----------------------------------------------------------------
 
-def _together(n, action):
-    """Run ``action(i)`` in ``n`` threads released at once; return their results in order."""
-    barrier = threading.Barrier(n)
-    results: list = [None] * n
-    errors: list = []
-
-    def run(i):
-        try:
-            barrier.wait()
-            results[i] = action(i)
-        except BaseException as exc:  # reported below, in the test's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors
-    return results
-
-
 def test_admissions_from_many_connections_at_once_never_exceed_a_concurrency_limit(pg_server):
     url = pg_server.fresh_url()
     stores = [open_backend(url) for _ in range(6)]
@@ -157,7 +136,7 @@ def test_admissions_from_many_connections_at_once_never_exceed_a_concurrency_lim
     def admit_all(i):
         return [job.id for job in held[i] if stores[i].admit(f"w{i}", job.id, [limit], now=T0) is None]
 
-    admitted = [job_id for ids in _together(6, admit_all) for job_id in ids]
+    admitted = [job_id for ids in run_together(6, admit_all) for job_id in ids]
     assert len(admitted) == 4
     assert stores[0].dependency_stats("db", now=T0).in_use == 4
 
@@ -175,7 +154,7 @@ def test_admissions_from_many_connections_at_once_never_exceed_a_concurrency_lim
             assert stores[i].dependency_stats("db", now=now).in_use <= 4
         return len(inside)
 
-    _together(6, churn)
+    run_together(6, churn)
     assert stores[0].dependency_stats("db", now=T0 + 30).in_use <= 4
     for store in stores:
         store.close()
@@ -191,6 +170,6 @@ def test_admissions_from_many_connections_at_once_never_exceed_a_rate(pg_server)
     def admit_all(i):
         return sum(stores[i].admit(f"w{i}", job.id, [limit], now=T0) is None for job in held[i])
 
-    assert sum(_together(6, admit_all)) == 5  # the burst, and not one start more
+    assert sum(run_together(6, admit_all)) == 5  # the burst, and not one start more
     for store in stores:
         store.close()

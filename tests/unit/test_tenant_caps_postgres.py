@@ -16,7 +16,7 @@ except ImportError:  # no psycopg: skipped on a laptop, a failure in CI
         raise
     pytest.skip("psycopg 3 is not installed", allow_module_level=True)
 
-from test_dependency_limits_postgres import _together
+from test_queue_postgres import run_together
 
 T0 = 1_700_000_000.0
 CAPS = TenantCaps({"acme": 3, "*": 5})
@@ -41,7 +41,7 @@ def test_claims_from_many_connections_at_once_never_exceed_a_tenants_cap(pg_serv
             assert stats.tenants["globex"].running <= 5
         return held
 
-    _together(6, work)
+    run_together(6, work)
     stats = stores[0].stats("default", now=T0 + 20)
     assert (stats.tenants["acme"].running, stats.tenants["globex"].running) == (3, 5)
     assert stats.held_by_tenant_cap > 0
