@@ -7,6 +7,8 @@ from typing import Mapping
 
 from ..fleet.base import Credential, WorkerSpec
 from ..policy.config import Dependency, PoolPolicy
+from ..policy.fleet import PoolInput
+from ..policy.types import History, Observation
 from ..queue.limits import DependencyLimit, TenantCaps
 
 DEFAULT_CONFIG_PATH = "/etc/flexiqd/flexiqd.yaml"
@@ -42,6 +44,12 @@ class PoolConfig:
     cpu_weight: int | None
     batch_size: int | None = None
     credentials: tuple[Credential, ...] = ()
+
+    def decision_input(self, observation: Observation, history: History | None,
+                       fleet_grants: Mapping[str, int] | None = None) -> PoolInput:
+        """This pool's arguments to ``policy.decide_fleet``."""
+        return PoolInput(observation=observation, policy=self.policy, history=history, kind=self.policy_kind,
+                         flexiq=self.flexiq, fleet_grants=fleet_grants)
 
     def worker_spec(self, store_url: str) -> WorkerSpec:
         return WorkerSpec(pool=self.name, app=self.app, queues=self.queues,

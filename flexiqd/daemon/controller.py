@@ -2,7 +2,7 @@
 
     observe: fleet.list -> recover orphaned leases -> queue stats -> first claims
              -> one Observation per pool
-    decide:  decide_pools (every policy, every cap) -> operators' overrides
+    decide:  policy.decide_fleet (every pool, every policy, every cap) -> operators' overrides
     apply:   fleet.start/stop -> hold paused pools paused
 
 systemd (or the process fleet) is asked every tick which workers exist; the
@@ -29,8 +29,9 @@ from ..config.runtime import write_paused_pools
 from ..errors import ControlError, FleetError, QueueError
 from ..fleet.base import Fleet, WorkerInfo, WorkerState, instance_name, parse_instance
 from ..logs import MessageId, journal
-from ..policy import CapValue, Decision, History, Observation, PoolMetrics
+from ..policy import CapValue, Decision, History, Observation, PoolMetrics, decide_fleet, decision_line
 from ..policy.economics import lead_time, start_cost_or_default
+from ..policy.history import entered_by_others
 from ..policy.types import DependencyObservation
 from ..queue.backend import Backend
 from ..queue.owners import owner_parts, process_exists, this_host
@@ -38,7 +39,6 @@ from ..queue.types import JobState
 from .events import EventLog
 from .intent import HistoryFile, IntentFile
 from .overrides import Override, apply_override
-from .scaling import combine_metrics, decide_pools, decision_line, entered_by_others
 from .startcost import StartCost, StartCosts
 
 log = logging.getLogger(__name__)
@@ -185,8 +185,7 @@ class Controller:
         seen = self._observe(now)
         if seen is None:
             return {}
-        decided = decide_pools(self.config, seen.observations, self.histories, now,
-                               self._fleet_caps(seen.observations, now))
+        decided = self.decide(seen.observations, now)
         decisions = {name: self._steer(decision, now) for name, decision in decided.items()}
         for name, decision in decisions.items():
             self._note_binding_cap(decision, seen.observations[name])
@@ -196,6 +195,13 @@ class Controller:
         self._save_histories(now, force=any(d.changed for d in decisions.values()))
         self._fleet_report = self._report(decided, seen)
         return decisions
+
+    def decide(self, observations: dict[str, Observation], now: float) -> dict[str, Decision]:
+        """The policy's decision for every observed pool (before operators' overrides)."""
+        grants = self._fleet_caps(observations, now) or {}
+        inputs = [pool.decision_input(observations[name], self.histories.get(name), grants.get(name))
+                  for name, pool in self.config.pools.items() if name in observations]
+        return decide_fleet(inputs, list(self.config.dependencies.values()), now)
 
     # -- the fleet's global caps (see daemon.hosts) --------------------------------------------
 
@@ -404,7 +410,7 @@ class Controller:
     def _metrics(self, pool: PoolConfig, stats: list | None, workers: list[WorkerInfo], now: float):
         if stats is None:
             return None
-        metrics = combine_metrics(stats)
+        metrics = PoolMetrics.from_queues(stats)
         latencies = self._dependency_latencies(pool, now)
         if latencies:
             metrics = dataclasses.replace(metrics, dependencies=latencies)

@@ -12,8 +12,9 @@ Typical use, once per tick and pool::
     history = decision.history                                    # keep for the next tick
     log.info("%s", decision.line())
 
-With dependencies shared between pools, ``decide_fleet`` decides every pool at
-once.  No I/O, no clock reads, no logging; standard library only.
+``decide_fleet`` decides every pool at once -- sharing the dependencies, the
+fleet's global caps and the starts a dependency allows -- and is what the
+daemon and the simulator run.  No I/O, no clock reads, no logging; standard library only.
 """
 
 from .config import (
@@ -26,8 +27,9 @@ from .config import (
     Targets,
     pool_policy_from_mapping,
 )
-from .decide import PoolInput, decide, decide_fleet
+from .decide import decide
 from .errors import PolicyConfigError
+from .fleet import FLEXIQ, FLEXIQD, PoolInput, decide_fleet, decision_line
 from .flexiq_compat import (
     FlexiqResult,
     compute_desired_workers,
@@ -48,6 +50,6 @@ __all__ = [
     "DependencyUse", "FlexiqResult", "History", "KneeConfig", "Observation",
     "PolicyConfigError", "PoolDemand", "PoolInput", "PoolMetrics", "PoolPolicy", "RateLimit",
     "SignalRecommendation", "Targets", "compute_desired_workers",
-    "decide", "decide_fleet", "pool_policy_from_mapping",
+    "FLEXIQ", "FLEXIQD", "decide", "decide_fleet", "decision_line", "pool_policy_from_mapping",
     "share_dependencies", "water_fill",
 ]

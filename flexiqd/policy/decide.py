@@ -39,13 +39,12 @@ Pure: no clock, no I/O, no logging; the same arguments give the same Decision.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Sequence
 
-from .caps import apply_caps, cap_reason, collect_caps, starting_allowance, tightest
-from .config import Dependency, PoolPolicy
+from .caps import apply_caps, cap_reason, collect_caps, tightest
+from .config import PoolPolicy
 from .economics import down_hold, reversal, start_cost
 from .knee import update_knee
-from .sharing import DependencyCap, PoolDemand, share_dependencies
+from .sharing import DependencyCap
 from .signals import mean_running, record_load, recommend_all, signal_inputs, sustained_need
 from .smoothing import rate_limit, record, record_change, stabilize
 from .types import CapValue, Decision, History, LoadSample, Observation, SignalRecommendation, TimedCount
@@ -72,16 +71,7 @@ NOISY_SIGNALS = frozenset({"util", "cpu", "saturation", "depth"})
 
 
 @dataclass(frozen=True, kw_only=True)
-class PoolInput:
-    """One pool's arguments to ``decide_fleet``."""
-
-    observation: Observation
-    policy: PoolPolicy
-    history: History | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class _Combined:
+class Combined:
     """Stages 1-2 of one pool: enough to state its demand on shared dependencies."""
 
     obs: Observation
@@ -115,54 +105,11 @@ def decide(
     """
     history = history or History()
     if observation.metrics is None:
-        return _hold(observation, policy, history)
-    return _finish(_combine(observation, policy, history, now), dependency_cap)
+        return hold(observation, policy, history)
+    return finish(combine_signals(observation, policy, history, now), dependency_cap)
 
 
-def decide_fleet(pools: Sequence[PoolInput], dependencies: Sequence[Dependency], now: float) -> dict[str, Decision]:
-    """Decide every pool at once, sharing the declared ``dependencies`` between them.
-
-    Each pool's demand (its combined recommendation, or its current count if
-    higher, within its bounds) is shared out by ``share_dependencies``; pools
-    whose metrics failed are held, and what their workers use is taken off the
-    top before the others share the rest.  Returns the decisions keyed by
-    pool name.
-    """
-    combined: dict[str, _Combined] = {}
-    demands, held = [], []
-    for item in pools:
-        pool = item.observation.pool
-        if item.observation.metrics is None:
-            held.append(PoolDemand(pool=pool, workers=item.observation.current, uses=item.policy.dependencies))
-        else:
-            combined[pool] = _combine(item.observation, item.policy, item.history or History(), now)
-            demands.append(PoolDemand(pool=pool, workers=combined[pool].demand, uses=item.policy.dependencies))
-    caps = share_dependencies(dependencies, demands, held)
-    bursts = {dep.name: dep.start_burst for dep in dependencies}
-    starting = {name: 0 for name in bursts}
-    for item in pools:
-        for use in item.policy.dependencies:
-            if use.dependency in starting:
-                starting[use.dependency] += item.observation.starting
-    granted = {name: 0 for name in bursts}
-    decisions = {}
-    for item in pools:
-        pool = item.observation.pool
-        if pool in combined:
-            used = [use.dependency for use in item.policy.dependencies if use.dependency in bursts]
-            allowances = tuple(
-                (name, starting_allowance(bursts[name], starting[name], granted[name])) for name in used
-            )
-            decisions[pool] = _finish(combined[pool], caps.get(pool), allowances)
-            added = max(0, decisions[pool].desired - item.observation.current)
-            for name in used:
-                granted[name] += added
-        else:
-            decisions[pool] = _hold(item.observation, item.policy, item.history or History())
-    return decisions
-
-
-def _combine(obs: Observation, policy: PoolPolicy, history: History, now: float) -> _Combined:
+def combine_signals(obs: Observation, policy: PoolPolicy, history: History, now: float) -> Combined:
     """Stages 1 and 2: signals, the largest wins."""
     assert obs.metrics is not None
     load = record_load(history.load, now, obs)
@@ -172,7 +119,7 @@ def _combine(obs: Observation, policy: PoolPolicy, history: History, now: float)
     inputs = signal_inputs(obs, policy, load)
     recommendations = recommend_all(inputs)
     raw, winner = combine(recommendations)
-    return _Combined(
+    return Combined(
         obs=obs, policy=policy, history=history, now=now, recommendations=recommendations, winner=winner, raw=raw,
         sustained=sustained_need(inputs, raw),
     )
@@ -218,8 +165,8 @@ def floor_for(obs: Observation, policy: PoolPolicy) -> int:
     return max(policy.floor, 1 if busy else 0)
 
 
-def _finish(
-    stage: _Combined, dependency_cap: DependencyCap | None, start_allowances: tuple[tuple[str, int], ...] = ()
+def finish(
+    stage: Combined, dependency_cap: DependencyCap | None, start_allowances: tuple[tuple[str, int], ...] = ()
 ) -> Decision:
     """Stages 3 to 5: cap, smooth, clamp; then the reason and the next history."""
     obs, policy, history, now = stage.obs, stage.policy, stage.history, stage.now
@@ -296,7 +243,7 @@ class _Outcome:
     floor: int
 
 
-def _explain(stage: _Combined, out: _Outcome) -> tuple[str, str]:
+def _explain(stage: Combined, out: _Outcome) -> tuple[str, str]:
     """The reason token and sentence, from the last stage that changed the count.
 
     The sentence starts with what the winning signal saw, then says which
@@ -346,7 +293,7 @@ _SIGNAL_TOKENS = {
 }
 
 
-def _hold(obs: Observation, policy: PoolPolicy, history: History) -> Decision:
+def hold(obs: Observation, policy: PoolPolicy, history: History) -> Decision:
     """A failed metrics read: keep the current count (within the configured bounds), record nothing."""
     desired = min(max(obs.current, policy.floor), policy.max_workers)
     return Decision(

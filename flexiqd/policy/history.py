@@ -10,12 +10,13 @@ decided it, so windows and rate limits account for it.  Pure.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Mapping
 
 from .config import PoolPolicy
 from .economics import LONGEST_HOLD
 from .smoothing import record, record_change
-from .types import History, KneeState, LoadSample, ScaleChange, ThroughputSample, TimedCount
+from .types import Decision, History, KneeState, LoadSample, ScaleChange, ThroughputSample, TimedCount
 
 
 def history_to_dict(history: History) -> dict[str, Any]:
@@ -65,3 +66,11 @@ def with_external_change(history: History | None, policy: PoolPolicy, now: float
         load=history.load,
         knee=history.knee,
     )
+
+
+def entered_by_others(decision: Decision, before: History | None, policy: PoolPolicy, now: float,
+                      workers: int) -> History:
+    """The history after the pool went to ``workers`` by an operator's hand (or by being created),
+    not by the policy's: its change replaces the one ``decision`` would have recorded."""
+    base = replace(decision.history, changes=before.changes if before else ())
+    return with_external_change(base, policy, now, decision.current, workers)

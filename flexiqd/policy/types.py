@@ -7,7 +7,7 @@ to the next call; nothing here is mutated or remembered between calls.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,6 +94,32 @@ class PoolMetrics:
             recent_completions=getattr(stats, "recent_completions", 0),
             recent_window=getattr(stats, "recent_window", None),
         )
+
+    @classmethod
+    def from_queues(cls, per_queue: Sequence[Any]) -> "PoolMetrics":
+        """One pool's metrics from the ``Stats`` of each queue it serves.
+
+        Counts and rates add up; the rate window and the duration percentiles
+        are the busiest queue's (the one completing most), p99 the longest of
+        any; the running jobs' mean age is weighted by their count.
+        """
+        if len(per_queue) == 1:
+            return cls.from_queue_stats(per_queue[0])
+        busiest = max(per_queue, key=lambda s: s.completion_rate)
+        ages = [(s.running_age_mean, s.running) for s in per_queue if s.running_age_mean is not None]
+        running = sum(n for _, n in ages)
+        return cls(
+            runnable_depth=sum(s.runnable for s in per_queue), running=sum(s.running for s in per_queue),
+            oldest_runnable_age=max(s.oldest_runnable_age for s in per_queue),
+            arrival_rate=sum(s.arrival_rate for s in per_queue),
+            completion_rate=sum(s.completion_rate for s in per_queue), rate_window=busiest.window,
+            duration_p50=busiest.duration_p50, duration_p95=busiest.duration_p95,
+            duration_p99=max((s.duration_p99 for s in per_queue if s.duration_p99 is not None), default=None),
+            coming_due=sum(s.coming_due for s in per_queue),
+            coming_due_within=min(s.coming_due_within for s in per_queue),
+            running_age_mean=sum(a * n for a, n in ages) / running if running else None,
+            recent_duration_p50=busiest.recent_duration_p50, recent_completions=busiest.recent_completions,
+            recent_window=busiest.recent_window)
 
     @property
     def time_to_drain(self) -> float | None:

@@ -15,7 +15,8 @@ stands for, taken from that system's documented defaults:
   (one unclamped history, not seeded), "pending" including delayed jobs,
   draining workers counted as live and stopped again (killed), SIGKILL 35 s
   after SIGTERM, killed jobs back after its 37.7 s orphan timeout;
-- ``flexiqd``: ``flexiqd.policy.decide_fleet`` with the default policy (age
+- ``flexiqd``: ``flexiqd.policy.decide_fleet``, the daemon's one decision
+  path, with the default policy (age
   target from the trace, the trace's dependency declared when it is
   declarable), idle workers drained first, in-flight jobs released at the
   stop timeout and runnable again at once.

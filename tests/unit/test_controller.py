@@ -489,11 +489,11 @@ def test_a_pin_that_holds_the_count_records_no_change_the_policy_wanted(backend,
 
 
 def test_a_new_pools_first_workers_enter_its_history_as_its_creation(backend, tmp_path, monkeypatch):
-    import flexiqd.daemon.scaling as scaling
+    import flexiqd.policy.history as history
 
     entered = []
-    original = scaling.with_external_change
-    monkeypatch.setattr(scaling, "with_external_change",
+    original = history.with_external_change
+    monkeypatch.setattr(history, "with_external_change",
                         lambda history, policy, now, current, workers: entered.append((current, workers))
                         or original(history, policy, now, current, workers))
     controller, fleet, clock = _history_controller(backend, tmp_path, "pools:\n  default:\n    min_workers: 2\n")
@@ -591,7 +591,7 @@ def test_the_pool_sees_the_delayed_jobs_coming_due_within_its_lead_time(backend,
     assert (metrics.coming_due, metrics.coming_due_within) == (expected, float(lead_time[:-1]))
 
 
-# -- decide_pools, pure: both policies share one dependency ------------------------------------------
+# -- decide_fleet, pure, from the config: both policies share one dependency ------------------------------------------
 
 def _observation(pool, current, runnable=None, running=0):
     from flexiqd.policy import Observation, PoolMetrics
@@ -609,12 +609,13 @@ def _observation(pool, current, runnable=None, running=0):
     # modern idle at 1: legacy gets the other 5
     ((1, 100), (1, 0), {"legacy": (5, "CappedByDependency"), "modern": (1, "ScaleDownStabilized")}),
 ])
-def test_decide_pools_shares_a_dependency_between_the_two_policies(legacy, modern, expected):
-    from flexiqd.daemon.scaling import decide_pools
+def test_decide_fleet_shares_a_dependency_between_the_two_policies(legacy, modern, expected):
+    from flexiqd.policy import decide_fleet
 
     config = parse_config(FLEXIQ_AND_FLEXIQD, "test.yaml")
     observations = {"legacy": _observation("legacy", *legacy), "modern": _observation("modern", *modern)}
-    decided = decide_pools(config, observations, {}, 1000.0)
+    inputs = [config.pools[name].decision_input(obs, None) for name, obs in observations.items()]
+    decided = decide_fleet(inputs, list(config.dependencies.values()), 1000.0)
     got = {name: (d.desired, d.reason) for name, d in decided.items()}
     assert got == expected
     assert sum(desired for desired, _ in got.values()) <= 6

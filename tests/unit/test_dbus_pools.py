@@ -19,7 +19,7 @@ def status(override=None, completion_rate: float = 4.0, start_cost=True) -> dict
     from flexiqd.config.load import parse_config
     from flexiqd.daemon.controller import PoolView
     from flexiqd.daemon.documents import status_document
-    from flexiqd.daemon.scaling import combine_metrics
+    from flexiqd.policy import PoolMetrics
     from flexiqd.daemon.startcost import StartCost
     from flexiqd.policy import Decision, History
     from flexiqd.policy.types import CapValue
@@ -34,7 +34,7 @@ def status(override=None, completion_rate: float = 4.0, start_cost=True) -> dict
                         caps=(CapValue("dependency:db", 4),), binding_cap=CapValue("dependency:db", 4),
                         smoothing=(), history=History())
     view = PoolView(pool="default", active=2, starting=1, draining=1, failed=0, max_workers=6,
-                    decision=decision, stats=[stats], metrics=combine_metrics([stats]),
+                    decision=decision, stats=[stats], metrics=PoolMetrics.from_queues([stats]),
                     start_cost=StartCost(seconds=0.62, ready=None, samples=9) if start_cost else None,
                     line=decision.line())
     overrides = {"default": override} if override is not None else {}

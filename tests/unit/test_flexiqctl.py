@@ -153,7 +153,7 @@ def test_status_document_from_the_controllers_view(tmp_path):
     from flexiqd.daemon.controller import PoolView
     from flexiqd.daemon.documents import status_document
     from flexiqd.daemon.overrides import Override
-    from flexiqd.daemon.scaling import combine_metrics
+    from flexiqd.policy import PoolMetrics
     from flexiqd.daemon.startcost import StartCost
     from flexiqd.policy import Decision, History
     from flexiqd.policy.types import CapValue
@@ -169,7 +169,7 @@ def test_status_document_from_the_controllers_view(tmp_path):
                         caps=(CapValue("dependency:db", 4),), binding_cap=CapValue("dependency:db", 4),
                         smoothing=(), history=History())
     view = PoolView(pool="default", active=2, starting=1, draining=1, failed=0, max_workers=6,
-                    decision=decision, stats=[stats], metrics=combine_metrics([stats]),
+                    decision=decision, stats=[stats], metrics=PoolMetrics.from_queues([stats]),
                     start_cost=StartCost(seconds=0.62, ready=0.41, samples=9), line=decision.line())
     doc = status_document(config, "/etc/flexiqd/flexiqd.yaml", None, {"default": view},
                           {"default": Override(pinned=4, until=NOW + 60)}, NOW)

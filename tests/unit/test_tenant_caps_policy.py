@@ -1,10 +1,10 @@
 """The autoscaler does not scale up for the jobs a tenant cap holds back: more workers would
 not start them sooner, while the other tenants' backlog still scales the pool.  Stats come
-from a real store, through the daemon's own mapping (``combine_metrics``) into the real policy."""
+from a real store, through the daemon's own mapping (``PoolMetrics.from_queues``) into the real policy."""
 
 from __future__ import annotations
 
-from flexiqd.daemon.scaling import combine_metrics
+from flexiqd.policy import PoolMetrics
 from flexiqd.policy import Observation, PoolPolicy
 from flexiqd.queue import ClaimRequest, NewJob
 from flexiqd.queue.limits import TenantCaps
@@ -28,7 +28,7 @@ def _decisions(backend):
         now = T0 + second
         stats = backend.stats("default", now=now, horizon=3600)
         observation = Observation(pool="default", active=2, starting=0, draining=0, concurrency=4,
-                                  metrics=combine_metrics([stats]))
+                                  metrics=PoolMetrics.from_queues([stats]))
         ticks.append((now, observation))
     return run(PoolPolicy(min_workers=1, max_workers=20), ticks), stats
 
