@@ -99,7 +99,7 @@ class DaemonPort:
             hosts = (hosts_document(daemon.hosts, controller.global_caps(), now)
                      if daemon.hosts is not None else None)
             return status_document(controller.config, config_path, config_error, controller.views,
-                                   controller.overrides, now, hosts)
+                                   controller.operators.overrides, now, hosts)
 
         return await daemon.io(build)
 
@@ -114,7 +114,7 @@ class DaemonPort:
         controller = self._daemon.controller
         if controller is None:
             raise FlexiqdError("flexiqd is still starting")
-        await self._daemon.io(getattr(controller, name), *args)
+        await self._daemon.io(getattr(controller.operators, name), *args)
         self._daemon.wake()  # apply it now, not at the next tick
 
     async def pin(self, pool: str, workers: int, seconds: float | None) -> None:

@@ -1,17 +1,18 @@
 """One tick of the control loop: observe, decide, apply.  The only place that sequences I/O.
 
-    observe: fleet.list -> recover orphaned leases -> queue stats -> first claims
-             -> one Observation per pool
+    observe: fleet.list -> recovery (dead workers' jobs, expired leases, failed and
+             removed pools' workers) -> first claims -> queue stats -> one Observation per pool
     decide:  policy.decide_fleet (every pool, every policy, every cap) -> operators' overrides
+             (``decide_and_steer``)
     apply:   fleet.start/stop -> hold paused pools paused
 
 systemd (or the process fleet) is asked every tick which workers exist; the
-controller keeps the policies' histories, the pools' measured start costs, the
-last decisions and the operators' overrides -- the latter kept in a file
-(``IntentFile``) so that a restart of the daemon does not forget a drain, a pin
-or a pause, and published for workers (``paused.json``) so a worker that
-(re)starts in a paused pool starts paused.  The histories and start costs are
-kept too (``HistoryFile``): a restart forgets no rate limit's budget.
+controller keeps the policies' histories, the pools' measured start costs and
+the last decisions.  The histories and start costs are kept in a file too
+(``HistoryFile``): a restart forgets no rate limit's budget.  Two collaborators
+do the rest: ``operators.OperatorIntent`` holds the operators' pins, drains and
+pauses (kept across restarts, published for workers), ``recovery.Recovery``
+releases dead workers' jobs and sweeps the store.
 """
 
 from __future__ import annotations
@@ -25,25 +26,23 @@ from typing import Callable, Iterable
 import psutil
 
 from ..config.model import DaemonConfig, PoolConfig
-from ..config.runtime import write_paused_pools
-from ..errors import ControlError, FleetError, QueueError
-from ..fleet.base import Fleet, WorkerInfo, WorkerState, instance_name, parse_instance
+from ..errors import FleetError, QueueError
+from ..fleet.base import Fleet, WorkerInfo, WorkerState, instance_name
 from ..logs import MessageId, journal
-from ..policy import CapValue, Decision, History, Observation, PoolMetrics, decide_fleet, decision_line
+from ..policy import CapValue, Decision, History, Observation, PoolMetrics, PoolPolicy, decide_fleet, decision_line
 from ..policy.economics import lead_time, start_cost_or_default
 from ..policy.history import entered_by_others
 from ..policy.types import DependencyObservation
 from ..queue.backend import Backend
-from ..queue.owners import owner_parts, process_exists, this_host
-from ..queue.types import JobState
+from ..queue.owners import process_exists, this_host
 from .events import EventLog
 from .intent import HistoryFile, IntentFile
-from .overrides import Override, apply_override
+from .operators import OperatorIntent
+from .recovery import Recovery
 from .startcost import StartCost, StartCosts
 
 log = logging.getLogger(__name__)
 
-MAINTENANCE_INTERVAL = 60.0  # seconds between lease recovery and retention sweeps
 HISTORY_SAVE_INTERVAL = 30.0  # seconds between saves of the histories while nothing changes
 
 
@@ -106,31 +105,23 @@ class Controller:
         self.fleet = fleet
         self.host = host or this_host()
         self.clock = clock
-        self.pid_alive = pid_alive
         self.histories: dict[str, History] = {}
         self.start_costs = StartCosts()
         self.history_file = history or HistoryFile(None)
         self._saved_at: float | None = None
         self.views: dict[str, PoolView] = {}
         self.events = events if events is not None else EventLog()
-        self.intent = intent or IntentFile(None)
-        self.paused_path = paused_path
         #: What the tick is doing now (read by the daemon's loop to report a blocked tick).
         self.activity: str | None = None
         self._cpu = CpuSampler()
         self._warned_p99: set[str] = set()
-        self._maintained_at: float | None = None
-        self._resuming: dict[str, set[str]] = {}   # pool -> instances to tell "resume" once ready
         self._binding_caps: dict[str, CapValue | None] = {}  # pool -> the cap that last bound its count
         #: This host's share of the global caps (daemon.hosts.HostHeartbeat.grants); None: the
         #: host is alone, and global caps are its own.
         self.fleet_grants: Callable[[float], dict[str, dict[str, int]] | None] | None = None
         self._fleet_report: dict = {"pools": {}}
-        loaded = self.intent.load(clock())
-        self.overrides: dict[str, Override] = {n: o for n, o in loaded.items() if n in config.pools}
-        for name, override in sorted(self.overrides.items()):
-            log.info("Pool %s: keeping the operator's %s from before the restart.", name, _describe(override))
-        self._intent_changed(save=self.overrides != loaded)
+        self.recovery = Recovery(config, backend, fleet, host=self.host, pid_alive=pid_alive, doing=self._doing)
+        self.operators = OperatorIntent(config.pools, fleet, clock=clock, file=intent, paused_path=paused_path)
         histories, costs = self.history_file.load()
         self.histories = {name: h for name, h in histories.items() if name in config.pools}
         self.start_costs.load({name: c for name, c in costs.items() if name in config.pools})
@@ -150,31 +141,22 @@ class Controller:
         self.histories = {name: h for name, h in self.histories.items() if name in config.pools}
         self._binding_caps = {name: c for name, c in self._binding_caps.items() if name in config.pools}
         self.start_costs.forget_pools(config.pools)
-        kept = {name: o for name, o in self.overrides.items() if name in config.pools}
-        if kept != self.overrides:
-            self.overrides = kept
-            self._intent_changed()
+        self.recovery.reconfigure(config)
+        self.operators.reconfigure(config.pools)
         self.activity = "configuring the running workers"
         try:
             self.fleet.configure(p.worker_spec(config.store) for p in config.pools.values())
         finally:
             self.activity = None
 
-    def _intent_changed(self, save: bool = True) -> None:
-        """Keep the overrides for the next daemon, and tell workers which pools are paused."""
-        if save:
-            self.intent.save(self.overrides)
-        if self.paused_path:
-            paused = sorted(name for name, o in self.overrides.items() if o.paused)
-            try:
-                write_paused_pools(self.paused_path, paused)
-            except OSError as exc:
-                log.error("Cannot publish the paused pools at %s (a worker restarted in a paused pool "
-                          "would claim until the next tick pauses it): %s", self.paused_path, exc.strerror)
+    def _doing(self, what: str) -> None:
+        self.activity = what
 
     # -- the tick ---------------------------------------------------------------------------
 
     def tick(self) -> dict[str, Decision]:
+        """Observe, decide and apply once; the decisions, keyed by pool (none when the workers
+        cannot be listed: every pool is then held).  Blocking: it waits on the store and the fleet."""
         try:
             return self._tick()
         finally:
@@ -185,74 +167,12 @@ class Controller:
         seen = self._observe(now)
         if seen is None:
             return {}
-        decided = self.decide(seen.observations, now)
-        decisions = {name: self._steer(decision, now) for name, decision in decided.items()}
-        for name, decision in decisions.items():
-            self._note_binding_cap(decision, seen.observations[name])
-            self._apply(self.config.pools[name], decision, seen, now)
-        self.views = {name: self._view(name, decisions.get(name), seen) for name in self.config.pools
-                      if name in seen.observations}
-        self._save_histories(now, force=any(d.changed for d in decisions.values()))
-        self._fleet_report = self._report(decided, seen)
+        decisions = self.decide_and_steer(seen.observations, now)
+        self._apply(decisions, seen, now)
+        self._record(decisions, seen, now)
         return decisions
 
-    def decide(self, observations: dict[str, Observation], now: float) -> dict[str, Decision]:
-        """The policy's decision for every observed pool (before operators' overrides)."""
-        grants = self._fleet_caps(observations, now) or {}
-        inputs = [pool.decision_input(observations[name], self.histories.get(name), grants.get(name))
-                  for name, pool in self.config.pools.items() if name in observations]
-        return decide_fleet(inputs, list(self.config.dependencies.values()), now)
-
-    # -- the fleet's global caps (see daemon.hosts) --------------------------------------------
-
-    def global_caps(self) -> dict[str, float]:
-        """The caps shared with the other hosts: global dependencies, ``max_workers:<pool>``."""
-        config = self.config
-        caps = {name: config.dependencies[name].available for name in config.global_dependencies
-                if name in config.dependencies}
-        caps.update({f"max_workers:{pool}": float(count) for pool, count in config.global_max_workers.items()})
-        return caps
-
-    def _global_uses(self, pool: PoolConfig) -> dict[str, list[float]]:
-        uses = {use.dependency: [use.per_worker, use.weight] for use in pool.policy.dependencies
-                if use.dependency in self.config.global_dependencies}
-        if pool.name in self.config.global_max_workers:
-            uses[f"max_workers:{pool.name}"] = [1.0, 1.0]
-        return uses
-
-    def _fleet_caps(self, observations: dict[str, Observation], now: float) -> dict[str, dict[str, int]] | None:
-        """Each pool's grants of its global caps: its share as of the last beat; before the first
-        beat it holds its count; with failing beats it gets none."""
-        if self.fleet_grants is None:
-            return None
-        grants = self.fleet_grants(now)
-        caps = {}
-        for name, obs in observations.items():
-            wanted = self._global_uses(self.config.pools[name])
-            if not wanted:
-                continue
-            granted = {} if grants is None else grants.get(name, {})
-            caps[name] = {cap: (0 if grants is None else granted.get(cap, obs.current)) for cap in wanted}
-        return caps
-
-    def _report(self, decided: dict[str, Decision], seen: _Seen) -> dict:
-        """What this host publishes with its beat: per pool with global caps, its uncapped want
-        (within its bounds), the workers it runs (draining ones too) and what one of them uses."""
-        pools = {}
-        for name, decision in decided.items():
-            pool, obs = self.config.pools[name], seen.observations[name]
-            uses = self._global_uses(pool)
-            if not uses:
-                continue
-            wants = min(max(decision.raw_desired, obs.current, pool.policy.floor), pool.policy.max_workers)
-            pools[name] = {"wants": wants, "current": obs.current + obs.draining, "uses": uses}
-        return {"pools": pools}
-
-    def fleet_report(self) -> dict:
-        """The report of the last tick (thread-safe: replaced whole)."""
-        return self._fleet_report
-
-    # -- observe ------------------------------------------------------------------------------
+    # -- observe ----------------------------------------------------------------------------
 
     def _observe(self, now: float) -> _Seen | None:
         """Every pool as the policy sees it; None when the workers cannot be listed."""
@@ -262,16 +182,17 @@ class Controller:
         except FleetError as exc:
             log.warning("Holding every pool: cannot list workers: %s", exc)
             return None
-        busy = self._release_dead_workers(now, {w.pid for w in workers
-                                               if w.pid and w.state is not WorkerState.FAILED})
-        self._maintain(now)
+        # Dead workers' jobs first: a failed worker is forgotten only once its leases are released.
+        busy = self.recovery.release_dead_workers(now, {w.pid for w in workers
+                                                        if w.pid and w.state is not WorkerState.FAILED})
+        self.recovery.maintain(now)
         failed = collections.Counter(w.pool for w in workers if w.state is WorkerState.FAILED)
-        self._forget_failed(workers)  # their leases are recovered; their numbers are free again
+        self.recovery.forget_failed(workers)
         by_pool: dict[str, list[WorkerInfo]] = collections.defaultdict(list)
         for worker in workers:
             if worker.state is not WorkerState.FAILED:
                 by_pool[worker.pool].append(worker)
-        self._stop_unconfigured(by_pool)
+        self.recovery.stop_unconfigured(by_pool)
         self._measure_start_costs(workers, now)
 
         observations, stats = {}, {}
@@ -298,103 +219,6 @@ class Controller:
             self.start_costs.claimed(self.backend.first_claims(list(owners)), owners)
         except QueueError as exc:
             log.warning("Cannot read the first claims of new workers (retried next tick): %s", exc)
-
-    # -- decide ---------------------------------------------------------------------------------
-
-    def _steer(self, decision: Decision, now: float) -> Decision:
-        """The policy's decision under the operator's override, and the pool's next history.
-
-        A count an operator set, and a new pool's first workers, enter the history as
-        changes made by others (``with_external_change``), not as the policy's own.
-        """
-        name = decision.pool
-        policy = self.config.pools[name].policy
-        before = self.histories.get(name)
-        history = decision.history
-        override = self.overrides.get(name)
-        if override is not None and override.expired(now):
-            log.info("Pool %s: the operator's pin ended; the policy decides again.", name,
-                     extra=journal(MessageId.OPERATOR_OVERRIDE, POOL=name, ACTION="pin-ended"))
-            del self.overrides[name]
-            self._intent_changed()
-            override = None
-        if override is not None:
-            steered = apply_override(decision, override, self.config.pools[name], now)
-            history = entered_by_others(decision, before, policy, now, steered.desired)
-            decision = dataclasses.replace(steered, history=history)
-        elif before is None and decision.current == 0 and 0 < decision.desired <= policy.floor:
-            history = entered_by_others(decision, before, policy, now, decision.desired)  # its creation
-            decision = dataclasses.replace(decision, history=history)
-        self.histories[name] = history
-        return decision
-
-    # -- apply ----------------------------------------------------------------------------------
-
-    def _view(self, name: str, decision: Decision | None, seen: _Seen) -> PoolView:
-        obs = seen.observations[name]
-        return PoolView(pool=name, active=obs.active, starting=obs.starting, draining=obs.draining,
-                        failed=seen.failed.get(name, 0), max_workers=self.config.pools[name].policy.max_workers,
-                        decision=decision, stats=seen.stats[name], metrics=obs.metrics,
-                        start_cost=self.start_costs.estimate(name),
-                        line=self._line(name, decision, obs) if decision is not None else None)
-
-    def _line(self, name: str, decision: Decision, obs: Observation) -> str:
-        return decision_line(decision, obs, self.config.pools[name].policy_kind)
-
-    def _save_histories(self, now: float, force: bool = False) -> None:
-        if not force and self._saved_at is not None and now - self._saved_at < HISTORY_SAVE_INTERVAL:
-            return
-        self._saved_at = now
-        self.activity = "keeping the pools' histories"
-        self.history_file.save(self.histories, self.start_costs.to_dict(), now)
-
-    def save_state(self) -> None:
-        """Keep the histories now (the daemon is stopping)."""
-        self._save_histories(self.clock(), force=True)
-
-    def _hold_pause(self, name: str, workers: list[WorkerInfo]) -> None:
-        """Make every ready worker do what the pool's override says (idempotent, every tick).
-
-        Catches a worker that became ready after a pause, or that systemd restarted;
-        and after a resume, one that started paused because it read the file before.
-        """
-        override = self.overrides.get(name)
-        try:
-            if override is not None and override.paused:
-                self.fleet.set_paused(workers, True)
-                return
-            waiting = self._resuming.get(name)
-            if not waiting:
-                return
-            ready = [w for w in workers if w.instance in waiting and w.state is WorkerState.ACTIVE]
-            self.fleet.set_paused(ready, False)
-            waiting -= {w.instance for w in ready}
-            waiting &= {w.instance for w in workers}
-            if not waiting:
-                del self._resuming[name]
-        except FleetError as exc:
-            log.warning("Pool %s: could not signal its workers (retried next tick): %s", name, exc)
-
-    def _maintain(self, now: float) -> None:
-        """Once a minute: expired leases back to the queue, old finished jobs out of it."""
-        if self._maintained_at is not None and now - self._maintained_at < MAINTENANCE_INTERVAL:
-            return
-        self._maintained_at = now
-        self.activity = "sweeping expired leases and old jobs"
-        try:
-            recovered = self.backend.recover_expired(now=now)
-            purged = self.backend.purge(states=[JobState.DONE, JobState.CANCELLED],
-                                        finished_before=now - self.config.retention, sweep=True)
-            purged += self.backend.purge(states=[JobState.DEAD],
-                                         finished_before=now - self.config.dead_retention, sweep=True)
-        except QueueError as exc:
-            log.warning("Queue maintenance failed (it is retried in a minute): %s", exc)
-            return
-        if recovered:
-            log.warning("Made %d jobs with expired leases runnable again.", recovered,
-                        extra=journal(MessageId.EXPIRED_LEASES_RECOVERED, JOBS=recovered))
-        if purged:
-            log.info("Removed %d finished jobs past their retention.", purged)
 
     def _read_stats(self, pool: PoolConfig, now: float, start_cost: float | None) -> list | None:
         try:
@@ -436,7 +260,103 @@ class Controller:
                 seen.append(DependencyObservation(name=use.dependency, latency=held.hold_p95))
         return tuple(seen)
 
-    def _apply(self, pool: PoolConfig, decision: Decision, seen: _Seen, now: float) -> None:
+    def _check_drain_budget(self, pool: PoolConfig, p99: float | None) -> None:
+        """Warn (once, until it is fixed) when a scale-in would have to release p99 jobs."""
+        if p99 is not None and p99 > pool.drain_timeout:
+            if pool.name not in self._warned_p99:
+                self._warned_p99.add(pool.name)
+                log.warning("Pool %s: p99 job duration %.1fs exceeds drain_timeout %.0fs: a scale-in "
+                            "will release long jobs to run again; raise drain_timeout.",
+                            pool.name, p99, pool.drain_timeout)
+        else:
+            self._warned_p99.discard(pool.name)
+
+    # -- decide -----------------------------------------------------------------------------
+
+    def decide_and_steer(self, observations: dict[str, Observation], now: float) -> dict[str, Decision]:
+        """What the fleet should do for every observed pool: the policy's decisions under the
+        operators' overrides.  Keeps each pool's new history, so not idempotent: ``tick`` calls it
+        once per tick, between observing and applying."""
+        return {name: self._steer(decision, now) for name, decision in self.decide(observations, now).items()}
+
+    def decide(self, observations: dict[str, Observation], now: float) -> dict[str, Decision]:
+        """The policy's decision for every observed pool (before operators' overrides).  Keeps nothing."""
+        grants = self._fleet_caps(observations, now) or {}
+        inputs = [pool.decision_input(observations[name], self.histories.get(name), grants.get(name))
+                  for name, pool in self.config.pools.items() if name in observations]
+        return decide_fleet(inputs, list(self.config.dependencies.values()), now)
+
+    def _steer(self, decision: Decision, now: float) -> Decision:
+        """The decision the fleet follows: the operator's, if one steers the pool; and the pool's
+        next history."""
+        name = decision.pool
+        before = self.histories.get(name)
+        steered = self.operators.steer(decision, before, now)
+        if steered is None:
+            steered = _with_creation(decision, before, self.config.pools[name].policy, now)
+        self.histories[name] = steered.history
+        return steered
+
+    # -- the fleet's global caps (see daemon.hosts) -----------------------------------------
+
+    def global_caps(self) -> dict[str, float]:
+        """The caps shared with the other hosts: global dependencies, ``max_workers:<pool>``."""
+        config = self.config
+        caps = {name: config.dependencies[name].available for name in config.global_dependencies
+                if name in config.dependencies}
+        caps.update({f"max_workers:{pool}": float(count) for pool, count in config.global_max_workers.items()})
+        return caps
+
+    def _global_uses(self, pool: PoolConfig) -> dict[str, list[float]]:
+        uses = {use.dependency: [use.per_worker, use.weight] for use in pool.policy.dependencies
+                if use.dependency in self.config.global_dependencies}
+        if pool.name in self.config.global_max_workers:
+            uses[f"max_workers:{pool.name}"] = [1.0, 1.0]
+        return uses
+
+    def _fleet_caps(self, observations: dict[str, Observation], now: float) -> dict[str, dict[str, int]] | None:
+        """Each pool's grants of its global caps: its share as of the last beat; before the first
+        beat it holds its count; with failing beats it gets none."""
+        if self.fleet_grants is None:
+            return None
+        grants = self.fleet_grants(now)
+        caps = {}
+        for name, obs in observations.items():
+            wanted = self._global_uses(self.config.pools[name])
+            if not wanted:
+                continue
+            granted = {} if grants is None else grants.get(name, {})
+            caps[name] = {cap: (0 if grants is None else granted.get(cap, obs.current)) for cap in wanted}
+        return caps
+
+    def _report(self, decisions: dict[str, Decision], seen: _Seen) -> dict:
+        """What this host publishes with its beat: per pool with global caps, its uncapped want
+        (within its bounds), the workers it runs (draining ones too) and what one of them uses.
+
+        The want is the policy's ``raw_desired``, which an operator's override leaves as it was."""
+        pools = {}
+        for name, decision in decisions.items():
+            pool, obs = self.config.pools[name], seen.observations[name]
+            uses = self._global_uses(pool)
+            if not uses:
+                continue
+            wants = min(max(decision.raw_desired, obs.current, pool.policy.floor), pool.policy.max_workers)
+            pools[name] = {"wants": wants, "current": obs.current + obs.draining, "uses": uses}
+        return {"pools": pools}
+
+    def fleet_report(self) -> dict:
+        """The report of the last tick (thread-safe: replaced whole)."""
+        return self._fleet_report
+
+    # -- apply ------------------------------------------------------------------------------
+
+    def _apply(self, decisions: dict[str, Decision], seen: _Seen, now: float) -> None:
+        """Resize every pool as decided, pool by pool (each pool's lines together in the log)."""
+        for name, decision in decisions.items():
+            self._note_binding_cap(decision, seen.observations[name])
+            self._apply_pool(self.config.pools[name], decision, seen, now)
+
+    def _apply_pool(self, pool: PoolConfig, decision: Decision, seen: _Seen, now: float) -> None:
         workers = seen.workers.get(pool.name, [])
         self.activity = f"resizing pool {pool.name}"
         if decision.changed:
@@ -457,7 +377,7 @@ class Controller:
             except FleetError as exc:
                 log.error("Pool %s: could not apply %d -> %d: %s", pool.name, decision.current,
                           decision.desired, exc)
-        self._hold_pause(pool.name, workers)
+        self.operators.hold_pause(pool.name, workers)
 
     def _note_binding_cap(self, decision: Decision, obs: Observation) -> None:
         """Log when another cap (or none) starts to bound the pool's count."""
@@ -480,155 +400,66 @@ class Controller:
             log.info("Pool %s: bounded by cap %s=%d (wanted %d).", name, binding.cap, binding.workers,
                      decision.raw_desired, extra=fields)
 
-    def _check_drain_budget(self, pool: PoolConfig, p99: float | None) -> None:
-        """Warn (once, until it is fixed) when a scale-in would have to release p99 jobs."""
-        if p99 is not None and p99 > pool.drain_timeout:
-            if pool.name not in self._warned_p99:
-                self._warned_p99.add(pool.name)
-                log.warning("Pool %s: p99 job duration %.1fs exceeds drain_timeout %.0fs: a scale-in "
-                            "will release long jobs to run again; raise drain_timeout.",
-                            pool.name, p99, pool.drain_timeout)
-        else:
-            self._warned_p99.discard(pool.name)
+    # -- record -----------------------------------------------------------------------------
 
-    # -- workers that died --------------------------------------------------------------------
+    def _record(self, decisions: dict[str, Decision], seen: _Seen, now: float) -> None:
+        """What the tick leaves for readers between ticks: the views, the histories kept on disk,
+        the report for the other hosts."""
+        self.views = {name: self._view(name, decisions.get(name), seen) for name in self.config.pools
+                      if name in seen.observations}
+        self._save_histories(now, force=any(d.changed for d in decisions.values()))
+        self._fleet_report = self._report(decisions, seen)
+
+    def _view(self, name: str, decision: Decision | None, seen: _Seen) -> PoolView:
+        obs = seen.observations[name]
+        return PoolView(pool=name, active=obs.active, starting=obs.starting, draining=obs.draining,
+                        failed=seen.failed.get(name, 0), max_workers=self.config.pools[name].policy.max_workers,
+                        decision=decision, stats=seen.stats[name], metrics=obs.metrics,
+                        start_cost=self.start_costs.estimate(name),
+                        line=self._line(name, decision, obs) if decision is not None else None)
+
+    def _line(self, name: str, decision: Decision, obs: Observation) -> str:
+        return decision_line(decision, obs, self.config.pools[name].policy_kind)
+
+    def _save_histories(self, now: float, force: bool = False) -> None:
+        if not force and self._saved_at is not None and now - self._saved_at < HISTORY_SAVE_INTERVAL:
+            return
+        self._saved_at = now
+        self.activity = "keeping the pools' histories"
+        self.history_file.save(self.histories, self.start_costs.to_dict(), now)
+
+    def save_state(self) -> None:
+        """Keep the histories now (the daemon is stopping)."""
+        self._save_histories(self.clock(), force=True)
+
+    # -- between ticks ----------------------------------------------------------------------
 
     def release_dead_workers(self) -> dict[str, int]:
-        """``_release_dead_workers`` on its own, between ticks (what a unit change wakes)."""
+        """``Recovery.release_dead_workers`` on its own, between ticks (what a unit change wakes)."""
         try:
-            return self._release_dead_workers(self.clock())
+            return self.recovery.release_dead_workers(self.clock())
         finally:
             self.activity = None
 
-    def _release_dead_workers(self, now: float,
-                              live_pids: set[int] | frozenset[int] = frozenset()) -> dict[str, int]:
-        """Release at once the leases of this host's workers whose process is gone.
-
-        Covers a worker unit that failed, one that systemd restarted on its own
-        (new pid, same name), and a SIGKILLed child process: no job waits for its
-        lease to expire.  Needs no fleet listing (``live_pids`` only saves pid
-        checks), so the daemon runs it the moment systemd reports a unit change.
-        Returns running jobs per live instance (for choosing idle workers to stop).
-        """
-        self.activity = "reading the lease owners"
-        try:
-            owners = self.backend.lease_owners()
-        except QueueError as exc:
-            log.warning("Cannot read lease owners: %s", exc)
-            return {}
-        busy: dict[str, int] = {}
-        for owner, running in owners.items():
-            parts = owner_parts(owner)
-            if parts is None or parts[0] != self.host or parse_instance(parts[1]) is None:
-                continue  # another host's worker, or one flexiqd does not manage
-            _, instance, pid = parts
-            if pid in live_pids or self.pid_alive(pid):
-                busy[instance] = busy.get(instance, 0) + running
-                continue
-            self.activity = f"releasing the jobs of dead worker {instance}"
-            try:
-                recovered = self.backend.recover_owner(owner, now=now, reason=f"worker {instance} died")
-            except QueueError as exc:
-                log.warning("Could not release the jobs of dead worker %s: %s", instance, exc)
-                continue
-            log.warning("Worker %s (pid %d) is gone: released its %d jobs to run again.", instance, pid, recovered,
-                        extra=self._released_fields(instance, pid, recovered))
-        return busy
-
-    def _released_fields(self, instance: str, pid: int, jobs: int) -> dict:
-        # UNIT= only where workers are units: the process fleet's have the same names but no unit.
-        unit = f"flexiq-worker@{instance}.service" if self.config.fleet == "systemd" else None
-        return journal(MessageId.DEAD_WORKER_JOBS_RELEASED, POOL=parse_instance(instance)[0], WORKER=instance,
-                       UNIT=unit, WORKER_PID=pid, JOBS=jobs)
-
-    def _forget_failed(self, workers: list[WorkerInfo]) -> None:
-        for worker in workers:
-            if worker.state is WorkerState.FAILED:
-                log.warning("Worker %s failed; it will be replaced if the pool needs it.", worker.instance)
-                self.fleet.forget(worker)
-
-    def _stop_unconfigured(self, by_pool: dict[str, list[WorkerInfo]]) -> None:
-        for name, workers in by_pool.items():
-            if name in self.config.pools:
-                continue
-            running = [w for w in workers if w.state in (WorkerState.ACTIVE, WorkerState.STARTING)]
-            if running:
-                log.info("Pool %s is no longer configured: draining its %d workers.", name, len(running))
-                try:
-                    self.fleet.stop(running)
-                except FleetError as exc:
-                    log.error("Could not stop the workers of removed pool %s: %s", name, exc)
-
-    # -- operators' requests (flexiqctl, over D-Bus) ------------------------------------------------
-
-    def _pool(self, name: str) -> PoolConfig:
-        pool = self.config.pools.get(name)
-        if pool is None:
-            raise ControlError(f"no pool named {name!r} (pools: {', '.join(sorted(self.config.pools)) or 'none'})")
-        return pool
+    # Operators' requests are ``self.operators``'s; these keep working for callers that hold
+    # only the controller.
 
     def pin(self, name: str, workers: int, seconds: float | None) -> None:
-        """Hold pool ``name`` at ``workers`` for ``seconds`` (None: until ``unpin``)."""
-        pool = self._pool(name)
-        if not 0 <= workers <= pool.policy.max_workers:
-            raise ControlError(f"pool {name}: {workers} workers is outside 0..{pool.policy.max_workers} "
-                               f"(its max_workers)")
-        if seconds is not None and seconds <= 0:
-            raise ControlError(f"pool {name}: a pin must last more than 0s, got {seconds:g}s")
-        until = None if seconds is None else self.clock() + seconds
-        self.overrides[name] = Override(pinned=workers, until=until,
-                                        paused=self.overrides.get(name, Override()).paused)
-        self._intent_changed()
-        log.info("Pool %s pinned at %d workers%s by an operator.", name, workers,
-                 f" for {seconds:g}s" if seconds else "",
-                 extra=journal(MessageId.OPERATOR_OVERRIDE, POOL=name, ACTION="pin", TO=workers,
-                               DURATION_SEC=f"{seconds:g}" if seconds else None))
+        self.operators.pin(name, workers, seconds)
 
     def unpin(self, name: str) -> None:
-        self._pool(name)
-        override = self.overrides.pop(name, None)
-        if override is not None and override.paused:
-            self.overrides[name] = Override(paused=True)
-        self._intent_changed()
-        log.info("Pool %s unpinned: the policy decides again.", name,
-                 extra=journal(MessageId.OPERATOR_OVERRIDE, POOL=name, ACTION="unpin"))
+        self.operators.unpin(name)
 
     def drain(self, name: str) -> None:
-        """Drain every worker of the pool and keep it at zero until ``unpin``."""
-        self._pool(name)
-        self.overrides[name] = Override(pinned=0, until=None)
-        self._intent_changed()
-        log.info("Pool %s: draining every worker by an operator's request.", name,
-                 extra=journal(MessageId.OPERATOR_OVERRIDE, POOL=name, ACTION="drain", TO=0))
+        self.operators.drain(name)
 
     def pause(self, name: str) -> None:
-        """Workers stop claiming (nothing is killed) and the pool is held as it is."""
-        self._pool(name)
-        current = self.overrides.get(name, Override())
-        self.overrides[name] = dataclasses.replace(current, paused=True)
-        self._resuming.pop(name, None)
-        self._intent_changed()  # first: a worker starting now reads it
-        self.fleet.set_paused(self._workers_of(name), True)
-        log.info("Pool %s paused: its workers claim nothing new.", name,
-                 extra=journal(MessageId.OPERATOR_OVERRIDE, POOL=name, ACTION="pause"))
+        self.operators.pause(name)
 
     def resume(self, name: str) -> None:
-        self._pool(name)
-        current = self.overrides.pop(name, Override())
-        if current.pinned is not None:
-            self.overrides[name] = dataclasses.replace(current, paused=False)
-        self._intent_changed()  # first: a worker starting now reads it
-        workers = self._workers_of(name)
-        # Those still starting may have read the file before: tell them once they are ready.
-        self._resuming[name] = {w.instance for w in workers if w.state is WorkerState.STARTING}
-        self.fleet.set_paused(workers, False)
-        log.info("Pool %s resumed.", name, extra=journal(MessageId.OPERATOR_OVERRIDE, POOL=name, ACTION="resume"))
+        self.operators.resume(name)
 
-    def _workers_of(self, name: str) -> list[WorkerInfo]:
-        return [w for w in self.fleet.list() if w.pool == name
-                and w.state in (WorkerState.ACTIVE, WorkerState.STARTING)]
-
-    # -- reporting ------------------------------------------------------------------------------
+    # -- reporting --------------------------------------------------------------------------
 
     def status_line(self) -> str:
         """``default 3/10 age 2.1s ttd 4s; images 1/4 age 0ms ttd 0ms`` for STATUS=."""
@@ -655,15 +486,13 @@ def _decision_fields(decision: Decision) -> dict:
                    CAP_WORKERS=cap.workers if cap else None)
 
 
-def _describe(override: Override) -> str:
-    parts = []
-    if override.pinned is not None:
-        parts.append(f"pin at {override.pinned} workers" +
-                     (" (until unpinned)" if override.until is None else
-                      f" (until {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(override.until))})"))
-    if override.paused:
-        parts.append("pause")
-    return " and ".join(parts)
+def _with_creation(decision: Decision, before: History | None, policy: PoolPolicy, now: float) -> Decision:
+    """A new pool's first workers (up to its floor) enter its history as its creation, made by
+    others (``entered_by_others``), not as a scale-up of the policy's own."""
+    if before is None and decision.current == 0 and 0 < decision.desired <= policy.floor:
+        history = entered_by_others(decision, before, policy, now, decision.desired)
+        return dataclasses.replace(decision, history=history)
+    return decision
 
 
 def _count(workers: list[WorkerInfo], state: WorkerState) -> int:

@@ -117,6 +117,6 @@ class HttpEndpoint:
         self.snapshot = build_snapshot(
             daemon.config, daemon.options.config_path, daemon.config_error,
             controller.views if controller is not None else {},
-            controller.overrides if controller is not None else {},
+            controller.operators.overrides if controller is not None else {},
             counters=self.counters.frozen(), scale_events=self.scale_events,
             daemon=self.figures, now=time.time())

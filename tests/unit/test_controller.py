@@ -249,9 +249,9 @@ def test_a_drain_a_pin_and_a_pause_survive_a_restart_and_an_ended_pin_does_not(b
     text = "pools:\n  default:\n    max_workers: 8\n  images: {}\n  mail: {}\n"
     clock = Clock()
     first, _ = restarted(backend, text, tmp_path, clock)
-    first.drain("default")
-    first.pin("images", 3, 60)
-    first.pause("mail")
+    first.operators.drain("default")
+    first.operators.pin("images", 3, 60)
+    first.operators.pause("mail")
     assert oct((tmp_path / "intent.json").stat().st_mode & 0o777) == "0o600"
 
     clock.now += 30
@@ -260,18 +260,18 @@ def test_a_drain_a_pin_and_a_pause_survive_a_restart_and_an_ended_pin_does_not(b
     decisions = second.tick()
     assert decisions["default"].desired == 0 and ("default", 1) in fleet.stopped  # still drained
     assert decisions["images"].desired == 3 and decisions["images"].reason == "Pinned"
-    assert second.overrides["images"].until == clock.now + 30  # the same absolute end
+    assert second.operators.overrides["images"].until == clock.now + 30  # the same absolute end
     assert decisions["mail"].reason == "Paused"
 
     clock.now += 31
     third, _ = restarted(backend, text, tmp_path, clock)
-    assert "images" not in third.overrides and third.overrides["default"].pinned == 0
+    assert "images" not in third.operators.overrides and third.operators.overrides["default"].pinned == 0
 
 
 def test_a_damaged_intent_file_is_one_warning_not_a_failure(backend, tmp_path, caplog):
     (tmp_path / "intent.json").write_text("{not json")
     controller, _ = restarted(backend, POOL, tmp_path, Clock())
-    assert controller.overrides == {}
+    assert controller.operators.overrides == {}
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and "intent.json" in warnings[0] and "damaged" in warnings[0]
 
@@ -283,7 +283,7 @@ def test_a_paused_pool_is_published_and_workers_that_become_ready_are_paused(bac
     controller, fleet = restarted(backend, POOL, tmp_path, clock)
     fleet.add("default", 1, started_at=clock.now)
     starting = fleet.add("default", 2, WorkerState.STARTING)
-    controller.pause("default")
+    controller.operators.pause("default")
     assert is_paused(str(tmp_path / "paused.json"), "default")
     assert fleet.signalled == [(("default", 1), True)]  # not the one still starting
     fleet.workers[("default", 2)] = WorkerInfo("default", 2, WorkerState.ACTIVE, starting.pid, clock.now)
@@ -292,7 +292,7 @@ def test_a_paused_pool_is_published_and_workers_that_become_ready_are_paused(bac
     assert fleet.signalled == [(("default", 1), True), (("default", 2), True)]  # each once
 
     fleet.add("default", 3, WorkerState.STARTING)  # read paused.json while it said paused
-    controller.resume("default")
+    controller.operators.resume("default")
     assert not is_paused(str(tmp_path / "paused.json"), "default")
     fleet.workers[("default", 3)] = WorkerInfo("default", 3, WorkerState.ACTIVE, 999, clock.now)
     controller.tick()
@@ -304,7 +304,7 @@ def test_a_paused_pool_is_published_and_workers_that_become_ready_are_paused(bac
 def test_a_paused_pool_stays_paused_for_a_restarted_daemon(backend, tmp_path):
     clock = Clock()
     first, _ = restarted(backend, POOL, tmp_path, clock)
-    first.pause("default")
+    first.operators.pause("default")
     second, fleet = restarted(backend, POOL, tmp_path, clock)
     fleet.add("default", 1, started_at=clock.now)
     second.tick()
@@ -471,7 +471,7 @@ def test_a_pin_enters_the_history_as_the_change_it_made(backend, tmp_path):
     for index in (1, 2):
         fleet.add("default", index, started_at=clock.now - 100)
     backend.enqueue([NewJob(task="t")] * 200, now=clock.now - 60)  # the policy wants more
-    controller.pin("default", 5, None)
+    controller.operators.pin("default", 5, None)
     decision = controller.tick()["default"]
     assert (decision.current, decision.desired, decision.reason) == (2, 5, "Pinned")
     assert [c.change for c in controller.histories["default"].changes] == [3]
@@ -483,7 +483,7 @@ def test_a_pin_that_holds_the_count_records_no_change_the_policy_wanted(backend,
     for index in (1, 2):
         fleet.add("default", index, started_at=clock.now - 100)
     backend.enqueue([NewJob(task="t")] * 200, now=clock.now - 60)
-    controller.pin("default", 2, None)
+    controller.operators.pin("default", 2, None)
     assert controller.tick()["default"].changed is False
     assert controller.histories["default"].changes == ()
 
