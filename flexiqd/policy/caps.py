@@ -35,12 +35,13 @@ def starting_allowance(burst: int, starting: int, granted: int = 0) -> int:
 
 def collect_caps(
     obs: Observation, policy: PoolPolicy, knee: KneeState, dependency_cap: DependencyCap | None, now: float,
-    start_allowances: tuple[tuple[str, int], ...] = (),
+    start_allowances: tuple[tuple[str, int], ...] = (), late: bool = False,
 ) -> tuple[CapValue, ...]:
     """Every ceiling that applies to this pool now, ``max`` first.
 
     ``start_allowances``: ``(dependency, new starts allowed now)`` per
     declared dependency the pool uses (see ``starting_allowance``).
+    ``late``: the backlog is late, so a known knee is re-probed sooner.
     """
     caps = [CapValue("max", policy.max_workers)]
     caps.extend(CapValue(f"starting:{name}", obs.current + allowed) for name, allowed in start_allowances)
@@ -51,7 +52,7 @@ def collect_caps(
             latency = obs.metrics.dependency_latency(use.dependency)
             if use.max_latency is not None and latency is not None and latency > use.max_latency:
                 caps.append(CapValue(f"latency:{use.dependency}", obs.current))
-    discovered = knee_cap(knee, policy.knee, now)
+    discovered = knee_cap(knee, policy.knee, now, late)
     if discovered is not None:
         caps.append(CapValue("knee", discovered))
     return tuple(caps)

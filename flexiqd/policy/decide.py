@@ -45,7 +45,7 @@ from .config import PoolPolicy
 from .economics import down_hold, reversal, start_cost
 from .knee import update_knee
 from .sharing import DependencyCap
-from .signals import mean_running, record_load, recommend_all, signal_inputs, sustained_need
+from .signals import backlog_is_late, record_load, recommend_all, signal_inputs, sustained_need
 from .smoothing import rate_limit, record, record_change, stabilize
 from .types import CapValue, Decision, History, LoadSample, Observation, SignalRecommendation, TimedCount
 
@@ -82,6 +82,7 @@ class Combined:
     winner: SignalRecommendation | None
     raw: int
     sustained: int
+    late: bool
 
     @property
     def demand(self) -> int:
@@ -113,15 +114,13 @@ def combine_signals(obs: Observation, policy: PoolPolicy, history: History, now:
     """Stages 1 and 2: signals, the largest wins."""
     assert obs.metrics is not None
     load = record_load(history.load, now, obs)
-    busy = mean_running(load, obs.metrics.rate_window)
-    recent_busy = mean_running(load, obs.metrics.recent_window) if obs.metrics.recent_window else None
-    history = replace(history, load=load, knee=update_knee(history.knee, obs, policy.knee, now, busy, recent_busy))
+    history = replace(history, load=load, knee=update_knee(history.knee, obs, policy.knee, now, load))
     inputs = signal_inputs(obs, policy, load)
     recommendations = recommend_all(inputs)
     raw, winner = combine(recommendations)
     return Combined(
         obs=obs, policy=policy, history=history, now=now, recommendations=recommendations, winner=winner, raw=raw,
-        sustained=sustained_need(inputs, raw),
+        sustained=sustained_need(inputs, raw), late=backlog_is_late(inputs),
     )
 
 
@@ -175,7 +174,7 @@ def finish(
     current = obs.current
     assert obs.metrics is not None
 
-    caps = collect_caps(obs, policy, history.knee, dependency_cap, now, start_allowances)
+    caps = collect_caps(obs, policy, history.knee, dependency_cap, now, start_allowances, late=stage.late)
     capped, cap_bound = apply_caps(stage.raw, caps)
     sustained = min(apply_caps(stage.sustained, caps)[0], capped)
 
@@ -190,6 +189,9 @@ def finish(
     noisy = stage.winner is None or stage.winner.signal in NOISY_SIGNALS
     limits = behavior if noisy or stabilized <= current else replace(behavior, up_limit=None)
     limited, rate_tag = rate_limit(current, stabilized, history.changes, now, limits)
+    if stage.late and limited < current:
+        # The safety net: no scale-in while the backlog is late (only a cap below brings it down).
+        limited, rate_tag = current, "late backlog"
 
     ceiling = tightest(caps)
     desired = min(limited, ceiling.workers)
@@ -266,6 +268,8 @@ def _explain(stage: Combined, out: _Outcome) -> tuple[str, str]:
         out.desired < out.limited or out.capped < stage.raw
     ):
         return cap_reason(out.cap), f"{why}; signals want {stage.raw}, {out.cap.cap} caps at {out.cap.workers}"
+    if stage.late and out.limited > out.stabilized:
+        return "HoldLateBacklog", f"{why}; no scale-in while the oldest job is late ({out.stabilized} wanted)"
     if out.limited != out.stabilized:
         return "RateLimited", f"{why}; {out.stabilized} wanted, the rate limit allows {out.limited} now"
     if out.stabilized != out.windowed:
@@ -289,7 +293,7 @@ def _explain(stage: Combined, out: _Outcome) -> tuple[str, str]:
 # Signal -> the word in its reason token (ScaleUpAge, ScaleDownUtilisation, ...).
 _SIGNAL_TOKENS = {
     "age": "Age", "drain": "Drain", "depth": "Depth", "util": "Utilisation", "cpu": "CPU", "zero": "FromZero",
-    "saturation": "Saturation", "due": "ComingDue",
+    "saturation": "Saturation", "due": "ComingDue", "safety": "SafetyNet",
 }
 
 

@@ -27,8 +27,7 @@ def history_to_dict(history: History) -> dict[str, Any]:
         "load": [list(s) for s in history.load],
         "knee": {"samples": [list(s) for s in history.knee.samples],
                  "backlog_since": history.knee.backlog_since, "held_at": history.knee.held_at,
-                 "held_since": history.knee.held_since,
-                 "durations": [list(s) for s in history.knee.durations]},
+                 "held_since": history.knee.held_since},
     }
 
 
@@ -44,8 +43,7 @@ def history_from_dict(data: Mapping[str, Any] | None) -> History:
             load=tuple(LoadSample(*s) for s in data.get("load", ())),
             knee=KneeState(samples=tuple(ThroughputSample(*s) for s in knee.get("samples", ())),
                            backlog_since=knee.get("backlog_since"), held_at=knee.get("held_at"),
-                           held_since=knee.get("held_since"),
-                           durations=tuple(ThroughputSample(*s) for s in knee.get("durations", ()))),
+                           held_since=knee.get("held_since")),
         )
     except (TypeError, ValueError, AttributeError):
         return History()

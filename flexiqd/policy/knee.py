@@ -1,109 +1,94 @@
-"""Ceiling discovery: find the worker count past which more workers stop helping.
+"""Ceiling discovery: find the worker count past which more workers stop adding throughput.
 
 Some ceilings are declared (a dependency's capacity); others are found only by
-trying.  While the pool is saturated -- it has had a backlog for at least
-``settle_time``, so its completion rate measures what it can do rather than
-what arrives -- every decision samples the completion rate and the p50
-duration against the number of workers that were busy on average over the
-rate window (both averaged over the same window, so a ramp does not skew the
-pair).  A sample at ``n`` workers that completes less than
-``min_throughput_gain`` more than the best sample at fewer workers, while its
-jobs take more than ``max_duration_rise`` longer, shows that the extra workers
-only queue on something shared: the pool is held at that best count (the
-knee).  ``reprobe_interval`` seconds later it may try one more worker: a
-sample there that does better moves the knee up one and the next step may be
-tried at once; one that does not confirms the knee for another interval.  A
-knee with no sample for ``sample_max_age`` is forgotten: whatever was shared
-may have changed since.
+trying.  A ceiling here is a measurement, never an inference from durations
+alone (they change with the job mix):
 
-An undeclared dependency shows first as job durations rising with the number
-of busy workers, before the completion rate flattens.  So every decision
-also records, while jobs wait (every slot busy, so busy workers / p50 is
-what they can do), the p50 duration per busy worker count -- from the first
-tick of a backlog, not after ``settle_time``, and from the jobs that finished
-in the last few seconds (``recent_duration_p50``) as soon as enough did; a count whose jobs take more than ``EARLY_DURATION_RISE`` longer than
-at a smaller count, and whose workers together complete less than
-``EARLY_EFFICIENCY`` of what the extra workers would add at the smaller
-count's pace (workers / p50, Little's law), holds the pool at the smaller
-count at once -- without waiting for ``settle_time`` -- and the re-probe works
-as above.
+- While the pool is saturated -- it has had a backlog for at least
+  ``settle_time``, so its completion rate measures what it can do rather than
+  what arrives -- and its busy count held steady over the rate window (a
+  ramp's completions lag its starts), each decision samples the completion
+  rate against the number of workers that were busy on average over the same
+  window (``signals.busy_and_rate``).
+- A sample at ``n`` workers whose completions rose less than half as much as
+  the extra workers would add at a smaller count ``m``'s pace (and less than
+  ``min_throughput_gain``, if that is more) -- by more than the counting noise
+  of either -- while its jobs took more than ``max_duration_rise`` longer on
+  average (Little's law: busy / completions), shows that the extra workers
+  only queue on something shared.  The pool is then held at the count
+  of the best throughput measured, never below it (the knee).
+- ``reprobe_interval`` seconds later it may try a quarter more workers (at
+  least one); while the oldest job is over its target, as soon as a new
+  sample can settle (twice ``settle_time``).  A sample there that does better
+  moves the knee up to it, and the next step may be tried at once; one that
+  does not confirms the knee.  A knee with no sample for ``sample_max_age`` is
+  forgotten: whatever was shared may have changed since.
+
+Without any shared dependency completions keep rising with workers, so no
+knee is found, and a false one (noise) is re-probed and lifted.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from .config import KneeConfig
-from .types import KneeState, Observation, ThroughputSample
+from .signals import busy_and_rate
+from .types import KneeState, LoadSample, Observation, ThroughputSample
 
-# The duration rule's thresholds: the workers added past a smaller count must
-# add at least this share of what they would at that count's pace...
-EARLY_EFFICIENCY = 0.5
-# ...judged only when the p50 rose by more than this (a p50 over one rate
-# window moves by a few tens of percent with the job mix alone).
-EARLY_DURATION_RISE = 0.5
-# ...and only from a p50 over at least this many completions.
-EARLY_MIN_COMPLETIONS = 100
+# A sample counts only over a rate window with at least this many completions: the
+# rate of a few dozen long jobs swings by more than any gain worth measuring.
+MIN_COMPLETIONS = 50
 
-# The throughput rule samples only a rate window with at least this many
-# completions: the p50 of a dozen minute-long jobs swings by more than
-# ``max_duration_rise`` from one window to the next.
-MIN_COMPLETIONS = 30
+# The busy count is steady when its lowest sample in the window is at least this
+# share of its highest.
+STEADY_SHARE = 0.85
 
+# How many standard deviations of the completion counts (Poisson) a shortfall
+# must exceed to count as evidence.
+NOISE_SIGMAS = 2.0
 
-def duration_knee(samples: tuple[ThroughputSample, ...], sample: ThroughputSample, config: KneeConfig) -> int | None:
-    """The count to hold at when ``sample``'s durations show a hidden ceiling (None: they do not).
+# Extra workers that add less than this share of what they would at a smaller
+# count's pace show a ceiling.
+EFFICIENCY = 0.5
 
-    Compares ``sample`` (n workers, p50 D(n)) with every smaller count m:
-    the pace of n workers is n / D(n); at m's pace the n - m extra workers
-    would add (n - m) / D(m).  When D(n) > D(m) x (1 + EARLY_DURATION_RISE)
-    and the gain n / D(n) - m / D(m) is below ``EARLY_EFFICIENCY`` of that,
-    the ceiling lies between: hold at the best such m (the most jobs/s).
-    """
-    worse = []
-    for smaller in samples:
-        if smaller.workers >= sample.workers or smaller.duration_p50 <= 0:
-            continue
-        if sample.duration_p50 <= smaller.duration_p50 * (1 + EARLY_DURATION_RISE):
-            continue
-        gain = sample.workers / sample.duration_p50 - smaller.workers / smaller.duration_p50
-        extra = (sample.workers - smaller.workers) / smaller.duration_p50
-        if gain < EARLY_EFFICIENCY * extra:
-            worse.append(smaller)
-    if not worse:
-        return None
-    return max(worse, key=lambda kept: (kept.workers / kept.duration_p50, -kept.workers)).workers
+# A re-probe tries this share more workers than the knee (at least one more).
+REPROBE_STEP = 0.25
 
 
-def _durations_now(metrics, concurrency: int, busy: float, recent_busy: float | None) -> tuple[int, float] | None:
-    """(busy workers, p50 duration) for the duration rule; None when too few jobs finished to tell.
-
-    The jobs that finished in the last few seconds ran with about as many
-    workers as are busy now: their p50, with the busy count of the same
-    seconds, is the first to show durations rising.  The p50 of the whole
-    sample (up to minutes of completions) is the fallback while too few
-    jobs finished recently.
-    """
-    if (recent_busy is not None and metrics.recent_duration_p50
-            and metrics.recent_completions >= EARLY_MIN_COMPLETIONS):
-        workers, p50 = round(recent_busy / concurrency), metrics.recent_duration_p50
-    else:
-        finished = (metrics.completion_rate or 0.0) * (metrics.rate_window or 0.0)
-        if finished < EARLY_MIN_COMPLETIONS:
-            return None
-        workers, p50 = round(busy / concurrency), metrics.duration_p50
-    if not p50 or workers < 1:
-        return None
-    return workers, p50
+def steady(load: tuple[LoadSample, ...], window: float) -> bool:
+    """Whether the running count stayed within ``STEADY_SHARE`` over the last ``window`` seconds."""
+    now = load[-1].at
+    running = [s.running for s in load if s.at >= now - window]
+    return len(running) >= 2 and min(running) >= STEADY_SHARE * max(running) > 0
 
 
-def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: float, busy: float,
-                recent_busy: float | None = None) -> KneeState:
-    """The knee state after observing ``obs`` at ``now``.
+def _noise(rate: float, window: float) -> float:
+    """One standard deviation of a completion rate counted over ``window`` seconds."""
+    return math.sqrt(max(rate, 0.0) * window) / window
 
-    ``busy`` is the mean number of running jobs over the rate window;
-    ``recent_busy`` over the metrics' recent window.
-    """
+
+def ceiling_shown(sample: ThroughputSample, smaller: ThroughputSample, config: KneeConfig, window: float) -> bool:
+    """Whether ``sample`` (more workers) shows no throughput gain over ``smaller``, beyond noise,
+    while its jobs took longer."""
+    margin = NOISE_SIGMAS * math.hypot(_noise(sample.completion_rate, window), _noise(smaller.completion_rate, window))
+    expected = max(config.min_throughput_gain, EFFICIENCY * (sample.workers - smaller.workers) / smaller.workers)
+    gained = sample.completion_rate - smaller.completion_rate * (1 + expected)
+    slower = sample.mean_duration > smaller.mean_duration * (1 + config.max_duration_rise)
+    return gained + margin < 0 and slower
+
+
+def best(samples: tuple[ThroughputSample, ...], gain: float) -> ThroughputSample:
+    """The fewest workers that complete within ``gain`` of the most completions measured
+    (more workers that add less than that are not better)."""
+    most = max(kept.completion_rate for kept in samples)
+    return min((kept for kept in samples if kept.completion_rate * (1 + gain) >= most), key=lambda kept: kept.workers)
+
+
+def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: float,
+                load: tuple[LoadSample, ...]) -> KneeState:
+    """The knee state after observing ``obs`` at ``now``; ``load`` ends with this tick's sample."""
     metrics = obs.metrics
     if not config.enabled or metrics is None:
         return state
@@ -111,49 +96,44 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         newest = max((kept.at for kept in state.samples), default=None)
         if newest is None or now - newest > config.sample_max_age:
             state = replace(state, held_at=None, held_since=None)
-    durations_now = _durations_now(metrics, obs.concurrency, busy, recent_busy)
-    if metrics.runnable_depth > 0 and durations_now is not None:
-        workers, p50 = durations_now
-        observed = ThroughputSample(workers, metrics.completion_rate or 0.0, p50, now)
-        kept = tuple(d for d in state.durations if d.workers != workers and now - d.at <= config.sample_max_age)
-        state = replace(state, durations=tuple(sorted(kept + (observed,))))
-        if state.held_at is None or workers > state.held_at:
-            # Found early, or lowered when a count above the held one shows its durations rising.
-            early = duration_knee(kept, observed, config)
-            if early is not None and (state.held_at is None or early < state.held_at or workers > state.held_at):
-                state = replace(state, held_at=early, held_since=now)
     if metrics.runnable_depth == 0:
         return replace(state, backlog_since=None)
     if state.backlog_since is None:
         return replace(state, backlog_since=now)
-    if now - state.backlog_since < config.settle_time or not metrics.completion_rate or not metrics.duration_p50:
+    window = metrics.rate_window or 0.0
+    if now - state.backlog_since < max(config.settle_time, window) or not window:
         return state
-    if metrics.completion_rate * (metrics.rate_window or 0.0) < MIN_COMPLETIONS:
-        return state  # a p50 of a handful of long jobs is noise, not a knee
+    measured = busy_and_rate(load, window)
+    if measured is None or not steady(load, window):
+        return state
+    busy, rate, _ = measured
     workers = round(busy / obs.concurrency)
-    if workers < 1:
+    if workers < 1 or rate * window < MIN_COMPLETIONS:
         return state
-    sample = ThroughputSample(workers, metrics.completion_rate, metrics.duration_p50, now)
+    sample = ThroughputSample(workers, rate, busy / rate, now)
     fresh = tuple(kept for kept in state.samples if kept.workers != workers and now - kept.at <= config.sample_max_age)
-    state = replace(state, samples=tuple(sorted(fresh + (sample,))))
+    samples = tuple(sorted(fresh + (sample,)))
+    state = replace(state, samples=samples)
     smaller = [kept for kept in fresh if kept.workers < workers]
-    if not smaller:
-        return state
-    best = max(smaller, key=lambda kept: (kept.completion_rate, -kept.workers))
-    gain = sample.completion_rate / best.completion_rate - 1
-    rise = sample.duration_p50 / best.duration_p50 - 1
-    if gain < config.min_throughput_gain and rise > config.max_duration_rise:
-        return replace(state, held_at=best.workers, held_since=now)
-    if state.held_at is not None and workers > state.held_at and gain >= config.min_throughput_gain:
-        # The probe helped: hold one higher, and let the next step be tried straight away.
-        return replace(state, held_at=workers, held_since=now - config.reprobe_interval)
+    if any(ceiling_shown(sample, kept, config, window) for kept in smaller):
+        top = best(tuple(kept for kept in samples if kept.workers <= workers), config.min_throughput_gain)
+        return replace(state, held_at=top.workers, held_since=now)
+    if state.held_at is not None and workers > state.held_at and smaller:
+        if sample.completion_rate > max(kept.completion_rate for kept in smaller) * (1 + config.min_throughput_gain):
+            # The probe helped: hold there, and let the next step be tried straight away.
+            return replace(state, held_at=workers, held_since=now - config.reprobe_interval)
     return state
 
 
-def knee_cap(state: KneeState, config: KneeConfig, now: float) -> int | None:
-    """The knee as a cap: the held count, or one more once a re-probe is due; None if unknown."""
+def knee_cap(state: KneeState, config: KneeConfig, now: float, late: bool = False) -> int | None:
+    """The knee as a cap: the held count, or a step more once a re-probe is due; None if unknown.
+
+    ``late``: the oldest job is over its target -- a re-probe is due as soon as
+    a sample at the new count can settle.
+    """
     if not config.enabled or state.held_at is None or state.held_since is None:
         return None
-    if now - state.held_since >= config.reprobe_interval:
-        return state.held_at + 1
+    interval = min(config.reprobe_interval, 2 * config.settle_time) if late else config.reprobe_interval
+    if now - state.held_since >= interval:
+        return state.held_at + max(1, math.ceil(state.held_at * REPROBE_STEP))
     return state.held_at

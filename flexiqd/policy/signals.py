@@ -71,52 +71,71 @@ def mean_running(load: tuple[LoadSample, ...], window: float | None) -> float:
     return sum(sample.running for sample in samples) / len(samples) if samples else 0.0
 
 
-def job_duration(metrics: PoolMetrics, load: tuple[LoadSample, ...], floor: float = 0.0) -> float | None:
-    """The mean job duration, seconds, from what the workers are doing now; None when nothing tells.
+# Little's law decides the mean duration once its window has seen this many
+# completions; before that the store's percentiles and the jobs in flight do.
+MIN_LITTLE_COMPLETIONS = 20
 
-    Little's law over the last ``ESTIMATION_HORIZON`` (mean running jobs /
-    mean completion rate: the mean duration, steady over minute-long jobs),
-    kept within what the jobs themselves show: never longer than the
-    slowest plausible duration of this moment (the p95 of the jobs just
-    finished, or twice the mean age of the jobs in flight, whichever is
-    longer) -- so a completion window that mostly predates a burst cannot
-    pass for slow jobs -- and, while no finished job's duration is known,
-    never shorter than the jobs in flight have already run on average.  Once
-    durations are known the jobs in flight are no floor: they are the long
-    ones (a job is caught running in proportion to its length), so their mean
-    age is the mean duration x (1 + CV^2) / 2 -- above the mean whenever
-    durations vary more than their mean (a 10 % tail of 20 s jobs among
-    0.5 s ones: mean 3.3 s, running for 20 s on average).  Before anything has completed: twice the mean
-    age of the jobs in flight (jobs started evenly over a duration D are
-    D/2 old on average), but never less than ``floor`` (the lead time: a job
-    not known to finish sooner is counted as lasting at least as long as a new
-    worker takes to arrive), so the first tick of a burst does not size the
-    pool on how many milliseconds its jobs have run.
+
+def busy_and_rate(load: tuple[LoadSample, ...], window: float) -> tuple[float, float, float] | None:
+    """(mean running jobs, mean completion rate, seconds covered) over the last ``window`` seconds.
+
+    Time-weighted: each sample's running count stands for the time until the
+    next sample, so this tick's (``load[-1]``) stands for nothing yet -- the
+    jobs a burst just started have not had the time to complete, and
+    counting them would read a burst of short jobs as slow ones.  None when
+    no earlier sample falls in the window.
     """
-    samples = [s for s in recent(load, ESTIMATION_HORIZON) if s.completion_rate is not None]
-    completions = sum(s.completion_rate for s in samples)  # type: ignore[misc]
-    busy = sum(s.running for s in samples)
+    if len(load) < 2:
+        return None
+    now = load[-1].at
+    busy = rate = covered = 0.0
+    for sample, following in zip(load, load[1:]):
+        start = max(sample.at, now - window)
+        span = following.at - start
+        if span <= 0:
+            continue
+        busy += sample.running * span
+        rate += (following.completion_rate or 0.0) * span  # a rate measured up to the span's end
+        covered += span
+    if covered <= 0:
+        return None
+    return busy / covered, rate / covered, covered
+
+
+def job_duration(metrics: PoolMetrics, load: tuple[LoadSample, ...], floor: float = 0.0) -> float | None:
+    """The mean job duration, seconds, from what the workers are doing; None when nothing tells.
+
+    Little's law: the mean running jobs over the mean completion rate of the
+    same span is the mean duration, whatever the distribution of durations --
+    a tail of long jobs counts by the slots it holds, which is what a worker
+    count must pay for.  Over the rate window when it saw
+    ``MIN_LITTLE_COMPLETIONS`` completions, else over ``ESTIMATION_HORIZON``
+    (minute-long jobs complete too rarely for one window).  No percentile of
+    finished jobs clamps it: the jobs that finish first in a burst are its
+    short ones, and a median says nothing of a mean.
+
+    Until then: the mean of the jobs just finished (from their p50 and p95),
+    never shorter than the jobs in flight have already run on average --
+    erring long, which costs a few idle slots, not the age target; before
+    anything finished, twice that mean age (jobs started evenly over a
+    duration D are D/2 old on average), never less than ``floor`` (the lead
+    time), so the first tick of a burst does not size the pool on how many
+    milliseconds its jobs have run.
+    """
+    for window in (metrics.rate_window or ESTIMATION_HORIZON, ESTIMATION_HORIZON):
+        measured = busy_and_rate(load, window)
+        if measured is None:
+            break
+        busy, rate, covered = measured
+        if busy > 0 and rate > 0 and rate * covered >= MIN_LITTLE_COMPLETIONS:
+            return busy / rate
     in_flight = metrics.running_age_mean if metrics.running else None
-    little = busy / completions if completions > 0 and busy > 0 else None
     finished = finished_mean(metrics)
-    if finished is not None:
-        little = finished if little is None else min(little, max(finished, 0.0))
-    if little is not None and not math.isfinite(little):
-        little = None
-    finished = metrics.duration_p95 or metrics.duration_p50
-    ceiling = max(finished or 0.0, 2 * in_flight if in_flight else 0.0) or None
-    if little is None:
-        if metrics.duration_p50 and metrics.duration_p50 > 0:
-            little = metrics.duration_p50
-        elif in_flight is not None:
-            return max(2 * in_flight, floor) or None
-        else:
-            return None
-    if ceiling is not None:
-        little = min(little, ceiling)
-    if in_flight and not metrics.duration_p50:
-        little = max(little, in_flight)
-    return little if little > 0 else None
+    if finished is not None and finished > 0:
+        return max(finished, in_flight or 0.0)
+    if in_flight is not None:
+        return max(2 * in_flight, floor) or None
+    return None
 
 
 def finished_mean(metrics: PoolMetrics) -> float | None:
@@ -381,6 +400,43 @@ def from_zero_signal(inputs: SignalInputs) -> SignalRecommendation | None:
     return SignalRecommendation("zero", 1, f"{depth} runnable and no workers")
 
 
+# The safety net's growth per tick: while the oldest job is over its target, and
+# while it is on course to be (within the lead time).
+NET_GROWTH_LATE = 2.0
+NET_GROWTH_DUE = 1.5
+
+
+def backlog_is_late(inputs: SignalInputs) -> bool:
+    """Whether the oldest runnable job is over its age target, or will be within the lead time."""
+    metrics = inputs.metrics
+    return metrics.runnable_depth > 0 and metrics.oldest_runnable_age + inputs.lead_time >= inputs.policy.targets.age
+
+
+def safety_net_signal(inputs: SignalInputs) -> SignalRecommendation | None:
+    """Grow by a factor every tick while the backlog is late, whatever the estimates say.
+
+    The other signals size the pool through estimates of how fast a worker
+    works, and an estimate can be wrong on a workload it was never tried on
+    (a tail of long jobs, a change of mix).  The oldest job's age cannot be:
+    while it is over the target (x ``NET_GROWTH_LATE``), or within the lead
+    time of it (x ``NET_GROWTH_DUE``), the pool grows from the workers that
+    are up -- the ones still starting are growth already on its way -- until
+    a cap, a limit or a measured ceiling binds.  ``decide`` also never
+    scales a pool in while this holds.
+    """
+    if not backlog_is_late(inputs):
+        return None
+    metrics, obs, target = inputs.metrics, inputs.obs, inputs.policy.targets.age
+    late = metrics.oldest_runnable_age > target
+    factor = NET_GROWTH_LATE if late else NET_GROWTH_DUE
+    wanted = max(obs.current, math.ceil(obs.active * factor - _EPSILON), 1)
+    relation = "over" if late else "within the lead time of"
+    return SignalRecommendation(
+        "safety", wanted,
+        f"oldest job {metrics.oldest_runnable_age:.1f}s {relation} target {target:g}s: "
+        f"{obs.active} working workers x {factor:g}")
+
+
 def sustained_need(inputs: SignalInputs, raw: int) -> int:
     """The part of ``raw`` that keeps up with arrivals, without draining the backlog.
 
@@ -406,7 +462,7 @@ Signal = Callable[[SignalInputs], "SignalRecommendation | None"]
 
 # In this order: on a tie, the earlier signal is named the winner.
 SIGNALS: tuple[Signal, ...] = (age_signal, drain_signal, depth_signal, utilisation_signal, cpu_signal,
-                               saturation_signal, coming_due_signal, from_zero_signal)
+                               saturation_signal, coming_due_signal, from_zero_signal, safety_net_signal)
 
 
 def recommend_all(inputs: SignalInputs) -> tuple[SignalRecommendation, ...]:

@@ -213,11 +213,11 @@ class LoadSample(NamedTuple):
 
 
 class ThroughputSample(NamedTuple):
-    """Completion rate and p50 duration of a saturated pool of (on average) ``workers`` busy workers."""
+    """Completion rate and mean duration (Little's law) of a saturated pool of ``workers`` busy workers."""
 
     workers: int
     completion_rate: float
-    duration_p50: float
+    mean_duration: float
     at: float
 
 
@@ -229,16 +229,13 @@ class KneeState:
     ``backlog_since``: since when the pool has had runnable jobs at every
     decision (None: not now).  ``held_at``: the last count that still added
     throughput (None: no knee known); ``held_since``: when it was found or
-    last confirmed.  ``durations``: the latest p50 duration per busy worker
-    count while jobs wait, from the first tick of a backlog (the early,
-    duration-based rule; the completion rate in them is for the record).
+    last confirmed.
     """
 
     samples: tuple[ThroughputSample, ...] = ()
     backlog_since: float | None = None
     held_at: int | None = None
     held_since: float | None = None
-    durations: tuple[ThroughputSample, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

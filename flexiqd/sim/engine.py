@@ -66,8 +66,11 @@ class FleetModel:
     ``requeue_delay``: how long a killed job takes to become runnable again
     (0 when the worker releases it, else the lease/orphan timeout).
     ``instant_start``: workers boot in no time and a scale-up takes back
-    draining workers before starting new ones (the oracle only: real workers
-    that stopped claiming do not start again).
+    draining workers before starting new ones (the oracle only).
+    ``quiesce``: a busy worker chosen to stop first stops claiming and is
+    stopped once its jobs are done -- never killed -- and a scale-up takes such
+    workers back before starting new ones (flexiqd's fleet: pause, then stop
+    when idle; a paused worker resumes at once).
     """
 
     name: str
@@ -77,6 +80,7 @@ class FleetModel:
     drain_timeout: float | None = None
     requeue_delay: float = 0.0
     instant_start: bool = False
+    quiesce: bool = False
 
 
 @dataclass(frozen=True)
@@ -233,7 +237,7 @@ class Simulation:
         self._count_change(1 if desired > current else -1)
         if desired > current:
             missing = desired - current
-            if self.fleet.instant_start:
+            if self.fleet.instant_start or self.fleet.quiesce:
                 missing -= self._reactivate(missing)
             for _ in range(missing):
                 self._spawn(ready=self.cold_start == 0)
@@ -502,7 +506,7 @@ class Simulation:
             return
         worker.state = DRAINING
         worker.drains += 1
-        if self.fleet.drain_timeout is not None:
+        if self.fleet.drain_timeout is not None and not self.fleet.quiesce:
             self._push(self.now + self.fleet.drain_timeout, _KILL, worker.id, worker.drains)
 
     def _kill(self, worker: Worker) -> None:

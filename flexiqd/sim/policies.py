@@ -18,8 +18,8 @@ stands for, taken from that system's documented defaults:
 - ``flexiqd``: ``flexiqd.policy.decide_fleet``, the daemon's one decision
   path, with the default policy (age
   target from the trace, the trace's dependency declared when it is
-  declarable), idle workers drained first, in-flight jobs released at the
-  stop timeout and runnable again at once.
+  declarable), idle workers stopped first, busy ones paused (they stop
+  claiming) and stopped once their jobs are done, resumed by a scale-up.
 
 The oracle is in ``oracle``.
 """
@@ -44,6 +44,7 @@ from ..policy import (
     compute_desired_workers,
     decide_fleet,
 )
+from ..policy.economics import lead_time
 from ..policy.smoothing import rate_limit, record, record_change, stabilize
 from ..policy.types import ScaleChange, TimedCount
 from .engine import FleetModel, Simulation, Snapshot
@@ -293,7 +294,8 @@ class Flexiqd(BasePolicy):
             self.name = f"flexiqd-dw{down_window:g}"
 
     def fleet(self, trace: Trace) -> FleetModel:
-        return FleetModel("flexiqd", victims="idle_first", drain_timeout=trace.workers.stop_timeout, requeue_delay=0.0)
+        return FleetModel("flexiqd", victims="idle_first", drain_timeout=trace.workers.stop_timeout, requeue_delay=0.0,
+                          quiesce=True)
 
     def start(self, trace: Trace, sim: Simulation) -> None:
         self.trace = trace
@@ -301,6 +303,8 @@ class Flexiqd(BasePolicy):
         if self.down_window is not None:
             behavior = replace(self.policy.behavior, down_window=self.down_window)
             self.policy = replace(self.policy, behavior=behavior)
+        # As the daemon asks the store: the jobs coming due within the lead time (a start and a tick).
+        sim.coming_due_within = lead_time(self.policy.targets, trace.workers.cold_start, trace.tick_interval)
         self.history: History | None = None
         self.log: list[str] = []
 

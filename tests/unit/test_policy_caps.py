@@ -129,22 +129,25 @@ KNEE = KneeConfig(settle_time=30.0, reprobe_interval=300.0)
 KNEE_POLICY = PoolPolicy(max_workers=40, behavior=UNSMOOTHED, knee=KNEE)
 
 
-def saturated(workers: int, completion_rate: float, p50: float):
-    """A pool with a backlog whose ``workers`` are all busy (rates over a 2 s window: 30+ completions, enough for the knee to judge)."""
+def saturated(workers: int, completion_rate: float, p50: float = 1.0, window: float = 10.0):
+    """A pool with a backlog whose ``workers`` are all busy (rates over a 10 s window: 160+ completions)."""
     return observe(workers, runnable_depth=500, oldest_runnable_age=20.0, running=workers * 4,
-                   completion_rate=completion_rate, arrival_rate=30.0, duration_p50=p50, rate_window=2.0)
+                   completion_rate=completion_rate, arrival_rate=30.0, duration_p50=p50, rate_window=window)
+
+
+def steady_at(start: int, end: int, workers: int, rate: float, window: float = 10.0):
+    """One tick a second from ``start`` to ``end`` (inclusive), ``workers`` busy, ``rate`` jobs/s."""
+    return [(float(t), saturated(workers, rate, window=window)) for t in range(start, end + 1)]
 
 
 def knee_found():
-    """4 workers did 16 jobs/s at p50 1 s; 6 workers do 16.2 jobs/s at p50 1.5 s."""
-    ticks = [(float(t), saturated(4, 16.0, 1.0)) for t in range(0, 61, 10)]
-    ticks.append((70.0, saturated(6, 16.2, 1.5)))
-    return run(KNEE_POLICY, ticks)
+    """4 workers did 16 jobs/s (1 s each); 6 workers, held for a window, do 16.2 jobs/s (1.5 s each)."""
+    return run(KNEE_POLICY, steady_at(0, 60, 4, 16.0) + steady_at(61, 75, 6, 16.2))
 
 
 def test_a_scale_up_that_added_no_throughput_holds_at_the_last_count_that_helped():
     decisions = knee_found()
-    assert all(d.desired > 4 for d in decisions[:-1])  # before the knee: more, please
+    assert all(d.desired > 4 for d in decisions[:61])  # before the knee: more, please
     knee = decisions[-1]
     assert knee.desired == 4
     assert knee.reason == "CappedByKnee"
@@ -154,45 +157,73 @@ def test_a_scale_up_that_added_no_throughput_holds_at_the_last_count_that_helped
 
 def test_the_knee_is_reprobed_one_step_up_after_the_interval():
     history = knee_found()[-1].history
-    held = decide(saturated(4, 16.0, 1.0), KNEE_POLICY, history, 300.0)
+    held = decide(saturated(4, 16.0), KNEE_POLICY, history, 300.0)
     assert held.desired == 4
-    probe = decide(saturated(4, 16.0, 1.0), KNEE_POLICY, held.history, 371.0)
+    probe = decide(saturated(4, 16.0), KNEE_POLICY, held.history, 376.0)
     assert probe.desired == 5
     assert probe.binding_cap == ("knee", 5)
 
 
+def test_a_late_backlog_reprobes_the_knee_as_soon_as_a_sample_can_settle():
+    history = knee_found()[-1].history
+    late = dataclasses.replace(saturated(4, 16.0), metrics=dataclasses.replace(
+        saturated(4, 16.0).metrics, oldest_runnable_age=45.0))  # over its 30 s target
+    probe = decide(late, KNEE_POLICY, history, 75.0 + 2 * KNEE.settle_time)
+    assert probe.binding_cap == ("knee", 5)
+
+
+def test_without_a_shared_dependency_a_false_knee_is_lifted_by_its_reprobe():
+    # Noise held the pool at 4; the probe at 5 completes a quarter more: the knee moves up.
+    history = knee_found()[-1].history
+    ticks = steady_at(376, 400, 5, 20.0)
+    assert run(KNEE_POLICY, ticks, history)[-1].history.knee.held_at == 5
+
+
 def test_a_probe_that_helps_moves_the_knee_up_and_allows_the_next_step():
     history = knee_found()[-1].history
-    history = decide(saturated(4, 16.0, 1.0), KNEE_POLICY, history, 371.0).history
-    helped = decide(saturated(5, 19.0, 1.05), KNEE_POLICY, history, 380.0)
+    helped = run(KNEE_POLICY, steady_at(376, 390, 5, 19.5), history)[-1]
     assert helped.history.knee.held_at == 5
-    assert helped.binding_cap == ("knee", 6)
+    assert helped.binding_cap == ("knee", 7)  # a quarter more, at least one
 
 
 def test_a_probe_that_does_not_help_confirms_the_knee_for_another_interval():
     history = knee_found()[-1].history
-    history = decide(saturated(4, 16.0, 1.0), KNEE_POLICY, history, 371.0).history
-    failed = decide(saturated(5, 16.1, 1.3), KNEE_POLICY, history, 380.0)
+    # Over a minute's completions: too few more to be anything but the same ceiling.
+    failed = run(KNEE_POLICY, steady_at(376, 440, 5, 16.1, window=60.0), history)[-1]
     assert failed.desired == 4
     assert failed.reason == "CappedByKnee"
-    assert failed.history.knee.held_since == 380.0
+    assert failed.history.knee.held_since == 440.0
+
+
+def test_the_knee_settles_at_the_best_throughput_measured_never_below_it():
+    # 4 -> 16/s, 8 -> 30/s, 16 -> 24/s (overloaded): hold at 8, the best, not at 4.
+    ticks = steady_at(0, 60, 4, 16.0) + steady_at(61, 80, 8, 30.0) + steady_at(81, 100, 16, 24.0)
+    assert run(KNEE_POLICY, ticks)[-1].history.knee.held_at == 8
 
 
 def test_no_knee_while_more_workers_add_throughput():
-    ticks = [(float(t), saturated(4, 16.0, 1.0)) for t in range(0, 61, 10)]
-    ticks.append((70.0, saturated(6, 23.0, 1.05)))
+    ticks = steady_at(0, 60, 4, 16.0) + steady_at(61, 75, 6, 23.0)
     assert run(KNEE_POLICY, ticks)[-1].history.knee.held_at is None
 
 
+def test_durations_rising_alone_are_no_knee():
+    # 6 workers' jobs take 1.5 s instead of 1 s (the mix changed) but complete 50 % more: no ceiling.
+    ticks = steady_at(0, 60, 4, 16.0) + [(float(t), saturated(6, 24.0, p50=1.5)) for t in range(61, 76)]
+    assert run(KNEE_POLICY, ticks)[-1].history.knee.held_at is None
+
+
+def test_no_knee_while_the_pool_ramps():
+    # The busy count changed within the window: its completions lag its starts, no sample.
+    ticks = steady_at(0, 60, 4, 16.0) + [(61.0 + i, saturated(6 + i, 16.2)) for i in range(15)]
+    assert run(KNEE_POLICY, ticks)[-1].history.knee.samples[-1].workers == 4
+
+
 def test_no_knee_is_judged_before_the_backlog_has_lasted_the_settle_time():
-    ticks = [(0.0, saturated(4, 16.0, 1.0)), (10.0, saturated(6, 16.2, 1.5))]
+    ticks = steady_at(0, 20, 4, 16.0)
     assert run(KNEE_POLICY, ticks)[-1].history.knee.samples == ()
 
 
-def test_no_knee_from_a_p50_of_a_handful_of_jobs():
-    # The same readings over a 1 s window: 16 completions, too few for a p50 to mean anything.
-    def few(workers, rate, p50):
-        return observe(workers, runnable_depth=500, oldest_runnable_age=20.0, running=workers * 4,
-                       completion_rate=rate, arrival_rate=30.0, duration_p50=p50, rate_window=1.0)
-    ticks = [(float(t), few(4, 16.0, 1.0)) for t in range(0, 61, 10)] + [(70.0, few(6, 16.2, 1.5))]
+def test_no_knee_from_a_handful_of_completions():
+    # The same readings over a 2 s window: 32 completions, within the noise of a few dozen.
+    ticks = steady_at(0, 60, 4, 16.0, window=2.0) + steady_at(61, 75, 6, 16.2, window=2.0)
     assert run(KNEE_POLICY, ticks)[-1].history.knee.held_at is None

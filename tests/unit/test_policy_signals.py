@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flexiqd.policy import Behavior, PoolPolicy, Targets, decide
+from flexiqd.policy import Behavior, History, PoolPolicy, Targets, decide
 from flexiqd.policy.signals import mean_running, per_worker_throughput
 from flexiqd.policy.types import LoadSample
 
@@ -27,7 +27,8 @@ def recommendation(decision, signal):
 def test_age_signal_sizes_the_backlog_plus_arrivals_from_measured_throughput():
     # 8 jobs/s complete on 8 running jobs: one 4-slot worker does 4 jobs/s.
     obs = observe(2, runnable_depth=200, oldest_runnable_age=25.0, **busy(2))
-    decision = decide(obs, policy(targets=Targets(age=30, lead_time=10)), None, 100.0)
+    before = History(load=(LoadSample(90.0, 2, 8, 8.0, 8.0),))  # the same a tick earlier: Little's law
+    decision = decide(obs, policy(targets=Targets(age=30, lead_time=10)), before, 100.0)
     # slack = max(30 - 25 - 10, 30/4) = 7.5 s; (8 + 200 / 7.5) / 4 = 8.67 -> 9
     assert recommendation(decision, "age") == 9
     assert decision.desired == 9
@@ -51,7 +52,8 @@ def test_age_signal_has_no_opinion_without_a_backlog():
 
 def test_drain_signal_uses_littles_law_not_a_ratio():
     obs = observe(2, runnable_depth=120, oldest_runnable_age=1.0, **busy(1))  # 4 jobs/s per worker
-    decision = decide(obs, policy(targets=Targets(age=30, drain_time=5)), None, 0.0)
+    before = History(load=(LoadSample(-10.0, 2, 4, 4.0, 4.0),))
+    decision = decide(obs, policy(targets=Targets(age=30, drain_time=5)), before, 0.0)
     # (4 arrivals/s + 120 / 5 s) / 4 jobs/s per worker = 7
     assert recommendation(decision, "drain") == 7
     assert decision.reason == "ScaleUpDrain"
@@ -135,8 +137,10 @@ def test_draining_workers_do_not_count_as_capacity():
 
 def test_per_worker_throughput_from_littles_law_over_the_history():
     load = (LoadSample(0.0, 2, 8, 4.0, 4.0), LoadSample(10.0, 4, 16, 8.0, 8.0))
-    # mean duration = (8 + 16) / (4 + 8) = 2 s; one 4-slot worker does 2 jobs/s
-    assert per_worker_throughput(metrics(duration_p50=None, duration_p95=None), 4, load) == pytest.approx(2.0)
+    # The 8 jobs running at 0 s stand for the 10 s until the next tick, whose rate (8 jobs/s,
+    # counted up to then) is of the same span: 1 s per job; one 4-slot worker does 4 jobs/s.
+    # This tick's 16 stand for nothing yet: they have not had the time to complete.
+    assert per_worker_throughput(metrics(duration_p50=None, duration_p95=None), 4, load) == pytest.approx(4.0)
     assert mean_running(load, 60.0) == 12.0
     assert mean_running(load, None) == 16.0
 
