@@ -4,7 +4,9 @@
              removed pools' workers) -> first claims -> queue stats -> one Observation per pool
     decide:  policy.decide_fleet (every pool, every policy, every cap) -> operators' overrides
              (``decide_and_steer``)
-    apply:   fleet.start/stop -> hold paused pools paused
+    apply:   fleet.start (retiring workers resumed first) / stop idle victims, pause busy ones
+             (``retiring.Retiring``) -> stop retiring workers that became idle -> hold paused
+             pools paused
 
 systemd (or the process fleet) is asked every tick which workers exist; the
 controller keeps the policies' histories, the pools' measured start costs and
@@ -12,7 +14,9 @@ the last decisions.  The histories and start costs are kept in a file too
 (``HistoryFile``): a restart forgets no rate limit's budget.  Two collaborators
 do the rest: ``operators.OperatorIntent`` holds the operators' pins, drains and
 pauses (kept across restarts, published for workers), ``recovery.Recovery``
-releases dead workers' jobs and sweeps the store.
+releases dead workers' jobs and sweeps the store.  A third, ``retiring.Retiring``,
+remembers the busy workers a scale-in paused instead of stopping them, until
+their jobs are done.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from .events import EventLog
 from .intent import HistoryFile, IntentFile
 from .operators import OperatorIntent
 from .recovery import Recovery
+from .retiring import Retiring
 from .startcost import StartCost, StartCosts
 
 log = logging.getLogger(__name__)
@@ -69,7 +74,7 @@ class _Seen:
 
     observations: dict[str, Observation]
     workers: dict[str, list[WorkerInfo]]
-    busy: dict[str, int]
+    busy: dict[str, int] | None   # running jobs per instance; None: the lease read failed
     failed: collections.Counter
     stats: dict[str, list | None]
 
@@ -121,7 +126,9 @@ class Controller:
         self.fleet_grants: Callable[[float], dict[str, dict[str, int]] | None] | None = None
         self._fleet_report: dict = {"pools": {}}
         self.recovery = Recovery(config, backend, fleet, host=self.host, pid_alive=pid_alive, doing=self._doing)
-        self.operators = OperatorIntent(config.pools, fleet, clock=clock, file=intent, paused_path=paused_path)
+        self.retiring = Retiring(fleet)
+        self.operators = OperatorIntent(config.pools, fleet, clock=clock, file=intent, paused_path=paused_path,
+                                        retiring=self.retiring)
         histories, costs = self.history_file.load()
         self.histories = {name: h for name, h in histories.items() if name in config.pools}
         self.start_costs.load({name: c for name, c in costs.items() if name in config.pools})
@@ -188,6 +195,7 @@ class Controller:
         self.recovery.maintain(now)
         failed = collections.Counter(w.pool for w in workers if w.state is WorkerState.FAILED)
         self.recovery.forget_failed(workers)
+        self.retiring.forget_gone(workers)
         by_pool: dict[str, list[WorkerInfo]] = collections.defaultdict(list)
         for worker in workers:
             if worker.state is not WorkerState.FAILED:
@@ -202,9 +210,12 @@ class Controller:
             start_cost = cost.seconds if cost else None
             self.activity = f"reading the queue stats of pool {pool.name}"
             stats[pool.name] = self._read_stats(pool, now, start_cost)
+            # A retiring worker is leaving: no capacity, so draining, as a stopped one.
+            retiring = len(self.retiring.of(mine))
             observations[pool.name] = Observation(
-                pool=pool.name, active=_count(mine, WorkerState.ACTIVE),
-                starting=_count(mine, WorkerState.STARTING), draining=_count(mine, WorkerState.DRAINING),
+                pool=pool.name, active=_count(mine, WorkerState.ACTIVE) - retiring,
+                starting=_count(mine, WorkerState.STARTING),
+                draining=_count(mine, WorkerState.DRAINING) + retiring,
                 concurrency=pool.concurrency, metrics=self._metrics(pool, stats[pool.name], mine, now),
                 start_cost=start_cost, tick=self.config.tick)
         return _Seen(observations=observations, workers=dict(by_pool), busy=busy, failed=failed, stats=stats)
@@ -359,25 +370,55 @@ class Controller:
     def _apply_pool(self, pool: PoolConfig, decision: Decision, seen: _Seen, now: float) -> None:
         workers = seen.workers.get(pool.name, [])
         self.activity = f"resizing pool {pool.name}"
+        try:
+            self.retiring.adopt(pool.name, workers, self.operators.paused(pool.name))
+        except FleetError as exc:
+            log.warning("Pool %s: could not resume workers a previous daemon paused (retried next tick): %s",
+                        pool.name, exc)
         if decision.changed:
             line = self._line(pool.name, decision, seen.observations[pool.name])
             log.info("%s", line, extra=_decision_fields(decision))
             self.events.record(now, pool.name, decision.current, decision.desired, decision.reason, line)
             try:
                 if decision.desired > decision.current:
-                    taken = {w.index for w in workers}
-                    indices = free_indices(taken, decision.desired - decision.current)
-                    self.fleet.start(pool.worker_spec(self.config.store), indices)
-                    metrics = seen.observations[pool.name].metrics
-                    if metrics is not None and metrics.runnable_depth > 0:
-                        self.start_costs.started(pool.name, [instance_name(pool.name, i) for i in indices], now)
+                    self._grow(pool, workers, decision.desired - decision.current, seen, now)
                 else:
-                    candidates = [w for w in workers if w.state in (WorkerState.ACTIVE, WorkerState.STARTING)]
-                    self.fleet.stop(choose_victims(candidates, decision.current - decision.desired, seen.busy))
+                    self._shrink(workers, decision.current - decision.desired, seen.busy)
             except FleetError as exc:
                 log.error("Pool %s: could not apply %d -> %d: %s", pool.name, decision.current,
                           decision.desired, exc)
+        try:
+            # After the resize: a worker taken back this tick is not stopped.
+            self.retiring.settle(workers, seen.busy)
+        except FleetError as exc:
+            log.error("Pool %s: could not stop its retired workers (retried next tick): %s", pool.name, exc)
         self.operators.hold_pause(pool.name, workers)
+
+    def _grow(self, pool: PoolConfig, workers: list[WorkerInfo], count: int, seen: _Seen, now: float) -> None:
+        """Take retiring workers back first (they are ready now, and no job waits on a start),
+        then start new units for the rest."""
+        count -= self.retiring.take_back(workers, count, seen.busy)
+        if count <= 0:
+            return
+        indices = free_indices({w.index for w in workers}, count)
+        self.fleet.start(pool.worker_spec(self.config.store), indices)
+        metrics = seen.observations[pool.name].metrics
+        if metrics is not None and metrics.runnable_depth > 0:
+            self.start_costs.started(pool.name, [instance_name(pool.name, i) for i in indices], now)
+
+    def _shrink(self, workers: list[WorkerInfo], count: int, busy: dict[str, int] | None) -> None:
+        """Stop the victims that run nothing (starting or idle) now; pause the busy ones to retire
+        once their jobs are done, so no job outlives a stop timeout.  Without a lease count
+        (``busy`` None) every ready victim is treated as busy."""
+        candidates = [w for w in workers if w.state in (WorkerState.ACTIVE, WorkerState.STARTING)
+                      and w not in self.retiring]
+        victims = choose_victims(candidates, count, busy or {})
+        # A worker with no pid cannot be told to pause: it is stopped as before.
+        now_idle = [w for w in victims if w.state is WorkerState.STARTING or not w.pid
+                    or (busy is not None and busy.get(w.instance, 0) == 0)]
+        if now_idle:
+            self.fleet.stop(now_idle)
+        self.retiring.retire([w for w in victims if w not in now_idle], busy)
 
     def _note_binding_cap(self, decision: Decision, obs: Observation) -> None:
         """Log when another cap (or none) starts to bound the pool's count."""
@@ -434,7 +475,7 @@ class Controller:
 
     # -- between ticks ----------------------------------------------------------------------
 
-    def release_dead_workers(self) -> dict[str, int]:
+    def release_dead_workers(self) -> dict[str, int] | None:
         """``Recovery.release_dead_workers`` on its own, between ticks (what a unit change wakes)."""
         try:
             return self.recovery.release_dead_workers(self.clock())

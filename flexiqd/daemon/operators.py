@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Callable, Mapping
+from typing import Callable, Container, Mapping
 
 from ..config.model import PoolConfig
 from ..config.runtime import write_paused_pools
@@ -37,9 +37,12 @@ class OperatorIntent:
     """The operators' overrides of the policy, pool by pool, kept and published."""
 
     def __init__(self, pools: Mapping[str, PoolConfig], fleet: Fleet, *, clock: Callable[[], float],
-                 file: IntentFile | None = None, paused_path: str | None = None) -> None:
+                 file: IntentFile | None = None, paused_path: str | None = None,
+                 retiring: Container[WorkerInfo] = ()) -> None:
         self.pools = pools
         self.fleet = fleet
+        #: Workers a scale-in paused until their jobs are done: an operator's resume leaves them paused.
+        self.retiring = retiring
         self.clock = clock
         self.file = file or IntentFile(None)
         self.paused_path = paused_path
@@ -108,7 +111,8 @@ class OperatorIntent:
             waiting = self._resuming.get(name)
             if not waiting:
                 return
-            ready = [w for w in workers if w.instance in waiting and w.state is WorkerState.ACTIVE]
+            ready = [w for w in workers if w.instance in waiting and w.state is WorkerState.ACTIVE
+                     and w not in self.retiring]
             self.fleet.set_paused(ready, False)
             waiting -= {w.instance for w in ready}
             waiting &= {w.instance for w in workers}
@@ -116,6 +120,11 @@ class OperatorIntent:
                 del self._resuming[name]
         except FleetError as exc:
             log.warning("Pool %s: could not signal its workers (retried next tick): %s", name, exc)
+
+    def paused(self, name: str) -> bool:
+        """Whether an operator paused pool ``name``."""
+        override = self.overrides.get(name)
+        return override is not None and override.paused
 
     # -- requests (each takes effect at the next tick) ------------------------------------------------
 
@@ -175,7 +184,7 @@ class OperatorIntent:
         workers = self._workers_of(name)
         # Those still starting may have read the file before: tell them once they are ready.
         self._resuming[name] = {w.instance for w in workers if w.state is WorkerState.STARTING}
-        self.fleet.set_paused(workers, False)
+        self.fleet.set_paused([w for w in workers if w not in self.retiring], False)
         log.info("Pool %s resumed.", name, extra=journal(MessageId.OPERATOR_OVERRIDE, POOL=name, ACTION="resume"))
 
     def _pool(self, name: str) -> PoolConfig:

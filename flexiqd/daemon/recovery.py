@@ -53,21 +53,22 @@ class Recovery:
         self.config = config
 
     def release_dead_workers(self, now: float,
-                             live_pids: set[int] | frozenset[int] = frozenset()) -> dict[str, int]:
+                             live_pids: set[int] | frozenset[int] = frozenset()) -> dict[str, int] | None:
         """Release at once the leases of this host's workers whose process is gone.
 
         Covers a worker unit that failed, one that systemd restarted on its own
         (new pid, same name), and a SIGKILLed child process: no job waits for its
         lease to expire.  Needs no fleet listing (``live_pids`` only saves pid
         checks), so the daemon runs it the moment systemd reports a unit change.
-        Returns running jobs per live instance (for choosing idle workers to stop).
+        Returns running jobs per live instance (for choosing idle workers to stop), None
+        when the lease owners cannot be read (nothing is known to be idle then).
         """
         self._doing("reading the lease owners")
         try:
             owners = self.backend.lease_owners()
         except QueueError as exc:
             log.warning("Cannot read lease owners: %s", exc)
-            return {}
+            return None
         busy: dict[str, int] = {}
         for owner, running in owners.items():
             parts = owner_parts(owner)
