@@ -370,6 +370,9 @@ class Controller:
     def _apply_pool(self, pool: PoolConfig, decision: Decision, seen: _Seen, now: float) -> None:
         workers = seen.workers.get(pool.name, [])
         self.activity = f"resizing pool {pool.name}"
+        # An operator's drain empties the pool within the stop timeout, as a `systemctl stop` does:
+        # busy workers too are stopped, not retired (a task that never ends must not hold it).
+        drained = self.operators.drained(pool.name)
         try:
             self.retiring.adopt(pool.name, workers, self.operators.paused(pool.name))
         except FleetError as exc:
@@ -383,13 +386,16 @@ class Controller:
                 if decision.desired > decision.current:
                     self._grow(pool, workers, decision.desired - decision.current, seen, now)
                 else:
-                    self._shrink(workers, decision.current - decision.desired, seen.busy)
+                    self._shrink(workers, decision.current - decision.desired, seen.busy, retire=not drained)
             except FleetError as exc:
                 log.error("Pool %s: could not apply %d -> %d: %s", pool.name, decision.current,
                           decision.desired, exc)
         try:
             # After the resize: a worker taken back this tick is not stopped.
-            self.retiring.settle(workers, seen.busy)
+            if drained:
+                self.retiring.stop_all(workers, "the pool is drained by an operator")
+            else:
+                self.retiring.settle(workers, seen.busy)
         except FleetError as exc:
             log.error("Pool %s: could not stop its retired workers (retried next tick): %s", pool.name, exc)
         self.operators.hold_pause(pool.name, workers)
@@ -406,15 +412,17 @@ class Controller:
         if metrics is not None and metrics.runnable_depth > 0:
             self.start_costs.started(pool.name, [instance_name(pool.name, i) for i in indices], now)
 
-    def _shrink(self, workers: list[WorkerInfo], count: int, busy: dict[str, int] | None) -> None:
+    def _shrink(self, workers: list[WorkerInfo], count: int, busy: dict[str, int] | None, *,
+                retire: bool = True) -> None:
         """Stop the victims that run nothing (starting or idle) now; pause the busy ones to retire
         once their jobs are done, so no job outlives a stop timeout.  Without a lease count
-        (``busy`` None) every ready victim is treated as busy."""
+        (``busy`` None) every ready victim is treated as busy.  ``retire`` False: stop them all
+        (each drains within its stop timeout)."""
         candidates = [w for w in workers if w.state in (WorkerState.ACTIVE, WorkerState.STARTING)
                       and w not in self.retiring]
         victims = choose_victims(candidates, count, busy or {})
         # A worker with no pid cannot be told to pause: it is stopped as before.
-        now_idle = [w for w in victims if w.state is WorkerState.STARTING or not w.pid
+        now_idle = [w for w in victims if not retire or w.state is WorkerState.STARTING or not w.pid
                     or (busy is not None and busy.get(w.instance, 0) == 0)]
         if now_idle:
             self.fleet.stop(now_idle)

@@ -121,6 +121,11 @@ class OperatorIntent:
         except FleetError as exc:
             log.warning("Pool %s: could not signal its workers (retried next tick): %s", name, exc)
 
+    def drained(self, name: str) -> bool:
+        """Whether an operator holds pool ``name`` at zero (``drain``, or a pin at 0)."""
+        override = self.overrides.get(name)
+        return override is not None and override.pinned == 0
+
     def paused(self, name: str) -> bool:
         """Whether an operator paused pool ``name``."""
         override = self.overrides.get(name)

@@ -86,6 +86,17 @@ class Retiring:
             log.info("Worker %s taken back from retiring: it claims again.", worker.instance)
         return len(back)
 
+    def stop_all(self, workers: list[WorkerInfo], why: str) -> None:
+        """Stop the retiring workers of ``workers`` now, busy or not (each drains within its stop
+        timeout).  Raises ``FleetError``."""
+        retiring = self.of(workers)
+        if not retiring:
+            return
+        self.fleet.stop(retiring)
+        for worker in retiring:
+            del self._pids[worker.instance]
+            log.info("Worker %s stopped while retiring: %s.", worker.instance, why)
+
     def settle(self, workers: list[WorkerInfo], busy: dict[str, int] | None) -> None:
         """Stop the retiring workers of ``workers`` that run no job.  With no lease count
         (``busy`` None: the read failed) none is stopped.  Raises ``FleetError``."""

@@ -105,11 +105,12 @@ def test_a_retiring_worker_counts_as_draining_and_is_not_chosen_again(backend, t
     assert view.decision.current == 1 and not view.decision.changed
     assert fleet.stopped == [("default", 1)]                         # 3 is not stopped, 2 not chosen
     assert pauses(fleet, True) == [("default", 3)]                   # and not paused twice
-    controller.pin("default", 0, None)
+    fleet.add("default", 4, started_at=clock.now - 200)              # an older busy one joins
+    busy_with(backend, fleet, 4, clock)
     clock.now += 5
     fleet.signalled = []
-    assert controller.tick()["default"].current == 1
-    assert pauses(fleet, True) == [("default", 2)]                   # the one left, not 3 again
+    assert controller.tick()["default"].current == 2                # 2 and 4, not 3
+    assert pauses(fleet, True) == [("default", 2)]                   # the newest left, not 3 again
     assert controller.retiring.instances() == {"default-2", "default-3"}
 
 
@@ -215,3 +216,13 @@ def test_a_retiring_worker_that_systemd_restarted_is_capacity_again(backend, thr
     controller.tick()
     assert not controller.retiring.instances()
     assert controller.views["default"].active == 2
+
+
+def test_an_operators_drain_stops_busy_and_retiring_workers_within_the_stop_timeout(backend, three):
+    controller, fleet, clock, _, _ = three
+    controller.tick()                                  # 1 stopped, 3 retiring, 2 busy
+    controller.drain("default")
+    clock.now += 5
+    controller.tick()
+    assert sorted(fleet.stopped) == [("default", 1), ("default", 2), ("default", 3)]
+    assert not controller.retiring.instances()
