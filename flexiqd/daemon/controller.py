@@ -272,12 +272,13 @@ class Controller:
         return tuple(seen)
 
     def _check_drain_budget(self, pool: PoolConfig, p99: float | None) -> None:
-        """Warn (once, until it is fixed) when a scale-in would have to release p99 jobs."""
+        """Warn (once, until it is fixed) when a stop would have to release p99 jobs (a scale-in
+        waits for them: see ``retiring``)."""
         if p99 is not None and p99 > pool.drain_timeout:
             if pool.name not in self._warned_p99:
                 self._warned_p99.add(pool.name)
-                log.warning("Pool %s: p99 job duration %.1fs exceeds drain_timeout %.0fs: a scale-in "
-                            "will release long jobs to run again; raise drain_timeout.",
+                log.warning("Pool %s: p99 job duration %.1fs exceeds drain_timeout %.0fs: a drain or a "
+                            "stop of flexiqd will release long jobs to run again; raise drain_timeout.",
                             pool.name, p99, pool.drain_timeout)
         else:
             self._warned_p99.discard(pool.name)
