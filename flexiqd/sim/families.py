@@ -47,6 +47,10 @@ from .trace import (
     Workers,
 )
 
+# Arrivals stay below this many jobs/s, so that a run of every policy (the oracle's
+# look-ahead most of all) takes seconds: the shapes, not the volume, are what is tried.
+MAX_RATE = 40.0
+
 # What the daemon's tick and a unit's start cost are drawn from (seconds): the daemon
 # ticks every second by default, a worker unit starts in 0.3-0.9 s, a slow app's in seconds.
 TICKS = (1.0, 2.0, 5.0)
@@ -94,8 +98,8 @@ def _trace(name: str, rng: random.Random, seed: int, duration: float, target: fl
 def heavy_tail(rng: random.Random, seed: int) -> Trace:
     duration = rng.choice((1200.0, 1800.0))
     dist = _heavy(rng)
-    peak_slots = rng.uniform(10, 120)
-    peak = peak_slots / dist.mean
+    peak = min(rng.uniform(10, 120) / dist.mean, MAX_RATE)
+    peak_slots = peak * dist.mean
     if rng.random() < 0.5:
         pattern: Steady | Diurnal = Steady(peak, 0.0, duration)
     else:
@@ -109,8 +113,8 @@ def heavy_tail(rng: random.Random, seed: int) -> Trace:
 def two_class(rng: random.Random, seed: int) -> Trace:
     duration = rng.choice((1200.0, 1800.0))
     dist = _two_class(rng)
-    peak_slots = rng.uniform(10, 150)
-    rate = peak_slots / dist.mean
+    rate = min(rng.uniform(10, 150) / dist.mean, MAX_RATE)
+    peak_slots = rate * dist.mean
     workers = _pool(rng, peak_slots, _p99(dist))
     target = rng.choice((30.0, 60.0))
     return _trace(f"two_class-{seed}", rng, seed, duration, target, workers,
@@ -120,8 +124,8 @@ def two_class(rng: random.Random, seed: int) -> Trace:
 def diurnal(rng: random.Random, seed: int) -> Trace:
     duration = rng.choice((1800.0, 2400.0))
     dist = _heavy(rng) if rng.random() < 0.5 else _two_class(rng)
-    peak_slots = rng.uniform(15, 120)
-    peak = peak_slots / dist.mean
+    peak = min(rng.uniform(15, 120) / dist.mean, MAX_RATE)
+    peak_slots = peak * dist.mean
     base = peak * rng.uniform(0.05, 0.3)
     pattern = Diurnal(base, peak, duration * rng.uniform(0.4, 1.0), duration * rng.uniform(0, 0.5), 0.0, duration)
     workers = _pool(rng, peak_slots, _p99(dist))
@@ -141,9 +145,9 @@ def _flash(rng: random.Random, seed: int, declared: bool) -> Trace:
     dependency = SharedDependency(
         name="db", capacity=capacity, per_job=1.0, share=share, overload_penalty=rng.uniform(0.2, 1.0),
         request_load=request_load, request_latency=0.01, declared=declared)
-    trickle = knee_workers * concurrency * rng.uniform(0.05, 0.3) / dist.mean
+    trickle = min(knee_workers * concurrency * rng.uniform(0.05, 0.3) / dist.mean, MAX_RATE / 4)
     # Mostly a crowd the ceiling can serve within minutes; now and then one it cannot.
-    crowd_rate = knee_workers * concurrency * rng.uniform(0.6, 1.6) / dist.mean
+    crowd_rate = min(knee_workers * concurrency * rng.uniform(0.6, 1.6) / dist.mean, MAX_RATE)
     start = rng.uniform(200, 600)
     length = rng.uniform(60, 300)
     sources = (Source(Steady(trickle, 0.0, duration), dist, 0.0, "trickle"),
@@ -167,8 +171,9 @@ def hidden_ceiling(rng: random.Random, seed: int) -> Trace:
 def scheduled(rng: random.Random, seed: int) -> Trace:
     duration = 1800.0
     dist = _heavy(rng) if rng.random() < 0.5 else _lognormal(rng, rng.choice((0.5, 2.0, 10.0)), 0.4)
-    trickle_slots = rng.uniform(1, 10)
-    sources = [Source(Steady(trickle_slots / dist.mean, 0.0, duration), dist, 0.0, "trickle")]
+    trickle = min(rng.uniform(1, 10) / dist.mean, MAX_RATE / 4)
+    trickle_slots = trickle * dist.mean
+    sources = [Source(Steady(trickle, 0.0, duration), dist, 0.0, "trickle")]
     target = rng.choice((30.0, 60.0, 120.0))
     peak_slots = trickle_slots
     for index in range(rng.randint(1, 4)):
@@ -184,7 +189,7 @@ def scheduled(rng: random.Random, seed: int) -> Trace:
 def square_wave(rng: random.Random, seed: int) -> Trace:
     duration = 1800.0
     dist = _lognormal(rng, rng.choice((0.1, 0.5, 1.0, 2.0)), rng.uniform(0.2, 1.0))
-    high_slots = rng.uniform(10, 80)
+    high_slots = min(rng.uniform(10, 80), MAX_RATE * dist.mean)
     low_slots = high_slots * rng.uniform(0.0, 0.2)
     period = rng.uniform(60, 600)
     sources = []
@@ -206,7 +211,7 @@ def quota(rng: random.Random, seed: int) -> Trace:
     dist = _lognormal(rng, rng.choice((0.2, 1.0, 3.0)), rng.uniform(0.2, 1.0))
     concurrency = rng.choice((1, 2, 4, 8))
     share = rng.uniform(0.3, 1.0)
-    peak_slots = rng.uniform(20, 120)
+    peak_slots = min(rng.uniform(20, 120), MAX_RATE * dist.mean)
     capacity = peak_slots * share * rng.uniform(0.4, 0.9)  # less than the peak needs
     request_load = capacity * rng.uniform(0.05, 0.3)
     dependency = SharedDependency(
@@ -225,7 +230,8 @@ def slow_bursts(rng: random.Random, seed: int) -> Trace:
     duration = 1800.0
     short = _lognormal(rng, rng.choice((0.05, 0.2, 0.5)), 0.5)
     slow = _lognormal(rng, rng.uniform(10, 60), rng.uniform(0.1, 0.5))
-    sources = [Source(Steady(rng.uniform(1, 8) / short.mean, 0.0, duration), short, 0.0, "trickle")]
+    sources = [Source(Steady(min(rng.uniform(1, 8) / short.mean, MAX_RATE / 4), 0.0, duration), short, 0.0,
+                      "trickle")]
     every = rng.uniform(120, 400)
     at, index, biggest = rng.uniform(30, every), 0, 0
     while at < duration - 60:
