@@ -33,9 +33,8 @@ from ..config.model import DaemonConfig, PoolConfig
 from ..errors import FleetError, QueueError
 from ..fleet.base import Fleet, WorkerInfo, WorkerState, instance_name
 from ..logs import MessageId, journal
-from ..policy import CapValue, Decision, History, Observation, PoolMetrics, PoolPolicy, decide_fleet, decision_line
+from ..policy import CapValue, Decision, History, Observation, PoolMetrics, decide_fleet, decision_line
 from ..policy.economics import lead_time, start_cost_or_default
-from ..policy.history import entered_by_others
 from ..policy.types import DependencyObservation
 from ..queue.backend import Backend
 from ..queue.owners import process_exists, this_host
@@ -303,9 +302,7 @@ class Controller:
         next history."""
         name = decision.pool
         before = self.histories.get(name)
-        steered = self.operators.steer(decision, before, now)
-        if steered is None:
-            steered = _with_creation(decision, before, self.config.pools[name].policy, now)
+        steered = self.operators.steer(decision, before, now) or decision
         self.histories[name] = steered.history
         return steered
 
@@ -534,15 +531,6 @@ def _decision_fields(decision: Decision) -> dict:
     return journal(MessageId.SCALE_DECISION, POOL=decision.pool, FROM=decision.current, TO=decision.desired,
                    REASON=decision.reason, SIGNAL=decision.winner, CAP=cap.cap if cap else None,
                    CAP_WORKERS=cap.workers if cap else None)
-
-
-def _with_creation(decision: Decision, before: History | None, policy: PoolPolicy, now: float) -> Decision:
-    """A new pool's first workers (up to its floor) enter its history as its creation, made by
-    others (``entered_by_others``), not as a scale-up of the policy's own."""
-    if before is None and decision.current == 0 and 0 < decision.desired <= policy.floor:
-        history = entered_by_others(decision, before, policy, now, decision.desired)
-        return dataclasses.replace(decision, history=history)
-    return decision
 
 
 def _count(workers: list[WorkerInfo], state: WorkerState) -> int:

@@ -27,6 +27,7 @@ from .caps import apply_caps, cap_reason, collect_caps, starting_allowance
 from .config import Dependency, PoolPolicy
 from .decide import Combined, combine_signals, finish, hold
 from .flexiq_compat import decide_flexiq, flexiq_log_line
+from .history import entered_by_others
 from .sharing import DependencyCap, PoolDemand, share_dependencies, with_fleet_grants
 from .types import Decision, History, KneeState, Observation
 
@@ -100,7 +101,7 @@ def decide_fleet(pools: Sequence[PoolInput], dependencies: Sequence[Dependency],
         else:
             decision = _flexiq_under_caps(item, stage, shares.get(item.name), allowances, now)
         starts.grant(item, max(0, decision.desired - item.observation.current))
-        decisions[item.name] = decision
+        decisions[item.name] = _with_creation(item, decision, now)
     return decisions
 
 
@@ -126,6 +127,16 @@ class _StartBursts:
     def grant(self, item: PoolInput, started: int) -> None:
         for name in self._used(item):
             self.granted[name] += started
+
+
+def _with_creation(item: PoolInput, decision: Decision, now: float) -> Decision:
+    """A new pool's first workers (up to its floor) enter its history as its creation, made by
+    others (``history.entered_by_others``), not as a scale-up of the policy's own: creating the
+    pool uses up no rate limit's budget."""
+    if item.history is None and decision.current == 0 and 0 < decision.desired <= item.policy.floor:
+        history = entered_by_others(decision, None, item.policy, now, decision.desired)
+        return dataclasses.replace(decision, history=history)
+    return decision
 
 
 def _held(item: PoolInput, now: float) -> Decision:

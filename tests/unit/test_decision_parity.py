@@ -136,12 +136,8 @@ def test_the_daemons_config_is_the_simulators_policy(min_workers, initial):
 
 @pytest.mark.parametrize("min_workers, initial", [
     RUNNING_POOL,
-    # A pool that starts from nothing: the daemon enters its first worker in the history as the
-    # pool's creation (controller._with_creation), the simulator's driver as a scale-up of the
-    # policy's own.  The counts agree; the histories differ until that change leaves them.
-    pytest.param(*POOL_FROM_NOTHING, marks=pytest.mark.xfail(
-        strict=True, raises=AssertionError,
-        reason="the simulator does not enter a new pool's creation in its history")),
+    # A pool that starts from nothing: both enter its first worker as the pool's creation.
+    POOL_FROM_NOTHING,
 ])
 def test_the_daemon_decides_the_recorded_observations_as_the_simulator_did(min_workers, initial, recorded,
                                                                            backend):
