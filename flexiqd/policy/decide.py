@@ -189,9 +189,6 @@ def finish(
     noisy = stage.winner is None or stage.winner.signal in NOISY_SIGNALS
     limits = behavior if noisy or stabilized <= current else replace(behavior, up_limit=None)
     limited, rate_tag = rate_limit(current, stabilized, history.changes, now, limits)
-    if stage.late and limited < current:
-        # The safety net: no scale-in while the backlog is late (only a cap below brings it down).
-        limited, rate_tag = current, "late backlog"
 
     ceiling = tightest(caps)
     desired = min(limited, ceiling.workers)
@@ -268,8 +265,6 @@ def _explain(stage: Combined, out: _Outcome) -> tuple[str, str]:
         out.desired < out.limited or out.capped < stage.raw
     ):
         return cap_reason(out.cap), f"{why}; signals want {stage.raw}, {out.cap.cap} caps at {out.cap.workers}"
-    if stage.late and out.limited > out.stabilized:
-        return "HoldLateBacklog", f"{why}; no scale-in while the oldest job is late ({out.stabilized} wanted)"
     if out.limited != out.stabilized:
         return "RateLimited", f"{why}; {out.stabilized} wanted, the rate limit allows {out.limited} now"
     if out.stabilized != out.windowed:

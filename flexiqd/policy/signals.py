@@ -429,7 +429,7 @@ def safety_net_signal(inputs: SignalInputs) -> SignalRecommendation | None:
     metrics, obs, target = inputs.metrics, inputs.obs, inputs.policy.targets.age
     late = metrics.oldest_runnable_age > target
     factor = NET_GROWTH_LATE if late else NET_GROWTH_DUE
-    wanted = max(obs.current, math.ceil(obs.active * factor - _EPSILON), 1)
+    wanted = max(obs.current, math.ceil(obs.active * factor - _EPSILON), 1)  # never below current: no scale-in
     relation = "over" if late else "within the lead time of"
     return SignalRecommendation(
         "safety", wanted,
