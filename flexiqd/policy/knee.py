@@ -4,12 +4,13 @@ Some ceilings are declared (a dependency's capacity); others are found only by
 trying.  A ceiling here is a measurement, never an inference from durations
 alone (they change with the job mix):
 
-- While the pool is saturated -- it has had a backlog for at least
-  ``settle_time``, so its completion rate measures what it can do rather than
-  what arrives -- and its busy count held steady over the rate window (a
-  ramp's completions lag its starts), each decision samples the completion
-  rate against the number of workers that were busy on average over the same
-  window (``signals.busy_and_rate``).
+- While the pool is saturated (at least as many jobs wait as run, so its
+  completion rate measures what it can do rather than what arrives), each decision samples
+  the completion rate against the number of workers that were busy on
+  average over the same span (``signals.busy_and_rate``): for short jobs over
+  the last few seconds, as soon as a backlog has lasted that long; for long
+  ones over the rate window, once the backlog has lasted ``settle_time`` and
+  the busy count held steady (a ramp's completions lag its starts).
 - A sample at ``n`` workers whose completions rose less than half as much as
   the extra workers would add at a smaller count ``m``'s pace (and less than
   ``min_throughput_gain``, if that is more) -- by more than the counting noise
@@ -24,8 +25,12 @@ alone (they change with the job mix):
   does not confirms the knee.  A knee with no sample for ``sample_max_age`` is
   forgotten: whatever was shared may have changed since.
 
-Without any shared dependency completions keep rising with workers, so no
-knee is found, and a false one (noise) is re-probed and lifted.
+Completions measure capacity only while the jobs are alike: where their
+durations spread widely (p95 over ``MAX_SPREAD`` x p50) a batch of slow jobs
+among quick ones cuts completions as a ceiling would, so no knee is looked
+for there (a declared dependency still caps).  Without any shared dependency
+completions keep rising with workers, so no knee is found, and a false one
+(noise) is re-probed and lifted.
 """
 
 from __future__ import annotations
@@ -52,6 +57,14 @@ NOISE_SIGMAS = 2.0
 # Extra workers that add less than this share of what they would at a smaller
 # count's pace show a ceiling.
 EFFICIENCY = 0.5
+
+# Jobs whose p95 is more than this many times their p50 are too unlike each other for a
+# completion count to tell a ceiling from a change of mix: no knee is looked for.
+MAX_SPREAD = 4.0
+
+# Over the recent window, jobs must be this many times shorter than the window: a
+# ramp's completions lag its starts by about one duration.
+LAG_SHARE = 5.0
 
 # A re-probe tries this share more workers than the knee (at least one more).
 REPROBE_STEP = 0.25
@@ -86,6 +99,74 @@ def best(samples: tuple[ThroughputSample, ...], gain: float) -> ThroughputSample
     return min((kept for kept in samples if kept.completion_rate * (1 + gain) >= most), key=lambda kept: kept.workers)
 
 
+def saturated(load: tuple[LoadSample, ...], window: float) -> bool:
+    """Whether at least as many jobs waited as ran at every tick of the last ``window`` seconds.
+
+    Only then does the completion rate measure what the workers can do: a
+    pool that keeps up with its arrivals completes what arrives, whatever its
+    size, and a few jobs waiting now and then do not make it the bottleneck.
+    """
+    now = load[-1].at
+    return all(s.runnable >= max(1, s.running) for s in load if s.at >= now - window)
+
+
+def homogeneous(metrics) -> bool:
+    """Whether the jobs are alike enough (p95 within ``MAX_SPREAD`` x p50, and the jobs in flight
+    not far older than the finished ones took) for completions to measure capacity: where
+    durations spread widely, a change of the mix (a batch of slow jobs among quick ones) cuts
+    completions as a ceiling would, with no ceiling at all."""
+    p50, p95 = metrics.duration_p50, metrics.duration_p95
+    if not (p50 and p95) or p95 > MAX_SPREAD * p50:
+        return False
+    # Jobs in flight that have run far longer than the finished ones took are a new mix
+    # (slow jobs that have not finished yet), not a slower dependency.
+    return metrics.running_age_mean is None or metrics.running_age_mean <= MAX_SPREAD * p95
+
+
+def _measure(state: KneeState, obs: Observation, config: KneeConfig, now: float,
+             load: tuple[LoadSample, ...]) -> tuple[ThroughputSample, float] | None:
+    """What the saturated pool completes now, per busy worker count, and the span its completions
+    were counted over; None when it cannot tell yet.
+
+    Short jobs are measured over the store's recent window (the last few
+    seconds) as soon as the backlog has lasted that long, so a ceiling shows
+    while a burst is still being answered; a ramp's completions lag its starts
+    by about one job duration, which must then be short against the window
+    (or the busy count steady over it).
+    Longer jobs are measured over the rate window, once the backlog has lasted
+    ``settle_time`` and the busy count held steady over the window.
+    """
+    metrics = obs.metrics
+    assert metrics is not None and state.backlog_since is not None
+    if not homogeneous(metrics):
+        return None
+    backlog_for = now - state.backlog_since
+    recent = metrics.recent_window
+    if recent and backlog_for >= recent and saturated(load, recent) and metrics.recent_completions >= MIN_COMPLETIONS:
+        measured = busy_and_rate(load, recent)
+        rate = metrics.recent_completions / recent
+        if measured is not None and measured[0] > 0 and (
+                measured[0] / rate * LAG_SHARE <= recent or steady(load, recent)):
+            return _sample(measured[0], rate, obs.concurrency, now, recent)
+    window = metrics.rate_window or 0.0
+    if not window or backlog_for < max(config.settle_time, window) or not steady(load, window):
+        return None
+    if not saturated(load, window):
+        return None
+    measured = busy_and_rate(load, window, window)
+    if measured is None or measured[1] * window < MIN_COMPLETIONS:
+        return None
+    return _sample(measured[0], measured[1], obs.concurrency, now, window)
+
+
+def _sample(busy: float, rate: float, concurrency: int, now: float,
+            window: float) -> tuple[ThroughputSample, float] | None:
+    workers = round(busy / concurrency)
+    if workers < 1 or rate <= 0:
+        return None
+    return ThroughputSample(workers, rate, busy / rate, now), window
+
+
 def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: float,
                 load: tuple[LoadSample, ...]) -> KneeState:
     """The knee state after observing ``obs`` at ``now``; ``load`` ends with this tick's sample."""
@@ -100,23 +181,19 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         return replace(state, backlog_since=None)
     if state.backlog_since is None:
         return replace(state, backlog_since=now)
-    window = metrics.rate_window or 0.0
-    if now - state.backlog_since < max(config.settle_time, window) or not window:
+    measured = _measure(state, obs, config, now, load)
+    if measured is None:
         return state
-    measured = busy_and_rate(load, window)
-    if measured is None or not steady(load, window):
-        return state
-    busy, rate, _ = measured
-    workers = round(busy / obs.concurrency)
-    if workers < 1 or rate * window < MIN_COMPLETIONS:
-        return state
-    sample = ThroughputSample(workers, rate, busy / rate, now)
+    sample, window = measured
+    workers = sample.workers
     fresh = tuple(kept for kept in state.samples if kept.workers != workers and now - kept.at <= config.sample_max_age)
     samples = tuple(sorted(fresh + (sample,)))
     state = replace(state, samples=samples)
     smaller = [kept for kept in fresh if kept.workers < workers]
     if any(ceiling_shown(sample, kept, config, window) for kept in smaller):
         top = best(tuple(kept for kept in samples if kept.workers <= workers), config.min_throughput_gain)
+        if state.held_at == top.workers and workers <= state.held_at:
+            return state  # the same knee seen again from below: its re-probe stays due on time
         return replace(state, held_at=top.workers, held_since=now)
     if state.held_at is not None and workers > state.held_at and smaller:
         if sample.completion_rate > max(kept.completion_rate for kept in smaller) * (1 + config.min_throughput_gain):

@@ -76,14 +76,17 @@ def mean_running(load: tuple[LoadSample, ...], window: float | None) -> float:
 MIN_LITTLE_COMPLETIONS = 20
 
 
-def busy_and_rate(load: tuple[LoadSample, ...], window: float) -> tuple[float, float, float] | None:
+def busy_and_rate(load: tuple[LoadSample, ...], window: float,
+                  rate_window: float | None = None) -> tuple[float, float, float] | None:
     """(mean running jobs, mean completion rate, seconds covered) over the last ``window`` seconds.
 
     Time-weighted: each sample's running count stands for the time until the
     next sample, so this tick's (``load[-1]``) stands for nothing yet -- the
     jobs a burst just started have not had the time to complete, and
-    counting them would read a burst of short jobs as slow ones.  None when
-    no earlier sample falls in the window.
+    counting them would read a burst of short jobs as slow ones.  When
+    ``window`` is the store's ``rate_window``, the newest sample's completion
+    rate is of exactly that span; over a longer one the samples' rates are
+    averaged the same way.  None when no earlier sample falls in the window.
     """
     if len(load) < 2:
         return None
@@ -99,6 +102,8 @@ def busy_and_rate(load: tuple[LoadSample, ...], window: float) -> tuple[float, f
         covered += span
     if covered <= 0:
         return None
+    if rate_window is not None and window == rate_window and load[-1].completion_rate is not None:
+        return busy / covered, load[-1].completion_rate, covered
     return busy / covered, rate / covered, covered
 
 
@@ -123,7 +128,7 @@ def job_duration(metrics: PoolMetrics, load: tuple[LoadSample, ...], floor: floa
     milliseconds its jobs have run.
     """
     for window in (metrics.rate_window or ESTIMATION_HORIZON, ESTIMATION_HORIZON):
-        measured = busy_and_rate(load, window)
+        measured = busy_and_rate(load, window, metrics.rate_window)
         if measured is None:
             break
         busy, rate, covered = measured
@@ -263,9 +268,11 @@ def signal_inputs(obs: Observation, policy: PoolPolicy, load: tuple[LoadSample, 
 def age_signal(inputs: SignalInputs) -> SignalRecommendation | None:
     """Workers to drain the backlog before its oldest job reaches the age target.
 
-    slack = target - oldest age - lead time (never below a quarter of the
-    target); workers = (base arrival rate + depth / slack) / per-worker
-    throughput.  It looks ahead: a backlog that will not start in time asks
+    slack = target - half the oldest age - lead time (never below a quarter
+    of the target): the backlog arrived over the oldest job's age, so every
+    job in it keeps its target if it starts at the pace that starts the
+    middle one in time; workers = (base arrival rate + depth / slack) /
+    per-worker throughput.  It looks ahead: a backlog that will not start in time asks
     for workers before its oldest job is late.  Without a throughput
     estimate, a job within ``lead_time`` of the target grows the pool in
     proportion to its age.
@@ -282,7 +289,9 @@ def age_signal(inputs: SignalInputs) -> SignalRecommendation | None:
             return None
         wanted = max(current + 1, _workers(current * age / (targets.age - lead)))
         return SignalRecommendation("age", wanted, seen)
-    slack = max(targets.age - age - lead, targets.age * MIN_SLACK_FRACTION)
+    # The backlog's jobs arrived between ``age`` ago and now: its mean job has waited about
+    # half the oldest one's age (a burst enqueued at once is caught by the safety net).
+    slack = max(targets.age - age / 2 - lead, targets.age * MIN_SLACK_FRACTION)
     arrivals = inputs.arrivals
     wanted = _workers((arrivals + metrics.runnable_depth / slack) / inputs.throughput)
     detail = f"{seen}, {metrics.runnable_depth} runnable to start within {slack:.1f}s"

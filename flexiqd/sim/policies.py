@@ -240,6 +240,7 @@ def flexiqd_pool_policy(trace: Trace) -> tuple[PoolPolicy, tuple[Dependency, ...
     policy = PoolPolicy(
         min_workers=spec.min,
         max_workers=spec.max,
+        scale_to_zero=spec.min == 0,  # a trace's min 0 is a pool allowed to stop its last worker
         cpu_bound=spec.cpu_bound,
         targets=Targets(age=trace.target_age),
         dependencies=uses,

@@ -54,6 +54,7 @@ dependencies:
 pools:
   burst_db:
     min_workers: {min_workers}
+    scale_to_zero: {"true" if min_workers == 0 else "false"}
     max_workers: 40
     concurrency: 4
     targets: {{age: 30s}}

@@ -141,9 +141,10 @@ BACKLOG = dict(runnable_depth=400, running=8, oldest_runnable_age=10.0, completi
 
 def test_a_backlog_starts_what_it_needs_in_one_step():
     decision = decide(costing(2, 5.0, **BACKLOG), PoolPolicy(max_workers=40), None, 0.0)
-    # slack = 30 - 10 - 10 = 10 s; no history for Little's law yet, so the mean of the jobs
-    # just finished (p50 1 s, p95 2 s: 1.09 s); (8 + 400 / 10) / (4 / 1.09) per worker = 14 workers, at once.
-    assert decision.desired == 14
+    # slack = 30 - 10 / 2 - 10 = 15 s (the backlog arrived over the oldest job's 10 s); no history
+    # for Little's law yet, so the mean of the jobs just finished (p50 1 s, p95 2 s: 1.09 s);
+    # (8 + 400 / 15) / (4 / 1.09) per worker = 10 workers, at once.
+    assert decision.desired == 10
     assert (decision.reason, decision.winner, decision.smoothing) == ("ScaleUpAge", "age", ())
 
 
@@ -167,8 +168,9 @@ def test_starts_of_a_dependencys_users_are_staggered():
     db = Dependency(name="db", capacity=1000, start_burst=6)
     uses = (DependencyUse(dependency="db", per_worker=1),)
     policy = PoolPolicy(max_workers=40, dependencies=uses)
+    flood = metrics(**dict(BACKLOG, runnable_depth=2000))
     pools = [PoolInput(observation=Observation(pool=name, active=2, starting=starting, concurrency=4,
-                                               metrics=metrics(**BACKLOG)), policy=policy)
+                                               metrics=flood), policy=policy)
              for name, starting in (("a", 1), ("b", 0))]
     decisions = decide_fleet(pools, [db], 0.0)
     # 6 may start at once; pool a already has 1 starting: it adds 5, pool b none.
