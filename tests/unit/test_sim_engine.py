@@ -247,3 +247,26 @@ def test_the_running_jobs_age_and_the_start_cost_are_seen():
     assert snap.start_cost == trace.workers.cold_start == 3.0
     instant = Simulation(trace, realise(trace), FleetModel("oracle", victims="idle_first", instant_start=True), 1)
     assert instant.snapshot().start_cost == 0.0
+
+
+def test_a_quiescing_fleet_pauses_busy_workers_instead_of_killing_them_and_takes_them_back():
+    sim = _long_jobs_simulation(FleetModel("flexiqd", victims="idle_first", drain_timeout=10.0, quiesce=True))
+    sim.scale_to(2)
+    assert sim.counts() == (0, 2, 2)  # two busy workers stopped claiming
+    sim.run_until(12.0)
+    assert sim.killed == 0  # the stop timeout does not cut a paused worker's jobs
+    sim.scale_to(3)  # a scale-up resumes a paused worker before starting a unit
+    assert sim.counts() == (0, 3, 1)
+    sim.run_until(300.0)
+    assert sim.killed == 0 and sim.completed == 8
+
+
+def test_the_simulated_daemon_asks_for_work_coming_due_within_its_lead_time():
+    from flexiqd.policy.economics import lead_time
+
+    trace = small_trace()
+    sim = Simulation(trace, realise(trace), FleetModel("flexiqd", victims="idle_first"), 1)
+    policy = Flexiqd()
+    policy.start(trace, sim)
+    expected = lead_time(policy.policy.targets, trace.workers.cold_start, trace.tick_interval)
+    assert sim.coming_due_within == expected < 60.0
