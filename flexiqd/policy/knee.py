@@ -14,9 +14,10 @@ alone (they change with the job mix):
 - A sample at ``n`` workers whose completions rose less than half as much as
   the extra workers would add at a smaller count ``m``'s pace (and less than
   ``min_throughput_gain``, if that is more) -- by more than the counting noise
-  of either -- while its jobs took more than ``max_duration_rise`` longer on
-  average (Little's law: busy / completions), shows that the extra workers
-  only queue on something shared.  The pool is then held at the count
+  of either -- while the jobs that finished took more than
+  ``max_duration_rise`` longer (their p50: a slower dependency slows every
+  job; a batch of slow jobs among quick ones cuts completions before any of
+  them finishes), shows that the extra workers only queue on something shared.  The pool is then held at the count
   of the best throughput measured, never below it (the knee).
 - ``reprobe_interval`` seconds later it may try a quarter more workers (at
   least one); while the oldest job is over its target, as soon as a new
@@ -88,7 +89,7 @@ def ceiling_shown(sample: ThroughputSample, smaller: ThroughputSample, config: K
     margin = NOISE_SIGMAS * math.hypot(_noise(sample.completion_rate, window), _noise(smaller.completion_rate, window))
     expected = max(config.min_throughput_gain, EFFICIENCY * (sample.workers - smaller.workers) / smaller.workers)
     gained = sample.completion_rate - smaller.completion_rate * (1 + expected)
-    slower = sample.mean_duration > smaller.mean_duration * (1 + config.max_duration_rise)
+    slower = sample.duration_p50 > smaller.duration_p50 * (1 + config.max_duration_rise)
     return gained + margin < 0 and slower
 
 
@@ -145,26 +146,26 @@ def _measure(state: KneeState, obs: Observation, config: KneeConfig, now: float,
     if recent and backlog_for >= recent and saturated(load, recent) and metrics.recent_completions >= MIN_COMPLETIONS:
         measured = busy_and_rate(load, recent)
         rate = metrics.recent_completions / recent
-        if measured is not None and measured[0] > 0 and (
+        if measured is not None and measured[0] > 0 and metrics.recent_duration_p50 and (
                 measured[0] / rate * LAG_SHARE <= recent or steady(load, recent)):
-            return _sample(measured[0], rate, obs.concurrency, now, recent)
+            return _sample(measured[0], rate, metrics.recent_duration_p50, obs.concurrency, now, recent)
     window = metrics.rate_window or 0.0
     if not window or backlog_for < max(config.settle_time, window) or not steady(load, window):
         return None
     if not saturated(load, window):
         return None
     measured = busy_and_rate(load, window, window)
-    if measured is None or measured[1] * window < MIN_COMPLETIONS:
+    if measured is None or measured[1] * window < MIN_COMPLETIONS or not metrics.duration_p50:
         return None
-    return _sample(measured[0], measured[1], obs.concurrency, now, window)
+    return _sample(measured[0], measured[1], metrics.duration_p50, obs.concurrency, now, window)
 
 
-def _sample(busy: float, rate: float, concurrency: int, now: float,
+def _sample(busy: float, rate: float, p50: float, concurrency: int, now: float,
             window: float) -> tuple[ThroughputSample, float] | None:
     workers = round(busy / concurrency)
     if workers < 1 or rate <= 0:
         return None
-    return ThroughputSample(workers, rate, busy / rate, now), window
+    return ThroughputSample(workers, rate, p50, now), window
 
 
 def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: float,

@@ -213,11 +213,12 @@ class LoadSample(NamedTuple):
 
 
 class ThroughputSample(NamedTuple):
-    """Completion rate and mean duration (Little's law) of a saturated pool of ``workers`` busy workers."""
+    """Completion rate of a saturated pool of ``workers`` busy workers, and the p50 duration of
+    the jobs that finished over the same span."""
 
     workers: int
     completion_rate: float
-    mean_duration: float
+    duration_p50: float
     at: float
 
 

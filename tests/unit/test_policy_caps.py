@@ -135,9 +135,12 @@ def saturated(workers: int, completion_rate: float, p50: float = 1.0, window: fl
                    completion_rate=completion_rate, arrival_rate=30.0, duration_p50=p50, rate_window=window)
 
 
-def steady_at(start: int, end: int, workers: int, rate: float, window: float = 10.0):
-    """One tick a second from ``start`` to ``end`` (inclusive), ``workers`` busy, ``rate`` jobs/s."""
-    return [(float(t), saturated(workers, rate, window=window)) for t in range(start, end + 1)]
+def steady_at(start: int, end: int, workers: int, rate: float, window: float = 10.0, p50: float | None = None):
+    """One tick a second from ``start`` to ``end`` (inclusive), ``workers`` busy, ``rate`` jobs/s;
+    the finished jobs' p50 is 1 s x workers / 4 x 16 / rate (as slow as the rate is short of linear)
+    unless given."""
+    p50 = p50 if p50 is not None else workers / 4 * 16.0 / rate
+    return [(float(t), saturated(workers, rate, p50=p50, window=window)) for t in range(start, end + 1)]
 
 
 def knee_found():
@@ -208,7 +211,13 @@ def test_no_knee_while_more_workers_add_throughput():
 
 def test_durations_rising_alone_are_no_knee():
     # 6 workers' jobs take 1.5 s instead of 1 s (the mix changed) but complete 50 % more: no ceiling.
-    ticks = steady_at(0, 60, 4, 16.0) + [(float(t), saturated(6, 24.0, p50=1.5)) for t in range(61, 76)]
+    ticks = steady_at(0, 60, 4, 16.0) + steady_at(61, 75, 6, 24.0, p50=1.5)
+    assert run(KNEE_POLICY, ticks)[-1].history.knee.held_at is None
+
+
+def test_fewer_completions_without_slower_finished_jobs_are_a_new_mix_not_a_knee():
+    # A batch of slow jobs took slots: completions fell, but the jobs that finished took as long as before.
+    ticks = steady_at(0, 60, 4, 16.0) + steady_at(61, 75, 6, 12.0, p50=1.0)
     assert run(KNEE_POLICY, ticks)[-1].history.knee.held_at is None
 
 
