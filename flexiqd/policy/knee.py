@@ -67,6 +67,9 @@ MAX_SPREAD = 4.0
 # ramp's completions lag its starts by about one duration.
 LAG_SHARE = 5.0
 
+# Over the recent window, the finished jobs' p50 must rise by at least this much.
+FAST_RISE = 0.5
+
 # A re-probe tries this share more workers than the knee (at least one more).
 REPROBE_STEP = 0.25
 
@@ -83,13 +86,15 @@ def _noise(rate: float, window: float) -> float:
     return math.sqrt(max(rate, 0.0) * window) / window
 
 
-def ceiling_shown(sample: ThroughputSample, smaller: ThroughputSample, config: KneeConfig, window: float) -> bool:
+def ceiling_shown(sample: ThroughputSample, smaller: ThroughputSample, config: KneeConfig, window: float,
+                  rise: float | None = None) -> bool:
     """Whether ``sample`` (more workers) shows no throughput gain over ``smaller``, beyond noise,
-    while its jobs took longer."""
+    while its finished jobs took more than ``rise`` (default ``config.max_duration_rise``) longer."""
     margin = NOISE_SIGMAS * math.hypot(_noise(sample.completion_rate, window), _noise(smaller.completion_rate, window))
     expected = max(config.min_throughput_gain, EFFICIENCY * (sample.workers - smaller.workers) / smaller.workers)
     gained = sample.completion_rate - smaller.completion_rate * (1 + expected)
-    slower = sample.duration_p50 > smaller.duration_p50 * (1 + config.max_duration_rise)
+    rise = config.max_duration_rise if rise is None else rise
+    slower = sample.duration_p50 > smaller.duration_p50 * (1 + rise)
     return gained + margin < 0 and slower
 
 
@@ -191,7 +196,9 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
     samples = tuple(sorted(fresh + (sample,)))
     state = replace(state, samples=samples)
     smaller = [kept for kept in fresh if kept.workers < workers]
-    if any(ceiling_shown(sample, kept, config, window) for kept in smaller):
+    # A p50 of the last few seconds' completions moves by a fifth with chance alone.
+    rise = config.max_duration_rise if window == metrics.rate_window else max(config.max_duration_rise, FAST_RISE)
+    if any(ceiling_shown(sample, kept, config, window, rise) for kept in smaller):
         top = best(tuple(kept for kept in samples if kept.workers <= workers), config.min_throughput_gain)
         if state.held_at == top.workers and workers <= state.held_at:
             return state  # the same knee seen again from below: its re-probe stays due on time

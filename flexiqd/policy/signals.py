@@ -252,11 +252,20 @@ def signal_inputs(obs: Observation, policy: PoolPolicy, load: tuple[LoadSample, 
     else:
         slots = float(obs.active * obs.concurrency)
     lead = lead_time(policy.targets, start_cost(obs, policy.behavior), tick(obs))
+    throughput = per_worker_throughput(metrics, obs.concurrency, load, lead)
+    in_flight = metrics.running_age_mean if metrics.running else None
+    late = metrics.runnable_depth > 0 and metrics.oldest_runnable_age + lead >= policy.targets.age
+    if throughput is not None and in_flight and late and obs.concurrency / throughput < in_flight:
+        # The backlog is late and the jobs in flight have already run longer than the mean
+        # measured so far: a slower mix has arrived (a batch of slow jobs among quick ones) and
+        # the estimate has not seen one finish.  Size on what they have run; erring long here
+        # costs idle slots for a while, erring short the age target.
+        throughput = obs.concurrency / in_flight
     return SignalInputs(
         obs=obs,
         metrics=metrics,
         policy=policy,
-        throughput=per_worker_throughput(metrics, obs.concurrency, load, lead),
+        throughput=throughput,
         running=running,
         active=sum(s.active for s in over_rate_window) / len(over_rate_window) if over_rate_window else obs.active,
         arrivals=base_arrival_rate(metrics, load),
