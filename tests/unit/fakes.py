@@ -1,4 +1,4 @@
-"""A fake fleet for controller tests: remembers what it was asked, changes state on request."""
+"""Fakes for controller tests: a fleet that remembers what it was asked and changes state on request, a clock the test sets."""
 
 from __future__ import annotations
 
@@ -49,3 +49,13 @@ class FakeFleet(Fleet):
     def forget(self, worker):
         self.forgotten.append((worker.pool, worker.index))
         self.workers.pop((worker.pool, worker.index), None)
+
+
+class Clock:
+    """A clock the test sets: ``clock.now`` is what it returns."""
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now

@@ -13,17 +13,9 @@ from flexiqd.fleet.base import WorkerInfo, WorkerState
 from flexiqd.queue.types import ClaimRequest, NewJob
 from flexiqd.queue.url import open_backend
 
-from fakes import FakeFleet
+from fakes import Clock, FakeFleet
 
 HOST = "testhost"
-
-
-class Clock:
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

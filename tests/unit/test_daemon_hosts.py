@@ -13,15 +13,7 @@ from flexiqd.queue.owners import owner_name
 from flexiqd.queue.types import ClaimRequest, JobState, NewJob, Outcome
 from flexiqd.queue.url import open_backend
 
-from fakes import FakeFleet
-
-
-class Clock:
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+from fakes import Clock, FakeFleet
 
 
 @pytest.fixture

@@ -12,27 +12,16 @@ from flexiqd.daemon.controller import Controller
 from flexiqd.errors import QueueError
 from flexiqd.fleet.base import WorkerState
 from flexiqd.queue.types import ClaimRequest, NewJob, Outcome
-from flexiqd.queue.url import open_backend
 
-from fakes import FakeFleet
+from fakes import Clock, FakeFleet
 
 HOST = "testhost"
 POOL = "pools:\n  default:\n    max_workers: 8\n"
 
 
-class Clock:
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
-def backend(tmp_path):
-    store = open_backend(f"sqlite:///{tmp_path / 'q.db'}")
-    yield store
-    store.close()
+def backend(sqlite_backend):
+    return sqlite_backend
 
 
 def make(backend, text=POOL, fleet=None, tmp_path=None):
