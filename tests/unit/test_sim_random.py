@@ -31,22 +31,22 @@ def test_a_sample_takes_the_families_in_turn_and_is_fixed_by_its_seed():
 
 
 def test_random_json_counts_every_policy_on_every_workload(capsys):
-    argv = ["policies", "--random", "2", "--seed", "1", "--family", "square_wave", "--jobs", "1", "--json"]
+    argv = ["policies", "--random", "2", "--seed", "1", "--family", "two_class", "--jobs", "1", "--json"]
     assert main(argv) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["workloads"] == 2 and report["families"] == ["square_wave"]
+    assert report["workloads"] == 2 and report["families"] == ["two_class"]
     names = [p["policy"] for p in report["policies"]]
     assert names == ["fixed-peak", "hpa-cpu", "keda-depth", "flexiq", "flexiqd"]
     for policy in report["policies"]:
         assert set(policy["met"]) == {"age", "dependency", "cost", "killed"}
         assert 0 <= policy["whole_goal"] <= 2
-    assert [case["trace"].startswith("square_wave-") for case in report["flexiqd"]] == [True, True]
+    assert [case["trace"].startswith("two_class-") for case in report["flexiqd"]] == [True, True]
 
 
 def test_random_table_names_the_goal_and_the_worst_cases(capsys):
-    assert main(["policies", "--random", "1", "--family", "square_wave", "--jobs", "1"]) == 0
+    assert main(["policies", "--random", "1", "--family", "two_class", "--jobs", "1"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("== 1 workloads drawn at random (seed 0; families: square_wave) ==")
+    assert out.startswith("== 1 workloads drawn at random (seed 0; families: two_class) ==")
     assert "whole goal" in out and "flexiqd's worst cases:" in out
 
 
