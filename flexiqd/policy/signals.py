@@ -65,12 +65,6 @@ def recent(load: tuple[LoadSample, ...], window: float | None) -> list[LoadSampl
     return [sample for sample in load if sample.at > newest - window]
 
 
-def mean_running(load: tuple[LoadSample, ...], window: float | None) -> float:
-    """Mean running jobs over the samples within ``window`` (``load`` ends with this tick's)."""
-    samples = recent(load, window)
-    return sum(sample.running for sample in samples) / len(samples) if samples else 0.0
-
-
 # Little's law decides the mean duration once its window has seen this many
 # completions; before that the store's percentiles and the jobs in flight do.
 MIN_LITTLE_COMPLETIONS = 20
@@ -254,8 +248,7 @@ def signal_inputs(obs: Observation, policy: PoolPolicy, load: tuple[LoadSample, 
     lead = lead_time(policy.targets, start_cost(obs, policy.behavior), tick(obs))
     throughput = per_worker_throughput(metrics, obs.concurrency, load, lead)
     in_flight = metrics.running_age_mean if metrics.running else None
-    late = metrics.runnable_depth > 0 and metrics.oldest_runnable_age + lead >= policy.targets.age
-    if throughput is not None and in_flight and late and obs.concurrency / throughput < in_flight:
+    if throughput is not None and in_flight and late_backlog(metrics, lead, policy.targets.age) and obs.concurrency / throughput < in_flight:
         # The backlog is late and the jobs in flight have already run longer than the mean
         # measured so far: a slower mix has arrived (a batch of slow jobs among quick ones) and
         # the estimate has not seen one finish.  Size on what they have run; erring long here
@@ -424,10 +417,14 @@ NET_GROWTH_LATE = 2.0
 NET_GROWTH_DUE = 1.5
 
 
+def late_backlog(metrics: PoolMetrics, lead: float, age_target: float) -> bool:
+    """Whether the oldest runnable job is over ``age_target``, or will be within ``lead`` seconds."""
+    return metrics.runnable_depth > 0 and metrics.oldest_runnable_age + lead >= age_target
+
+
 def backlog_is_late(inputs: SignalInputs) -> bool:
-    """Whether the oldest runnable job is over its age target, or will be within the lead time."""
-    metrics = inputs.metrics
-    return metrics.runnable_depth > 0 and metrics.oldest_runnable_age + inputs.lead_time >= inputs.policy.targets.age
+    """``late_backlog`` for the signals' inputs."""
+    return late_backlog(inputs.metrics, inputs.lead_time, inputs.policy.targets.age)
 
 
 def safety_net_signal(inputs: SignalInputs) -> SignalRecommendation | None:
