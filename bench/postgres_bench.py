@@ -50,7 +50,7 @@ def build(url: str, jobs: int, now: float) -> float:
         claimed = store.claim(ClaimRequest("bench:build:1", ("default",), 1000), now=now - 30)
         store.settle("bench:build:1", [Outcome.ack(job.id) for job in claimed], now=now - 20)
     elapsed = time.perf_counter() - started
-    store._conn.execute("ANALYZE")  # what autovacuum would have done by now
+    store.database.connection.execute("ANALYZE")  # what autovacuum would have done by now
     store.close()
     return elapsed
 

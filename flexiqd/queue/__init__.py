@@ -1,4 +1,9 @@
-"""The job store: value types, the backend interface, and the backends."""
+"""The job store: value types, the backend interface, and the store.
+
+The lifecycle is written once (core.py) over a SQL dialect's interface
+(dialect.py); sqlite.py and postgres.py are the two dialects: their SQL text,
+transactions, schema and wake-ups.
+"""
 
 from .api import Queue
 from .backend import Backend

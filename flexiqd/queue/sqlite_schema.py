@@ -27,13 +27,13 @@ window is one range however many tenants ever had events.
 ``lease_outcome`` ('release' or 'fail') is set by ``abandon``: applied when the
 lease's owner is gone, instead of counting the job as lost.
 
-Dependency limits (v5): a queued job a worker deferred because a dependency was
-full has ``waiting_for`` = the dependency until a worker claims it again, and
-``delayed = 2`` until its run_at: outside the jobs_due and jobs_coming ranges
-(not delayed work coming due), promoted through jobs_waiting without counting
-as an arrival, and then claimable -- but counted under the state "waiting"
-all along, and left out of jobs_age (the oldest runnable job): more workers
-would not start it sooner.  ``dependency_holds`` has one row per job inside a
+Dependency limits (v5, re-encoded in v8 as rows.py says for both stores): a
+queued job a worker deferred because a dependency was full has ``waiting_for``
+= the dependency until a worker claims it again, and ``delayed = 1`` until its
+run_at: promoted through jobs_due without counting as an arrival, outside the
+jobs_coming range (not work coming due), and then claimable -- but counted
+under the state "waiting" all along, and left out of jobs_age (the oldest
+runnable job): more workers would not start it sooner.  ``dependency_holds`` has one row per job inside a
 limited dependency (the concurrency slots), ``dependency_tat`` one GCRA time
 per rate-limited dependency, ``dependency_hold_times`` the recent hold
 durations and ``dependency_events`` per-second admissions and refusals.
@@ -45,7 +45,7 @@ running jobs from ``counts``; with tenants at their cap it reads the head of eac
 other tenant's due jobs through jobs_tenant_claim.
 """
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # -- pieces of the v3 schema: a new store and the migration to v3 share their text ----------
 
@@ -184,6 +184,12 @@ _V7_HOSTS = """CREATE TABLE hosts (
     registered_at REAL NOT NULL
 ) WITHOUT ROWID"""
 
+# v8: one encoding of a job waiting for a dependency in both stores (rows.py): ``waiting_for``
+# set, and ``delayed`` (1, not 2) until its wait is over -- promoted through jobs_due like
+# any delayed job (promotion tells them apart by waiting_for), left out of jobs_coming.
+_V8_COMING_INDEX = ("CREATE INDEX jobs_coming ON jobs(queue, run_at) "
+                    "WHERE state = 'queued' AND delayed = 1 AND waiting_for IS NULL")
+
 # Statements that bring a store of the version before each key up to it, in order;
 # a new store gets SCHEMA whole.  Append, never edit: stores in the field ran them.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -225,6 +231,12 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     6: _V6_TABLES,
     7: (_V7_HOSTS,),
+    8: (
+        "UPDATE jobs SET delayed = 1 WHERE delayed = 2",
+        "DROP INDEX jobs_waiting",
+        "DROP INDEX jobs_coming",
+        _V8_COMING_INDEX,
+    ),
 }
 
 SCHEMA: tuple[str, ...] = (
@@ -273,8 +285,9 @@ SCHEMA: tuple[str, ...] = (
     error TEXT
 )""",
     "CREATE INDEX executions_job ON executions(job_id)",
-    *_V4_INDEXES,
-    *_V5_TABLES,
+    *(index for index in _V4_INDEXES if not index.startswith("CREATE INDEX jobs_coming ")),
+    _V8_COMING_INDEX,
+    *(statement for statement in _V5_TABLES if not statement.startswith("CREATE INDEX jobs_waiting ")),
     *_V6_TABLES,
     _V7_HOSTS,
 )

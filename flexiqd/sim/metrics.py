@@ -23,9 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 # The store's own function and bounds, not copies: a change there changes the simulator too.
-from ..queue.sqlite import _DURATION_HORIZON as DURATION_HORIZON
-from ..queue.sqlite import _DURATION_SAMPLE as DURATION_SAMPLE
-from ..queue.sqlite import percentile
+from ..queue.figures import DURATION_HORIZON, DURATION_SAMPLE, percentile
 from ..queue.types import RECENT_WINDOW
 
 if TYPE_CHECKING:

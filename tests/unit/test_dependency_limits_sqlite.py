@@ -57,14 +57,14 @@ def test_a_version_4_store_is_migrated_to_the_shape_of_a_new_one(tmp_path):
 
 def _plans(store, calls):
     issued = []
-    store._conn.set_trace_callback(issued.append)
+    store.database.connection.set_trace_callback(issued.append)
     for call in calls:
         call()
-    store._conn.set_trace_callback(None)
+    store.database.connection.set_trace_callback(None)
     plans = {}
     for sql in issued:
         if sql.split()[0] in ("SELECT", "UPDATE", "DELETE", "INSERT") and "?" not in sql:
-            plans[sql] = [row[-1] for row in store._conn.execute("EXPLAIN QUERY PLAN " + sql)]
+            plans[sql] = [row[-1] for row in store.database.connection.execute("EXPLAIN QUERY PLAN " + sql)]
     return plans
 
 
@@ -88,3 +88,32 @@ def test_admit_and_dependency_stats_never_walk_the_jobs(tmp_path):
             scanned = re.match(r"SCAN (\w+)", line)
             assert not scanned or scanned[1] != "jobs", (sql, plan)
     store.close()
+
+
+def test_a_version_7_store_keeps_its_deferred_jobs_waiting_in_the_encoding_both_stores_share(tmp_path):
+    # Before v8 a job waiting for a dependency was delayed = 2; now it is delayed with
+    # waiting_for set, as on PostgreSQL: still waiting, never work coming due, claimable
+    # once its wait is over, and no new arrival then.
+    path = str(tmp_path / "queue.db")
+    now = time.time()
+    _v4_store(path, now)
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        for version in (5, 6, 7):
+            for statement in MIGRATIONS[version]:
+                conn.execute(statement)
+        conn.execute("PRAGMA user_version = 7")
+        waiting = conn.execute(
+            "INSERT INTO jobs (queue, task, payload, state, delayed, run_at, max_attempts, enqueued_at, "
+            "waiting_for) VALUES ('limited', 't', 'null', 'queued', 2, ?, 3, ?, 'db')",
+            (now + 5, now - 60)).lastrowid
+    store = SQLiteBackend(path, synchronous="normal")
+    try:
+        assert store.get(waiting).state.value == "queued"
+        stats = store.stats("limited", now=now, window=60, horizon=30)
+        assert (stats.waiting_for_dependency, stats.delayed, stats.coming_due, stats.runnable) == (1, 0, 0, 0)
+        assert store.claim(ClaimRequest("w", ("limited",), 5), now=now) == []
+        [job] = store.claim(ClaimRequest("w", ("limited",), 5), now=now + 6)
+        assert job.id == waiting
+        assert store.stats("limited", now=now + 6, window=60).arrival_rate == 0
+    finally:
+        store.close()

@@ -116,14 +116,14 @@ def test_the_sqlite_queries_are_key_ranges_not_scans(sqlite_backend):
     sqlite_backend.enqueue([NewJob(task="t")] * 3, now=T0)
     claim(sqlite_backend)
     issued: list[str] = []
-    sqlite_backend._conn.set_trace_callback(issued.append)
+    sqlite_backend.database.connection.set_trace_callback(issued.append)
     try:
         sqlite_backend.ended_attempts(0)
         sqlite_backend.arrivals_since("default", int(T0))
     finally:
-        sqlite_backend._conn.set_trace_callback(None)
+        sqlite_backend.database.connection.set_trace_callback(None)
     queries = [sql for sql in issued if sql.lstrip().upper().startswith("SELECT")]
     assert len(queries) == 2
     for sql in queries:
-        plan = [row[-1] for row in sqlite_backend._conn.execute("EXPLAIN QUERY PLAN " + sql)]
+        plan = [row[-1] for row in sqlite_backend.database.connection.execute("EXPLAIN QUERY PLAN " + sql)]
         assert plan and not any(step.startswith("SCAN") or "TEMP B-TREE" in step for step in plan), plan

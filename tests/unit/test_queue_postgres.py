@@ -29,7 +29,7 @@ def claim(store, owner="w1", limit=100, *, now=T0, queues=("default",)):
 
 def cut_connection(pg_server, store) -> None:
     """End the store's server connection from outside, as a restart or a network cut would."""
-    pid = store._conn.info.backend_pid
+    pid = store.database.connection.info.backend_pid
     assert pg_server.admin(f"SELECT pg_terminate_backend({pid})", database="flexiq") == [(True,)]
 
 
@@ -56,7 +56,8 @@ def test_a_dropped_connection_is_reopened_and_the_call_done_once(pg_server, post
 def test_a_store_that_cannot_reconnect_says_so_in_one_line(pg_server, postgres_backend):
     store = postgres_backend
     store.enqueue([NewJob(task="t")], now=T0)
-    store.options = type(store.options)(conninfo=store.options.conninfo.replace("flexiq?", "nodb?"))
+    options = store.database.options
+    store.database.options = type(options)(conninfo=options.conninfo.replace("flexiq?", "nodb?"))
     cut_connection(pg_server, store)
     with pytest.raises(StoreUnavailable) as caught:
         store.stats("default", now=T0)
@@ -176,7 +177,7 @@ def test_a_store_newer_than_this_version_is_refused_clearly(pg_server):
 def test_the_claim_walks_the_claim_index(postgres_backend):
     store = postgres_backend
     store.enqueue([NewJob(task="t", priority=i % 5) for i in range(2000)], now=T0)
-    with store._conn.cursor() as cursor:
+    with store.database.connection.cursor() as cursor:
         cursor.execute("ANALYZE flexiq_jobs")
         plan = "\n".join(row[0] for row in cursor.execute(
             "EXPLAIN SELECT id FROM flexiq_jobs WHERE state = 'queued' AND NOT delayed "
@@ -190,18 +191,16 @@ def test_counts_rows_of_emptied_tenants_are_deleted(postgres_backend):
     store.enqueue([NewJob(task="t", tenant=f"t{i}") for i in range(5)], now=T0)
     for job in claim(store, limit=5):
         store.settle("w1", [Outcome.ack(job.id)], now=T0)
-    store.stats("default", now=T0)  # folds the changes into the totals
-    assert store._conn.execute("SELECT count(*) FROM flexiq_counts").fetchone()[0] == 5  # done, per tenant
+    store.database.write("fold", lambda tx: tx.fold())  # the changes moved into the totals
+    assert store.database.connection.execute("SELECT count(*) FROM flexiq_counts").fetchone()[0] == 5  # done, per tenant
     store.purge(states=[JobState.DONE], finished_before=T0 + 1)
     assert store.queues() == []
-    store.stats("default", now=T0)
-    assert store._conn.execute("SELECT count(*) FROM flexiq_counts").fetchone()[0] == 0
-    assert store._conn.execute("SELECT count(*) FROM flexiq_count_changes").fetchone()[0] == 0
+    store.database.write("fold", lambda tx: tx.fold())
+    assert store.database.connection.execute("SELECT count(*) FROM flexiq_counts").fetchone()[0] == 0
+    assert store.database.connection.execute("SELECT count(*) FROM flexiq_count_changes").fetchone()[0] == 0
 
 
 def test_the_figures_are_the_same_before_and_after_the_changes_are_folded(postgres_backend):
-    from flexiqd.queue.postgres import _fold, _read_stats
-
     store = postgres_backend
     store.enqueue([NewJob(task="t", tenant=f"t{i % 3}") for i in range(30)], now=T0)
     store.enqueue([NewJob(task="t", delay=5) for i in range(4)], now=T0)
@@ -210,14 +209,15 @@ def test_the_figures_are_the_same_before_and_after_the_changes_are_folded(postgr
                  now=T0 + 2)
 
     def read():
-        return store._run("read", lambda conn: _read_stats(conn, "default", T0 + 3, 60.0, 10.0))
+        return store.stats("default", now=T0 + 3, window=60.0, horizon=10.0)
 
     unfolded = read()
-    assert store._conn.execute("SELECT count(*) FROM flexiq_count_changes").fetchone()[0] > 0
-    store._run("fold", _fold)
-    assert store._conn.execute("SELECT count(*) FROM flexiq_count_changes").fetchone()[0] == 0
+    assert store.database.connection.execute("SELECT count(*) FROM flexiq_count_changes").fetchone()[0] > 0
+    store.database.write("fold", lambda tx: tx.fold())
+    assert store.database.connection.execute("SELECT count(*) FROM flexiq_count_changes").fetchone()[0] == 0
     assert read() == unfolded
-    assert (unfolded.runnable, unfolded.running, unfolded.delayed) == (18, 6, 5)
+    # The failed job's retry (under 1 s of backoff) is due again by T0 + 3: runnable.
+    assert (unfolded.runnable, unfolded.running, unfolded.delayed) == (19, 6, 4)
 
 
 # -- passwords and connection errors ---------------------------------------------------------
@@ -384,12 +384,12 @@ def test_prepare_off_prepares_nothing_on_the_server(pg_server):
     store = open_backend(pg_server.fresh_url(prepare="off"))
     for _ in range(10):
         store.stats("default", now=T0)
-    assert store._conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0] == 0
+    assert store.database.connection.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0] == 0
     store.close()
     store = open_backend(pg_server.fresh_url())
     for _ in range(10):
         store.stats("default", now=T0)
-    assert store._conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0] > 0
+    assert store.database.connection.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0] > 0
     store.close()
 
 
@@ -427,7 +427,7 @@ def test_busy_producers_and_workers_never_deadlock_and_the_counts_stay_exact(pg_
     run_together(4, work)
     assert pg_server.admin(deadlocks)[0][0] == before
     stats = stores[0].stats("default", now=T0 + 60, window=120)
-    rows = dict(stores[0]._conn.execute("SELECT state, count(*) FROM flexiq_jobs GROUP BY state").fetchall())
+    rows = dict(stores[0].database.connection.execute("SELECT state, count(*) FROM flexiq_jobs GROUP BY state").fetchall())
     assert (stats.runnable, stats.running) == (rows.get("queued", 0), rows.get("running", 0)) == (
         2 * 60 * 3 - rows["done"], 0)
     assert stats.completion_rate * stats.window == rows["done"]
@@ -438,10 +438,10 @@ def test_busy_producers_and_workers_never_deadlock_and_the_counts_stay_exact(pg_
 
 def test_connection_parameters_in_the_url_win_over_flexiqds_defaults(pg_server):
     store = open_backend(pg_server.fresh_url(application_name="billing-workers"))
-    assert store._conn.execute("SHOW application_name").fetchone()[0] == "billing-workers"
+    assert store.database.connection.execute("SHOW application_name").fetchone()[0] == "billing-workers"
     store.close()
     store = open_backend(pg_server.fresh_url())
-    assert store._conn.execute("SHOW application_name").fetchone()[0] == "flexiqd"
+    assert store.database.connection.execute("SHOW application_name").fetchone()[0] == "flexiqd"
     store.close()
 
 
@@ -450,8 +450,9 @@ def test_reads_that_must_agree_run_in_one_read_only_snapshot_and_writes_do_not(p
         return [conn.execute(f"SHOW {name}").fetchone()[0]
                 for name in ("transaction_isolation", "transaction_read_only")]
 
-    assert postgres_backend._run("read", isolation, snapshot=True) == ["repeatable read", "on"]
-    assert postgres_backend._run("write", isolation) == ["read committed", "off"]
+    database = postgres_backend.database
+    assert database.read("read", lambda tx: isolation(tx.conn)) == ["repeatable read", "on"]
+    assert database.write("write", lambda tx: isolation(tx.conn)) == ["read committed", "off"]
 
 
 def lose_the_next_commit_reply(pg_server, store, monkeypatch):
@@ -459,7 +460,7 @@ def lose_the_next_commit_reply(pg_server, store, monkeypatch):
     to the store, the COMMIT may or may not have happened."""
     import psycopg
 
-    real_once = store._once
+    real_once = store.database._once
     armed = [True]
 
     def once_then_cut(conn, body, snapshot, committing):
@@ -471,7 +472,7 @@ def lose_the_next_commit_reply(pg_server, store, monkeypatch):
             raise AssertionError("the cut connection still answered")
         return result
 
-    monkeypatch.setattr(store, "_once", once_then_cut)
+    monkeypatch.setattr(store.database, "_once", once_then_cut)
     return armed
 
 
@@ -530,7 +531,7 @@ def test_ended_attempts_wait_at_a_gap_an_open_transaction_may_fill(pg_server):
     slow.rollback()
     store.settle("w1", [Outcome.ack(ids[2])], now=T0 + 2)
     assert store.ended_attempts(cursor) == (cursor, [])
-    store._conn.execute("UPDATE flexiq_executions SET recorded_at = recorded_at - interval '1 minute'")
+    store.database.connection.execute("UPDATE flexiq_executions SET recorded_at = recorded_at - interval '1 minute'")
     cursor, ended = store.ended_attempts(cursor)
     assert len(ended) == 1 and store.ended_attempts(cursor) == (cursor, [])
     slow.close()

@@ -22,6 +22,7 @@ import pytest
 from flexiqd.errors import QueueError, StoreUnavailable
 from flexiqd.queue import ClaimRequest, JobState, NewJob, Outcome, default_url, open_backend
 from flexiqd.queue import sqlite as sqlite_module
+from flexiqd.queue import core as core_module
 from flexiqd.queue.sqlite import SQLiteBackend
 from flexiqd.queue.sqlite_schema import SCHEMA_VERSION
 
@@ -214,9 +215,9 @@ def test_a_directory_in_place_of_the_file(tmp_path):
 
 def test_a_full_disk_mid_batch_stores_nothing_and_the_store_carries_on(sqlite_backend):
     sqlite_backend.enqueue([NewJob(task="t")], now=T0)
-    with sqlite_backend._read("fill") as conn:  # the file may not grow past a few pages
-        pages = conn.execute("PRAGMA page_count").fetchone()[0]
-        conn.execute(f"PRAGMA max_page_count = {pages + 5}")
+    conn = sqlite_backend.database.connection  # the file may not grow past a few pages
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    conn.execute(f"PRAGMA max_page_count = {pages + 5}")
     with pytest.raises(QueueError, match="full") as info:
         sqlite_backend.enqueue([NewJob(task="t", payload="x" * 1000) for _ in range(200)], now=T0)
     assert sqlite_backend.path in str(info.value)
@@ -344,13 +345,13 @@ def test_url_options_reach_the_store(tmp_path):
     store = open_backend(url_of(tmp_path / "q.db", synchronous="NORMAL", busy_timeout=0.5))
     assert store.busy_timeout == 0.5
     assert store.url.endswith("?synchronous=NORMAL&busy_timeout=0.5")
-    with store._read("check") as conn:
-        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
-        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn = store.database.connection
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     store.close()
     store = open_backend(url_of(tmp_path / "q.db"))
-    with store._read("check") as conn:
-        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL: durable by default
+    conn = store.database.connection
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL: durable by default
     store.close()
 
 
@@ -380,9 +381,9 @@ def test_stats_read_one_snapshot_while_another_process_writes(tmp_path, before_s
         if len(statements) == before_statement:
             writer.enqueue([NewJob(task="t", delay=100) for _ in range(10)], now=T0)
 
-    reader._conn.set_trace_callback(between_statements)
+    reader.database.connection.set_trace_callback(between_statements)
     stats = reader.stats("default", now=T0)
-    reader._conn.set_trace_callback(None)
+    reader.database.connection.set_trace_callback(None)
     assert len(statements) >= before_statement
     assert (stats.runnable, stats.delayed) in {(5, 0), (5, 10)}
     stats = reader.stats("default", now=T0)
@@ -432,11 +433,11 @@ def test_workers_in_several_processes_and_threads_run_each_job_exactly_once(tmp_
 def _plans(store, call):
     """Run ``call`` and return (sql, query plan lines) for each statement it issued."""
     issued = []
-    store._conn.set_trace_callback(issued.append)
+    store.database.connection.set_trace_callback(issued.append)
     try:
         call()
     finally:
-        store._conn.set_trace_callback(None)
+        store.database.connection.set_trace_callback(None)
     with sqlite3.connect(store.path) as conn:
         return [(sql, [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql)])
                 for sql in dict.fromkeys(issued)  # trigger programs repeat their statement
@@ -730,7 +731,7 @@ def test_stats_read_nothing_of_the_tenants_of_the_past(tmp_path):
         store.enqueue([NewJob(task="t", tenant="live"), NewJob(task="t", tenant="live", delay=50)],
                       now=T0 + 9_000)
         issued = []
-        store._conn.set_trace_callback(issued.append)
+        store.database.connection.set_trace_callback(issued.append)
         stats = store.stats("default", now=T0 + 10_000)
         store.close()
         return issued, set(stats.tenants)
@@ -741,7 +742,7 @@ def test_stats_read_nothing_of_the_tenants_of_the_past(tmp_path):
 
 
 def test_delayed_jobs_come_due_in_batches_earliest_first(sqlite_backend, monkeypatch):
-    monkeypatch.setattr(sqlite_module, "_PROMOTION_BATCH", 3)
+    monkeypatch.setattr(core_module, "PROMOTION_BATCH", 3)
     store = sqlite_backend
     ids = store.enqueue([NewJob(task="t", run_at=T0 + 8 - i) for i in range(8)], now=T0)  # latest first
     [job] = store.claim(ClaimRequest("w", ("default",), 1), now=T0 + 100)
@@ -759,8 +760,8 @@ def test_coming_due_is_counted_up_to_its_bound_by_an_index_range(sqlite_backend,
     store = sqlite_backend
     store.enqueue([NewJob(task="t", run_at=T0 + 5) for _ in range(10)], now=T0)
     issued = []
-    store._conn.set_trace_callback(issued.append)
+    store.database.connection.set_trace_callback(issued.append)
     assert store.stats("default", now=T0, horizon=60).coming_due == 3
     [count] = [sql for sql in issued if "LIMIT 3)" in sql]
-    plan = store._conn.execute("EXPLAIN QUERY PLAN " + count).fetchall()
+    plan = store.database.connection.execute("EXPLAIN QUERY PLAN " + count).fetchall()
     assert any("USING INDEX jobs_coming" in row[-1] for row in plan), plan

@@ -13,11 +13,11 @@ CAPS = TenantCaps({"bulk": 2})
 
 def _traced(store, call):
     issued: list[str] = []
-    store._conn.set_trace_callback(issued.append)
+    store.database.connection.set_trace_callback(issued.append)
     try:
         result = call()
     finally:
-        store._conn.set_trace_callback(None)
+        store.database.connection.set_trace_callback(None)
     return result, issued
 
 
@@ -32,6 +32,6 @@ def test_a_claim_with_a_tenant_at_its_cap_reads_the_other_tenants_heads(tmp_path
     reads = [sql for sql in issued if sql.startswith("SELECT id, tenant") and "FROM jobs" in sql]
     assert reads and all("tenant = 'shop'" in sql for sql in reads), reads
     for sql in reads:
-        plan = [row[-1] for row in store._conn.execute("EXPLAIN QUERY PLAN " + sql)]
+        plan = [row[-1] for row in store.database.connection.execute("EXPLAIN QUERY PLAN " + sql)]
         assert len(plan) == 1 and plan[0].startswith("SEARCH jobs USING INDEX jobs_tenant_claim"), plan
     store.close()

@@ -1,0 +1,615 @@
+"""The job store's lifecycle, written once over a SQL dialect (dialect.py).
+
+Every ``Backend`` method is one transaction of the dialect's ``Database``: this
+module decides what happens to the jobs -- which to lease, how an attempt ends,
+who recovers what, which jobs enter their dependencies, what the stats say -- and
+the dialect's ``Tx`` says it in SQL.  ``SQLiteBackend`` and ``PostgresBackend`` are
+this ``Store`` over their dialect.
+
+Two things are the same in both stores because they are decided here:
+- an attempt ends in one of the ways ``endings.Endings`` lists, whoever ends it
+  (its worker's settle, recovery of a gone worker, rescue of a dead host);
+- a job runs again only when nothing can still be running it: expired leases of a
+  live process of this host are left alone, a dead host's are handed back by
+  ``rescue_dead_hosts`` alone, with no attempt used.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import random
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from ..errors import JobNotFound, QueueError, StoreUnavailable
+from .backend import Backend, EndedAttempt
+from .dialect import Database, Tx
+from .endings import Endings, LeasedRow
+from .figures import COMING_DUE_LIMIT, DURATION_HORIZON, stats_from_rows
+from .hosts import HostInfo, encode_report, host_info, is_alive
+from .limits import (DependencyLimit, TenantCaps, deferral_delay, nearest_rank, plan_admissions, room_left,
+                     slot_wait, within_caps)
+from .owners import owner_alive_here, owner_parts, this_host
+from .rows import encode_json, new_row
+from .types import (FINISHED_STATES, ClaimRequest, Deferral, DependencyStats, Job, JobState, NewJob, Outcome,
+                    OutcomeKind, Stats)
+
+log = logging.getLogger(__name__)
+
+# Delayed jobs made due per transaction, earliest first: a million jobs due at the same
+# instant are promoted in steps of a fraction of a second, between which other writers
+# get their turn, not in one transaction that outlasts their busy timeout.
+PROMOTION_BATCH = 10_000
+# Rate and dependency-event seconds older than this are dropped by the maintenance sweep.
+RATE_RETENTION = 3600
+# Hold times behind a dependency's typical hold (the wait a refused job is told), those
+# kept for dependency_stats, and how long they are kept.
+TYPICAL_HOLD_SAMPLE = 100
+HOLD_SAMPLE = 1000
+HOLD_TIMES_RETENTION = 600.0
+# Where the store appends count and rate changes, a worker folds them into their totals
+# every this many claims (a stats read adds the ones not folded yet), so a store that
+# nobody reads the stats of does not pile them up: a few hundred rows, a millisecond.
+FOLD_EVERY = 200
+
+
+class CommitUnknown(StoreUnavailable):
+    """The connection was lost while a COMMIT was under way: it may or may not have happened.
+
+    Raised by a dialect whose connection can drop mid-commit (a network); the store
+    finds out from the jobs a claim stamps (``Store._exchange``)."""
+
+
+class Store(Backend):
+    """A durable job store with leases over one SQL dialect's database."""
+
+    def __init__(self, database: Database, *, rng: random.Random | None = None) -> None:
+        self.database = database
+        self.url = database.url
+        self._rng = rng or random.Random()
+        self._claims = 0
+        self._caps_recorded: TenantCaps | None = None  # the tenant caps this process last stored
+
+    @property
+    def shared_by_hosts(self) -> bool:  # type: ignore[override]
+        return self.database.shared_by_hosts
+
+    def close(self) -> None:
+        self.database.close()
+
+    # -- enqueue and promotion -------------------------------------------------------------
+
+    def enqueue(self, jobs: Sequence[NewJob], *, now: float) -> list[int]:
+        rows = [new_row(job, now) for job in jobs]  # checked and encoded first: fail whole
+        if not rows:
+            return []
+
+        def body(tx: Tx) -> list[int]:
+            placed = tx.insert_jobs(rows)
+            arrivals: collections.Counter = collections.Counter(
+                (row["queue"], row["tenant"]) for row, (_, new) in zip(rows, placed)
+                if new and not row["delayed"])  # a delayed job arrives when it comes due
+            _add_arrivals(tx, arrivals, int(now))
+            return [job_id for job_id, _ in placed]
+
+        return self.database.write("enqueue", body)
+
+    def _promote(self, tx: Tx, now: float) -> int:
+        """Make delayed jobs whose run_at has come runnable (a batch); return how many.
+
+        A job that never ran *arrives* now, counted in the second of its run_at (when it
+        became runnable, however late this runs).  A retry coming due is not an arrival,
+        nor a deferred job whose wait is over: it arrived long ago (see ``Stats``).
+        """
+        promoted = tx.promote(now, PROMOTION_BATCH)
+        arrivals: collections.Counter = collections.Counter()
+        for queue, tenant, run_at, attempts, waiting_for in promoted:
+            if attempts == 0 and waiting_for is None:
+                arrivals[(queue, tenant, int(run_at))] += 1
+        tx.bump_rates([(queue, tenant, second, n, 0, 0) for (queue, tenant, second), n in sorted(arrivals.items())])
+        tx.notify({row[0] for row in promoted})
+        return len(promoted)
+
+    # -- claim and settle ------------------------------------------------------------------
+
+    def claim(self, request: ClaimRequest, *, now: float) -> list[Job]:
+        return self._exchange("claim", request.owner, [], request, now)[1]
+
+    def settle(self, owner: str, outcomes: Iterable[Outcome], *, now: float) -> list[int]:
+        outcomes = list(outcomes)
+        if not outcomes:
+            return []
+        return self._exchange("settle", owner, outcomes, None, now)[0]
+
+    def settle_and_claim(self, owner: str, outcomes: Iterable[Outcome],
+                         request: ClaimRequest | None, *, now: float) -> tuple[list[int], list[Job]]:
+        # One transaction, one commit: a busy worker pays one per exchange, not two per job.
+        return self._exchange("settle and claim", owner, list(outcomes), request, now)
+
+    def _exchange(self, operation: str, owner: str, outcomes: list[Outcome],
+                  request: ClaimRequest | None, now: float) -> tuple[list[int], list[Job]]:
+        """Settle ``outcomes``, then claim for ``request``, in one transaction.
+
+        When the COMMIT's fate is unknown (``CommitUnknown``), the next transaction finds
+        out: a claim stamps its jobs with the owner and ``now``, so jobs running under that
+        stamp were claimed by it, and are returned (rather than left leased to a worker
+        that does not know it holds them).  Finding none, it runs the exchange again --
+        safe either way: outcomes already applied are ignored the second time.
+        """
+        claiming = request is not None and request.limit > 0
+
+        def body(tx: Tx) -> tuple[list[int], list[Job]]:
+            settled = self._settle(tx, owner, outcomes, now) if outcomes else []
+            claimed = self._claim(tx, request, now) if claiming else []
+            return settled, claimed
+
+        def after_lost_commit(tx: Tx) -> tuple[list[int], list[Job]]:
+            if claiming:
+                stamped = tx.stamped(owner, now)
+                if stamped:
+                    stamped.sort(key=lambda j: (request.queues.index(j.queue), -j.priority, j.run_at, j.id))
+                    return [], stamped
+            return body(tx)
+
+        try:
+            result = self.database.write(operation, body)
+        except CommitUnknown as exc:
+            log.warning("%s; finding out whether it did.", exc)
+            result = self.database.write(operation, after_lost_commit)
+        if claiming:
+            if request.tenant_caps is not None:
+                self._caps_recorded = request.tenant_caps
+            self._claims += 1
+            if self.database.appends_changes and self._claims % FOLD_EVERY == 0:
+                self.database.write("fold counts", lambda tx: tx.fold())
+        return result
+
+    def _claim(self, tx: Tx, request: ClaimRequest, now: float) -> list[Job]:
+        self._recover(tx, now, owner=None, reason="lease expired")
+        self._promote(tx, now)
+        caps = request.tenant_caps
+        if caps is not None and caps != self._caps_recorded:
+            tx.store_caps(caps)
+        if caps:
+            return self._claim_within_caps(tx, request, caps, now)
+        claimed: list[Job] = []
+        expires = now + request.lease_seconds
+        for queue in request.queues:
+            want = request.limit - len(claimed)
+            if want <= 0:
+                break
+            claimed.extend(tx.lease_next(queue, request.owner, expires, now, want))
+        return claimed
+
+    def _claim_within_caps(self, tx: Tx, request: ClaimRequest, caps: TenantCaps, now: float) -> list[Job]:
+        """The claim walk, skipping the jobs of tenants at their cap (their running jobs in every
+        queue counted, the ones this claim takes included).  Each walk that finds a tenant out
+        of room walks again without it, so there is one walk more per tenant that fills up.
+
+        Before it leases a capped tenant's jobs, a claim takes that tenant's lock (without
+        waiting: a tenant another claim is leasing right now is skipped this time) and counts
+        its running jobs after it, so claims on many hosts never lease past a cap.
+        """
+        running = tx.running_by_tenant()  # a hint: tenants full already are not walked
+        room: dict[str, int] = {}
+        full = {tenant for tenant, n in room_left(caps, running, list(running)).items() if n <= 0}
+        claimed: list[Job] = []
+        expires = now + request.lease_seconds
+        for queue in request.queues:
+            while (want := request.limit - len(claimed)) > 0:
+                rows, complete = tx.capped_candidates(queue, full, want, now)
+                new = sorted({tenant for _, tenant in rows if tenant not in room and caps.cap_of(tenant) is not None})
+                locked = tx.lock_tenants(new) if new else []
+                if locked:
+                    room.update(room_left(caps, tx.running_by_tenant(locked), locked))
+                room.update({tenant: 0 for tenant in new if tenant not in locked})
+                taken, out_of_room = within_caps(rows, room, caps)
+                full |= out_of_room
+                if taken:
+                    claimed.extend(tx.lease(taken, request.owner, expires, now))
+                if len(rows) < want or not complete:
+                    break  # no more jobs of tenants with room (or other claims hold them now)
+        return claimed
+
+    def _settle(self, tx: Tx, owner: str, outcomes: list[Outcome], now: float) -> list[int]:
+        # One read for the whole batch and one write per kind of ending: a busy worker
+        # settles dozens of jobs per transaction.
+        held = tx.leased_to(owner, sorted({outcome.job_id for outcome in outcomes}))
+        endings = Endings(now)
+        for outcome in outcomes:
+            row = held.pop(outcome.job_id, None)  # popped: a repeated outcome is ignored
+            if row is None:
+                continue  # not ours any more: expired and re-claimed, or cancelled
+            queue, tenant, attempts, max_attempts, started_at = row
+            kind, job_id = outcome.kind, outcome.job_id
+            if kind is OutcomeKind.ACK:
+                endings.ack(job_id, encode_json(outcome.result, f"the result of job {job_id}"), queue, tenant)
+            elif kind is OutcomeKind.RELEASE:
+                endings.release(job_id)
+            elif kind is OutcomeKind.DEFER:
+                run_at = now + deferral_delay(outcome.wait, self._rng)
+                endings.defer(job_id, run_at, outcome.waiting_for or "")
+                continue  # never started: no execution to record
+            elif kind is OutcomeKind.DEAD:
+                endings.bury(job_id, outcome.error, queue, tenant)
+            else:
+                endings.fail(job_id, attempts, max_attempts, outcome.error, queue, tenant, self._rng)
+            endings.record(job_id, attempts, owner, started_at, kind.value, outcome.error)
+        _apply(tx, endings, measure_holds=True)
+        return endings.ids
+
+    def renew(self, owner: str, job_ids: Iterable[int], lease_seconds: float, *, now: float) -> list[int]:
+        ids = list(dict.fromkeys(job_ids))
+        if not ids:
+            return []
+        # An expired lease that nobody recovered is still the owner's: while its process
+        # lives, expiry alone never hands the job to another worker.
+        held = self.database.write("renew leases", lambda tx: tx.renew(owner, ids, now + lease_seconds))
+        return [job_id for job_id in ids if job_id in held]
+
+    def abandon(self, owner: str, outcomes: Iterable[Outcome], *, now: float) -> list[int]:
+        marks = []
+        for outcome in outcomes:
+            if outcome.kind not in (OutcomeKind.RELEASE, OutcomeKind.FAIL):
+                raise QueueError(f"job {outcome.job_id}: only release or fail can wait for the "
+                                 f"worker's exit, not {outcome.kind.value}")
+            marks.append((outcome.kind.value, outcome.error, outcome.job_id, owner))
+        if not marks:
+            return []
+        return self.database.write("abandon jobs", lambda tx: tx.mark_abandoned(marks))
+
+    # -- recovery --------------------------------------------------------------------------
+
+    def recover_expired(self, *, now: float) -> int:
+        def body(tx: Tx) -> int:
+            # Once per fleet: every daemon sharing the store runs this each minute; one that
+            # finds another at it leaves the work to it (its transaction sees the same rows).
+            if not tx.lead("maintenance"):
+                return 0
+            recovered = self._recover(tx, now, owner=None, reason="lease expired")
+            tx.fold()
+            tx.drop_old(int(now) - RATE_RETENTION, now - HOLD_TIMES_RETENTION)
+            return recovered
+
+        return self.database.write("recover expired leases", body)
+
+    def recover_owner(self, owner: str, *, now: float, reason: str) -> int:
+        return self.database.write("recover a worker's jobs",
+                                   lambda tx: self._recover(tx, now, owner=owner, reason=reason))
+
+    def _recover(self, tx: Tx, now: float, *, owner: str | None, reason: str) -> int:
+        """Settle the jobs of a gone owner: its ``abandon`` mark if it left one, else "lost".
+
+        Expired leases of an owner that is still a live process of this host are left
+        alone: it may still be running them (a thread stuck in C), and a job runs again
+        only when nothing can still be running it.  A worker of another registered host
+        is left to that host (which can tell whether it still runs) or, dead, to
+        ``rescue_dead_hosts``.
+        """
+        if owner is None:
+            rows = [row for row in tx.expired_leases(now) if owner_alive_here(row.owner) is not True]
+            rows = self._left_to_recover(tx, rows)
+        else:
+            rows = tx.leases_of(owner)
+        if not rows:
+            return 0
+        endings = Endings(now)
+        for row in rows:
+            endings.recover(row, reason, self._rng)
+        _apply(tx, endings)
+        tx.notify({row.queue for row in rows})
+        return len(rows)
+
+    @staticmethod
+    def _left_to_recover(tx: Tx, rows: list[LeasedRow]) -> list[LeasedRow]:
+        """The expired leases not held by a worker of another registered host."""
+        here = this_host()
+        others = {parts[0] for parts in (owner_parts(row.owner or "") for row in rows)
+                  if parts is not None and parts[0] != here}
+        if not others:
+            return rows
+        elsewhere = tx.host_names() - {here}
+        return [row for row in rows if (owner_parts(row.owner or "") or ("",))[0] not in elsewhere]
+
+    def lease_owners(self) -> dict[str, int]:
+        return self.database.read("list lease owners", lambda tx: tx.lease_owners())
+
+    # -- management ------------------------------------------------------------------------
+
+    def cancel(self, job_id: int, *, now: float) -> bool:
+        def body(tx: Tx) -> bool:
+            self._promote(tx, now)  # a job that came due arrived, cancelled or not
+            if tx.cancel(job_id, now):
+                tx.free_holds([job_id], now, measure=False)
+                return True
+            if tx.job(job_id) is None:
+                raise JobNotFound(f"no job with id {job_id}")
+            return False
+
+        return self.database.write("cancel", body)
+
+    def get(self, job_id: int) -> Job:
+        job = self.database.read("read a job", lambda tx: tx.job(job_id))
+        if job is None:
+            raise JobNotFound(f"no job with id {job_id}")
+        return job
+
+    def list_jobs(self, *, queue: str | None = None, state: JobState | None = None,
+                  limit: int = 50) -> list[Job]:
+        state = JobState(state) if state is not None else None
+        return self.database.read("list jobs", lambda tx: tx.jobs(queue, state, limit))
+
+    def retry_dead(self, *, queue: str | None = None, job_ids: Iterable[int] | None = None,
+                   now: float) -> int:
+        ids = list(job_ids) if job_ids is not None else None
+        if ids is not None and not ids:
+            return 0
+
+        def body(tx: Tx) -> int:
+            revived = tx.revive_dead(now, queue, ids)
+            # A key may be live again (re-enqueued after this job died) or shared by several
+            # dead jobs: reviving them all would run the same work twice (and break the unique
+            # index), so only the newest dead job of a free key comes back.
+            for job_id, key in tx.dead_with_keys(queue, ids):
+                revived += tx.revive_if_key_free(now, job_id, key)
+            # A revived job arrives again: it had left the queue for good.
+            _add_arrivals(tx, collections.Counter(revived), int(now))
+            return len(revived)
+
+        return self.database.write("retry dead jobs", body)
+
+    def purge(self, *, states: Sequence[JobState], finished_before: float,
+              queue: str | None = None, sweep: bool = False) -> int:
+        wanted = []
+        for state in states:
+            state = JobState(state)
+            if state not in FINISHED_STATES:
+                raise QueueError(f"only finished jobs can be purged, not {state.value} ones")
+            wanted.append(state)
+
+        def body(tx: Tx) -> int:
+            if sweep and not tx.lead("maintenance"):
+                return 0  # another process of the fleet sweeps
+            names = [queue] if queue is not None else tx.queues()
+            # One index range (queue, state, finished_at) per queue and state.
+            return sum(tx.delete_finished(name, state, finished_before) for name in names for state in wanted)
+
+        return self.database.write("purge finished jobs", body)
+
+    def queues(self) -> list[str]:
+        return self.database.read("list queues", lambda tx: tx.queues())
+
+    def executions(self, *, job_id: int | None = None, limit: int | None = None) -> list[dict]:
+        rows = self.database.read("list executions", lambda tx: tx.executions(job_id, limit))
+        keys = ("job_id", "attempt", "worker", "started_at", "finished_at", "outcome", "error")
+        return [dict(zip(keys, row)) for row in rows]
+
+    def ended_attempts(self, after: int | None, *, limit: int = 10_000) -> tuple[int, list[EndedAttempt]]:
+        """See ``Backend``.  Where ids are handed out before commit, a transaction still open
+        may yet fill a gap below ids already committed: the cursor stops at a gap until the
+        dialect says the row after it is settled."""
+        def body(tx: Tx) -> tuple[int, list[EndedAttempt]]:
+            if after is None:
+                return tx.last_attempt_id(), []
+            cursor, ended = after, []
+            for attempt_id, queue, task, outcome, seconds, dead, settled in tx.attempts_after(after, limit):
+                if attempt_id != cursor + 1 and not settled:
+                    break  # an open transaction may still write the ids in between
+                cursor = attempt_id
+                if queue is not None:  # its job was purged since: left out, as the contract says
+                    ended.append(EndedAttempt(queue=queue, task=task, outcome=outcome, seconds=seconds,
+                                              dead_lettered=bool(dead)))
+            return cursor, ended
+
+        return self.database.read("read ended attempts", body)
+
+    def arrivals_since(self, queue: str, second: int) -> dict[int, int]:
+        return self.database.read("read arrivals", lambda tx: tx.arrivals_since(queue, second))
+
+    # -- dependency limits -----------------------------------------------------------------
+
+    def admit(self, owner: str, job_id: int, dependencies: Sequence[DependencyLimit], *,
+              now: float) -> Deferral | None:
+        """See ``Backend``: ``admit_many`` of one job."""
+        return self.admit_many(owner, [(job_id, dependencies)], now=now)[job_id]
+
+    def admit_many(self, owner: str, requests: Sequence[tuple[int, Sequence[DependencyLimit]]], *,
+                   now: float) -> dict[int, Deferral | None]:
+        """See ``Backend``: one transaction, set-based.  The state is read once for the batch
+        (the jobs, their holds, each dependency's row, its live holds), the batch planned
+        (``limits.plan_admissions``) and the outcome written in a few statements.  The
+        dependencies' rows are locked in name order (never crosswise): admissions to one
+        dependency from every process take turns, each counting the holds of the ones before."""
+        if not any(dependencies for _, dependencies in requests):
+            return {job_id: None for job_id, _ in requests}
+        return self.database.write("admit jobs to their dependencies",
+                                   lambda tx: self._admit_many(tx, owner, requests, now))
+
+    def _admit_many(self, tx: Tx, owner: str, requests: Sequence[tuple[int, Sequence[DependencyLimit]]],
+                    now: float) -> dict[int, Deferral | None]:
+        answers: dict[int, Deferral | None] = {}
+        ids = [job_id for job_id, _ in requests]
+        # A job cannot end (settle, recovery, cancel) until this admission commits, so a hold
+        # is never taken for an attempt that already ended.
+        live = tx.leased_ids(owner, ids)
+        held = tx.admitted_ids(owner, ids)
+        todo: list[tuple[int, list[DependencyLimit]]] = []
+        for job_id, dependencies in requests:
+            limits = _distinct(dependencies)
+            if not limits or job_id in held:
+                answers[job_id] = None  # nothing to enter, or admitted before: idempotent
+            elif job_id not in live:
+                answers[job_id] = Deferral(limits[0].name, 0.0)
+            else:
+                todo.append((job_id, limits))
+        if not todo:
+            return answers
+        names = sorted({limit.name for _, limits in todo for limit in limits})
+        tats = tx.lock_dependencies(names)
+        ages: dict[str, list[float]] = {name: [] for name in names}
+        for name, since in tx.live_holds(names):
+            ages[name].append(now - since)
+        plan, new_tats = plan_admissions(todo, {name: len(held_for) for name, held_for in ages.items()}, tats, now)
+        typical: dict[str, float | None] = {}
+        holds: list[tuple[str, int, str, float]] = []
+        admitted: collections.Counter = collections.Counter()
+        deferred: collections.Counter = collections.Counter()
+        for job_id, limits in todo:
+            refused = plan[job_id]
+            if refused is None:
+                answers[job_id] = None
+                holds += [(limit.name, job_id, owner, now) for limit in limits if limit.concurrency is not None]
+                admitted.update(limit.name for limit in limits)
+                continue
+            waits = []
+            for name, wait in refused:
+                if wait is None:  # a full concurrency: when a slot is likely to free up
+                    if name not in typical:
+                        typical[name] = nearest_rank(sorted(tx.recent_hold_times(
+                            name, now - DURATION_HORIZON, TYPICAL_HOLD_SAMPLE)), 0.5)
+                    wait = slot_wait(ages[name], typical[name])
+                waits.append(Deferral(name, wait))
+            answers[job_id] = refusal = max(waits, key=lambda r: r.wait)
+            deferred[refusal.dependency] += 1
+        if holds:
+            tx.add_holds(holds)
+        for name in names:
+            if new_tats.get(name) != tats.get(name):
+                tx.set_tat(name, new_tats[name])
+            if admitted[name] or deferred[name]:
+                tx.bump_dependency(name, int(now), admitted[name], deferred[name])
+        return answers
+
+    def dependency_stats(self, dependency: str, *, now: float, window: float = 60.0) -> DependencyStats:
+        if not window > 0:
+            raise QueueError(f"a stats window must be more than 0s, got {window!r}")
+
+        def body(tx: Tx) -> DependencyStats:
+            in_use = len(tx.live_holds([dependency]))
+            waiting = tx.waiting_for(dependency, COMING_DUE_LIMIT)
+            holds = sorted(tx.recent_hold_times(dependency, now - window, HOLD_SAMPLE))
+            admitted, deferred = tx.dependency_events(dependency, now - window)
+            return DependencyStats(dependency=dependency, in_use=in_use, waiting=int(waiting),
+                                   hold_p50=nearest_rank(holds, 0.5), hold_p95=nearest_rank(holds, 0.95),
+                                   holds_ended=len(holds), admitted_rate=int(admitted) / window,
+                                   deferred_rate=int(deferred) / window, window=window)
+
+        return self.database.read("read dependency stats", body)
+
+    # -- stats -----------------------------------------------------------------------------
+
+    def first_claims(self, owners: Iterable[str]) -> dict[str, float]:
+        names = list(owners)
+        if not names:
+            return {}
+        return self.database.read("read first claims", lambda tx: tx.first_claims(names))
+
+    def stats(self, queue: str, *, now: float, window: float = 60.0, horizon: float = 0.0) -> Stats:
+        """The queue's signals, read from the counts and rates and a bounded sample.
+
+        Its cost grows with the tenants that hold jobs or had events in the window and
+        with the delayed jobs that came due since the last promotion, never with the
+        backlog, the delayed jobs or the tenants of the past.  Delayed jobs that came due
+        are promoted first and read in the transaction that promoted the last of them, so
+        the figures count them (as runnable and as arrivals) exactly.
+        """
+        if not window > 0:
+            raise QueueError(f"a stats window must be more than 0s, got {window!r}")
+        if not horizon >= 0 or math.isinf(horizon):
+            raise QueueError(f"a coming-due horizon must be 0s or more, got {horizon!r}")
+
+        def read(tx: Tx) -> Stats:
+            return stats_from_rows(queue, tx.stats_rows(queue, now, window, horizon), now=now, window=window,
+                                   due_within=horizon)
+
+        def read_unless_due(tx: Tx) -> Stats | None:
+            return None if tx.any_due(now) else read(tx)
+
+        def promote_then_read(tx: Tx) -> Stats | None:
+            return None if self._promote(tx, now) >= PROMOTION_BATCH else read(tx)
+
+        found = self.database.read("read stats", read_unless_due)
+        while found is None:
+            found = self.database.write("read stats", promote_then_read)
+        return found
+
+    # -- waking idle workers ---------------------------------------------------------------
+
+    def subscribe(self, queues: Sequence[str], wake: Callable[[], None]) -> Callable[[], None]:
+        closer = self.database.subscribe(queues, wake)
+        return closer if closer is not None else super().subscribe(queues, wake)
+
+    # -- hosts of a fleet (see flexiqd.queue.hosts) ------------------------------------------
+
+    def heartbeat(self, host: str, *, now: float, interval: float,
+                  report: Mapping[str, Any] | None = None) -> None:
+        text = encode_report(report or {})
+        self.database.write("record a heartbeat", lambda tx: tx.beat(host, now, interval, text))
+
+    def hosts(self, *, now: float) -> list[HostInfo]:
+        return [host_info(*row, now=now) for row in self.database.read("list hosts", lambda tx: tx.host_rows())]
+
+    def forget_host(self, host: str) -> bool:
+        return self.database.write("forget a host", lambda tx: tx.forget_host(host))
+
+    def rescue_dead_hosts(self, *, now: float, exclude: Sequence[str] = ()) -> dict[str, int]:
+        def body(tx: Tx) -> dict[str, int]:
+            if not tx.lead("rescue"):  # one rescuer at a time: the others would only skip its rows
+                return {}
+            dead = {name for name, last_beat, interval, _, _ in tx.host_rows()
+                    if name not in exclude and not is_alive(last_beat, interval, now)}
+            if not dead:
+                return {}
+            # Rows a worker is settling or renewing right now are skipped: it is alive after all.
+            endings, rescued, queues = _rescue(tx.expired_leases(now), dead, now, self._rng)
+            _apply(tx, endings)
+            tx.notify(queues)
+            return rescued
+
+        return self.database.write("rescue the jobs of dead hosts", body)
+
+
+def _apply(tx: Tx, endings: Endings, *, measure_holds: bool = False) -> None:
+    """Write the endings; free the jobs' dependency slots (their hold times measured when
+    ``measure_holds``: the job ran to an end it chose, not one a recovery found)."""
+    tx.write_endings(endings)
+    tx.free_holds(endings.ids, endings.now, measure=measure_holds)
+    tx.bump_rates(endings.rates())
+
+
+def _add_arrivals(tx: Tx, arrivals: Mapping[tuple[str, str], int], second: int) -> None:
+    """Count jobs that became runnable now (per queue and tenant), and wake their queues."""
+    if arrivals:
+        tx.bump_rates([(queue, tenant, second, n, 0, 0) for (queue, tenant), n in sorted(arrivals.items())])
+        tx.notify({queue for queue, _ in arrivals})
+
+
+def _distinct(dependencies: Sequence[DependencyLimit]) -> list[DependencyLimit]:
+    """One limit per dependency name (the last given), in the order first named."""
+    return list({limit.name: limit for limit in dependencies}.values())
+
+
+def _rescue(rows: Iterable[LeasedRow], dead: set[str], now: float,
+            rng: random.Random) -> tuple[Endings, dict[str, int], set[str]]:
+    """The endings of the running jobs whose owner's host is in ``dead``: released with no
+    attempt used (the host stopped, not the job), unless the owner's ``abandon`` marked it
+    failed; how many per host; their queues."""
+    endings = Endings(now)
+    rescued: dict[str, int] = {}
+    queues: set[str] = set()
+    for row in rows:
+        parts = owner_parts(row.owner or "")
+        if parts is None or parts[0] not in dead:
+            continue
+        host = parts[0]
+        if row.mark == OutcomeKind.FAIL.value:
+            endings.fail(row.id, row.attempts, row.max_attempts, row.error, row.queue, row.tenant, rng)
+            endings.record(row.id, row.attempts, row.owner, row.started_at, row.mark, row.error)
+        else:
+            endings.release(row.id)
+            endings.record(row.id, row.attempts, row.owner, row.started_at, OutcomeKind.RELEASE.value,
+                           f"host {host} stopped beating (worker {row.owner})")
+        rescued[host] = rescued.get(host, 0) + 1
+        queues.add(row.queue)
+    return endings, rescued, queues

@@ -1,0 +1,120 @@
+"""A queue's ``Stats`` from the rows a dialect read (``StatsRows``): pure, shared by both stores
+and by the simulator, which measures its queue with the same bounds.
+
+A stats read never counts the backlog: depth comes from the counts rows, rates
+from per-second buckets, durations from a bounded sample of recent completions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Sequence
+
+from .limits import TenantCaps
+from .limits import nearest_rank as percentile
+from .types import RECENT_WINDOW, Stats
+
+# Durations for percentiles come from at most this many completions of the last
+# DURATION_HORIZON seconds (or of the window, when longer).
+DURATION_SAMPLE = 1000
+DURATION_HORIZON = 300.0
+# Delayed jobs coming due, and jobs waiting for a dependency, are counted up to this many:
+# an index range of at most this length (a few milliseconds), however many there are.
+COMING_DUE_LIMIT = 100_000
+# The counts buckets a stats read needs (finished jobs are counted too, but never read there).
+READ_BUCKETS = ("queued", "delayed", "waiting", "running", "dead")
+
+
+@dataclasses.dataclass
+class StatsRows:
+    """What a dialect reads for one queue's stats, in one snapshot.
+
+    ``counts``: tenant -> bucket -> jobs ('' is the untenanted share); ``events``: tenant ->
+    (arrivals, completions, failures) in the window; ``durations``: (tenant, finished_at,
+    seconds) of the newest completions, at most ``DURATION_SAMPLE``; ``first_run_at``: the
+    oldest runnable job's run_at per tenant with runnable jobs; ``caps`` and
+    ``running_by_tenant`` (in every queue) when tenant caps are stored; ``coming_due``: delayed
+    jobs due within the horizon; ``running``: (jobs, total seconds they have run).
+    """
+
+    counts: dict[str, dict[str, int]]
+    events: dict[str, tuple[int, int, int]]
+    durations: list[tuple[str, float, float]]
+    first_run_at: dict[str, float]
+    caps: dict[str, int]
+    running_by_tenant: dict[str, int]
+    coming_due: int
+    running: tuple[int, float]
+
+
+def stats_from_rows(queue: str, rows: StatsRows, *, now: float, window: float, due_within: float) -> Stats:
+    """Queue-wide and per-tenant stats, each tenant's from its counts, rates and share of the
+    queue's duration sample."""
+    recent_since = now - RECENT_WINDOW
+    durations, recent = [], []
+    shares: dict[str, list[float]] = {}  # of named tenants: the untenanted share is never shown
+    for tenant, finished_at, seconds in rows.durations:
+        durations.append(seconds)
+        if finished_at >= recent_since:
+            recent.append(seconds)
+        if tenant:
+            shares.setdefault(tenant, []).append(seconds)
+    per_tenant = {}
+    for tenant in sorted(rows.counts.keys() | rows.events.keys()):
+        by_state = rows.counts.get(tenant, {})
+        first = rows.first_run_at.get(tenant)
+        oldest = now - first if by_state.get("queued") and first is not None and first <= now else 0.0
+        arrivals, completions, failures = rows.events.get(tenant, (0, 0, 0))
+        per_tenant[tenant] = _stats(
+            queue, window, runnable=by_state.get("queued", 0), delayed=by_state.get("delayed", 0),
+            waiting=by_state.get("waiting", 0), running=by_state.get("running", 0),
+            dead=by_state.get("dead", 0), oldest=oldest, arrivals=arrivals, completions=completions,
+            failures=failures, durations=sorted(shares.get(tenant, ())))
+    caps = TenantCaps(dict(rows.caps))
+    if caps and any(p.runnable for p in per_tenant.values()):
+        per_tenant = hold_capped(per_tenant, caps, rows.running_by_tenant)
+    parts = per_tenant.values()
+    count, total = rows.running
+    events = rows.events.values()
+    overall = _stats(
+        queue, window, runnable=sum(p.runnable for p in parts), delayed=sum(p.delayed for p in parts),
+        waiting=sum(p.waiting_for_dependency for p in parts),
+        running=sum(p.running for p in parts), dead=sum(p.dead for p in parts),
+        oldest=max((p.oldest_runnable_age for p in parts), default=0.0),
+        held=sum(p.held_by_tenant_cap for p in parts),
+        arrivals=sum(e[0] for e in events), completions=sum(e[1] for e in events),
+        failures=sum(e[2] for e in events), durations=sorted(durations),
+        tenants={name: stats for name, stats in per_tenant.items() if name})
+    return dataclasses.replace(overall, coming_due=rows.coming_due, coming_due_within=float(due_within),
+                               running_age_mean=max(0.0, total / count) if count else None,
+                               recent_duration_p50=percentile(sorted(recent), 0.50),
+                               recent_completions=len(recent))
+
+
+def hold_capped(per_tenant: dict[str, Stats], caps: TenantCaps, running: Mapping[str, int]) -> dict[str, Stats]:
+    """Each tenant's stats with the due jobs its cap holds back moved from runnable to
+    ``held_by_tenant_cap`` (see ``Stats``); ``running``: its running jobs in every queue."""
+    held_back = {}
+    for tenant, stats in per_tenant.items():
+        cap = caps.cap_of(tenant)
+        if cap is None or not stats.runnable:
+            held_back[tenant] = stats
+            continue
+        room = max(0, cap - int(running.get(tenant, 0)))
+        held = max(0, stats.runnable - room)
+        held_back[tenant] = dataclasses.replace(
+            stats, runnable=stats.runnable - held, held_by_tenant_cap=held,
+            oldest_runnable_age=stats.oldest_runnable_age if stats.runnable > held else 0.0)
+    return held_back
+
+
+def _stats(queue: str, window: float, *, runnable: int, delayed: int, running: int, dead: int,
+           oldest: float, arrivals: int, completions: int, failures: int,
+           durations: Sequence[float], tenants: dict[str, Stats] | None = None, waiting: int = 0,
+           held: int = 0) -> Stats:
+    return Stats(queue=queue, runnable=runnable, delayed=delayed, running=running, dead=dead,
+                 waiting_for_dependency=waiting, held_by_tenant_cap=held,
+                 oldest_runnable_age=oldest, arrival_rate=arrivals / window,
+                 completion_rate=completions / window, failure_rate=failures / window,
+                 duration_p50=percentile(durations, 0.50), duration_p95=percentile(durations, 0.95),
+                 duration_p99=percentile(durations, 0.99), window=window, tenants=tenants or {})
