@@ -52,6 +52,8 @@ HOLD_TIMES_RETENTION = 600.0
 # every this many claims (a stats read adds the ones not folded yet), so a store that
 # nobody reads the stats of does not pile them up: a few hundred rows, a millisecond.
 FOLD_EVERY = 200
+# A stats read that summed more count changes than this folds them after it.
+FOLD_AFTER = 100
 
 
 class CommitUnknown(StoreUnavailable):
@@ -519,19 +521,25 @@ class Store(Backend):
         if not horizon >= 0 or math.isinf(horizon):
             raise QueueError(f"a coming-due horizon must be 0s or more, got {horizon!r}")
 
-        def read(tx: Tx) -> Stats:
-            return stats_from_rows(queue, tx.stats_rows(queue, now, window, horizon), now=now, window=window,
-                                   due_within=horizon)
+        unfolded = 0
 
-        def read_unless_due(tx: Tx) -> Stats | None:
-            return None if tx.any_due(now) else read(tx)
+        def read(tx: Tx, unless_due: bool) -> Stats | None:
+            nonlocal unfolded
+            rows = tx.stats_rows(queue, now, window, horizon, unless_due=unless_due)
+            if rows is None:
+                return None
+            unfolded = rows.unfolded
+            return stats_from_rows(queue, rows, now=now, window=window, due_within=horizon)
 
         def promote_then_read(tx: Tx) -> Stats | None:
-            return None if self._promote(tx, now) >= PROMOTION_BATCH else read(tx)
+            return None if self._promote(tx, now) >= PROMOTION_BATCH else read(tx, False)
 
-        found = self.database.read("read stats", read_unless_due)
+        # The common case is one read; a write only when delayed jobs came due.
+        found = self.database.read_one("read stats", lambda tx: read(tx, True))
         while found is None:
             found = self.database.write("read stats", promote_then_read)
+        if unfolded > FOLD_AFTER:  # the next reads sum a few totals, not these changes
+            self.database.write("fold counts", lambda tx: tx.fold())
         return found
 
     # -- waking idle workers ---------------------------------------------------------------

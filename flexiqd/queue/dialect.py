@@ -204,8 +204,11 @@ class Tx(abc.ABC):
         """Each owner's earliest start among its running jobs and ended attempts."""
 
     @abc.abstractmethod
-    def stats_rows(self, queue: str, now: float, window: float, due_within: float) -> StatsRows:
-        """What ``figures.stats_from_rows`` needs, read in this transaction's snapshot."""
+    def stats_rows(self, queue: str, now: float, window: float, due_within: float, *,
+                   unless_due: bool = False) -> StatsRows | None:
+        """What ``figures.stats_from_rows`` needs, read in one snapshot; None when ``unless_due``
+        and a delayed job's run_at has come (promote first).  Runs as ``Database.read_one``'s
+        one statement where the dialect's round trips cost."""
 
     # -- dependency limits -----------------------------------------------------------------
 
@@ -283,6 +286,11 @@ class Database(abc.ABC):
     @abc.abstractmethod
     def read(self, operation: str, body: Callable[[Tx], T]) -> T:
         """Run ``body`` in one read-only transaction that sees one snapshot."""
+
+    def read_one(self, operation: str, body: Callable[[Tx], T]) -> T:
+        """``read`` of a body that makes one ``Tx`` call reading one snapshot: a dialect whose
+        single statements see their own snapshot runs it without a transaction's round trips."""
+        return self.read(operation, body)
 
     def subscribe(self, queues: Sequence[str], wake: Callable[[], None]) -> Callable[[], None] | None:
         """See ``Backend.subscribe``; None when the dialect has no wake-ups of its own."""

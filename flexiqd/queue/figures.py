@@ -25,13 +25,27 @@ COMING_DUE_LIMIT = 100_000
 READ_BUCKETS = ("queued", "delayed", "waiting", "running", "dead")
 
 
+Percentiles = tuple[float, float, float]  # nearest-rank p50, p95, p99
+
+
+@dataclasses.dataclass
+class Durations:
+    """What the duration sample says: its percentiles, each named tenant's share's, and the
+    median and number of the completions of the last ``RECENT_WINDOW`` seconds."""
+
+    overall: Percentiles | None = None
+    by_tenant: dict[str, Percentiles] = dataclasses.field(default_factory=dict)
+    recent_p50: float | None = None
+    recent: int = 0
+
+
 @dataclasses.dataclass
 class StatsRows:
     """What a dialect reads for one queue's stats, in one snapshot.
 
     ``counts``: tenant -> bucket -> jobs ('' is the untenanted share); ``events``: tenant ->
-    (arrivals, completions, failures) in the window; ``durations``: (tenant, finished_at,
-    seconds) of the newest completions, at most ``DURATION_SAMPLE``; ``first_run_at``: the
+    (arrivals, completions, failures) in the window; ``durations``: the sample of the newest
+    completions (at most ``DURATION_SAMPLE``, see ``durations_of``); ``first_run_at``: the
     oldest runnable job's run_at per tenant with runnable jobs; ``caps`` and
     ``running_by_tenant`` (in every queue) when tenant caps are stored; ``coming_due``: delayed
     jobs due within the horizon; ``running``: (jobs, total seconds they have run).
@@ -39,26 +53,42 @@ class StatsRows:
 
     counts: dict[str, dict[str, int]]
     events: dict[str, tuple[int, int, int]]
-    durations: list[tuple[str, float, float]]
+    durations: Durations
     first_run_at: dict[str, float]
     caps: dict[str, int]
     running_by_tenant: dict[str, int]
     coming_due: int
     running: tuple[int, float]
+    unfolded: int = 0  # count changes read that are not folded into their totals yet
+
+
+def durations_of(sample: Sequence[tuple[str, float, float]], *, now: float) -> Durations:
+    """``Durations`` of a sample of (tenant, finished_at, seconds), newest first."""
+    recent_since = now - RECENT_WINDOW
+    everything, recent = [], []
+    shares: dict[str, list[float]] = {}  # of named tenants: the untenanted share is never shown
+    for tenant, finished_at, seconds in sample:
+        everything.append(seconds)
+        if finished_at >= recent_since:
+            recent.append(seconds)
+        if tenant:
+            shares.setdefault(tenant, []).append(seconds)
+    recent.sort()
+    return Durations(overall=_percentiles(everything),
+                     by_tenant={tenant: _percentiles(values) for tenant, values in shares.items()},
+                     recent_p50=percentile(recent, 0.50), recent=len(recent))
+
+
+def _percentiles(values: list[float]) -> Percentiles | None:
+    if not values:
+        return None
+    values.sort()
+    return (percentile(values, 0.50), percentile(values, 0.95), percentile(values, 0.99))  # type: ignore[return-value]
 
 
 def stats_from_rows(queue: str, rows: StatsRows, *, now: float, window: float, due_within: float) -> Stats:
     """Queue-wide and per-tenant stats, each tenant's from its counts, rates and share of the
     queue's duration sample."""
-    recent_since = now - RECENT_WINDOW
-    durations, recent = [], []
-    shares: dict[str, list[float]] = {}  # of named tenants: the untenanted share is never shown
-    for tenant, finished_at, seconds in rows.durations:
-        durations.append(seconds)
-        if finished_at >= recent_since:
-            recent.append(seconds)
-        if tenant:
-            shares.setdefault(tenant, []).append(seconds)
     per_tenant = {}
     for tenant in sorted(rows.counts.keys() | rows.events.keys()):
         by_state = rows.counts.get(tenant, {})
@@ -69,7 +99,7 @@ def stats_from_rows(queue: str, rows: StatsRows, *, now: float, window: float, d
             queue, window, runnable=by_state.get("queued", 0), delayed=by_state.get("delayed", 0),
             waiting=by_state.get("waiting", 0), running=by_state.get("running", 0),
             dead=by_state.get("dead", 0), oldest=oldest, arrivals=arrivals, completions=completions,
-            failures=failures, durations=sorted(shares.get(tenant, ())))
+            failures=failures, durations=rows.durations.by_tenant.get(tenant))
     caps = TenantCaps(dict(rows.caps))
     if caps and any(p.runnable for p in per_tenant.values()):
         per_tenant = hold_capped(per_tenant, caps, rows.running_by_tenant)
@@ -83,12 +113,12 @@ def stats_from_rows(queue: str, rows: StatsRows, *, now: float, window: float, d
         oldest=max((p.oldest_runnable_age for p in parts), default=0.0),
         held=sum(p.held_by_tenant_cap for p in parts),
         arrivals=sum(e[0] for e in events), completions=sum(e[1] for e in events),
-        failures=sum(e[2] for e in events), durations=sorted(durations),
+        failures=sum(e[2] for e in events), durations=rows.durations.overall,
         tenants={name: stats for name, stats in per_tenant.items() if name})
     return dataclasses.replace(overall, coming_due=rows.coming_due, coming_due_within=float(due_within),
                                running_age_mean=max(0.0, total / count) if count else None,
-                               recent_duration_p50=percentile(sorted(recent), 0.50),
-                               recent_completions=len(recent))
+                               recent_duration_p50=rows.durations.recent_p50,
+                               recent_completions=rows.durations.recent)
 
 
 def hold_capped(per_tenant: dict[str, Stats], caps: TenantCaps, running: Mapping[str, int]) -> dict[str, Stats]:
@@ -110,11 +140,12 @@ def hold_capped(per_tenant: dict[str, Stats], caps: TenantCaps, running: Mapping
 
 def _stats(queue: str, window: float, *, runnable: int, delayed: int, running: int, dead: int,
            oldest: float, arrivals: int, completions: int, failures: int,
-           durations: Sequence[float], tenants: dict[str, Stats] | None = None, waiting: int = 0,
+           durations: Percentiles | None, tenants: dict[str, Stats] | None = None, waiting: int = 0,
            held: int = 0) -> Stats:
     return Stats(queue=queue, runnable=runnable, delayed=delayed, running=running, dead=dead,
                  waiting_for_dependency=waiting, held_by_tenant_cap=held,
                  oldest_runnable_age=oldest, arrival_rate=arrivals / window,
                  completion_rate=completions / window, failure_rate=failures / window,
-                 duration_p50=percentile(durations, 0.50), duration_p95=percentile(durations, 0.95),
-                 duration_p99=percentile(durations, 0.99), window=window, tenants=tenants or {})
+                 duration_p50=durations[0] if durations else None,
+                 duration_p95=durations[1] if durations else None,
+                 duration_p99=durations[2] if durations else None, window=window, tenants=tenants or {})

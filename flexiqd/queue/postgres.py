@@ -35,12 +35,12 @@ from ..errors import QueueError, StoreUnavailable
 from .core import CommitUnknown, Store
 from .dialect import Database, RateRow, Tx
 from .endings import Endings, LeasedRow
-from .figures import COMING_DUE_LIMIT, DURATION_HORIZON, DURATION_SAMPLE, READ_BUCKETS, StatsRows
+from .figures import COMING_DUE_LIMIT, DURATION_HORIZON, DURATION_SAMPLE, READ_BUCKETS, Durations, StatsRows
 from .limits import TenantCaps
 from .postgres_listen import Listener, channel_of
 from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, VERSION_TABLE
 from .rows import JOB_COLUMNS, in_claim_order, job_from_row
-from .types import Job, JobState
+from .types import RECENT_WINDOW, Job, JobState
 
 __all__ = ["CommitUnknown", "ConnectOptions", "PostgresBackend", "channel_of", "probe"]
 
@@ -103,6 +103,60 @@ _COUNTS = ("SELECT queue, state, tenant, sum(n) AS n FROM ("
            "SELECT queue, state, tenant, n FROM flexiq_counts {where} UNION ALL "
            "SELECT queue, state, tenant, n FROM flexiq_count_changes {where}) AS parts "
            "GROUP BY queue, state, tenant HAVING sum(n) > 0")
+# A queue's stats in one statement (``PostgresTx.stats_rows``): each part an array, each read
+# only when the counts say it can find something, so an idle queue costs a few index probes.
+# Whether delayed jobs came due comes first: then the caller promotes them and reads again.
+_STATS = f"""WITH changes AS (
+    SELECT state, tenant, n FROM flexiq_count_changes WHERE queue = %(queue)s AND state = ANY(%(buckets)s)),
+counts AS (
+    SELECT state, tenant, sum(n)::bigint AS n FROM (
+        SELECT state, tenant, n FROM flexiq_counts WHERE queue = %(queue)s AND state = ANY(%(buckets)s)
+        UNION ALL SELECT state, tenant, n FROM changes
+    ) AS parts GROUP BY state, tenant HAVING sum(n) > 0),
+events AS (
+    SELECT tenant, sum(arrivals)::bigint AS a, sum(completions)::bigint AS c, sum(failures)::bigint AS f FROM (
+        SELECT tenant, arrivals, completions, failures FROM flexiq_rates
+        WHERE queue = %(queue)s AND second > %(since)s
+        UNION ALL
+        SELECT tenant, arrivals, completions, failures FROM flexiq_rate_changes
+        WHERE queue = %(queue)s AND second > %(since)s
+    ) AS parts GROUP BY tenant),
+durations AS (
+    SELECT tenant, finished_at, finished_at - started_at AS seconds FROM flexiq_jobs
+    WHERE queue = %(queue)s AND state = 'done' AND finished_at >= %(horizon)s AND started_at IS NOT NULL
+    ORDER BY finished_at DESC LIMIT {DURATION_SAMPLE}),
+queued AS (SELECT tenant FROM counts WHERE state = 'queued'),
+caps AS (SELECT tenant, max_running FROM flexiq_tenant_caps WHERE EXISTS (SELECT 1 FROM queued))
+SELECT
+    EXISTS (SELECT 1 FROM flexiq_jobs WHERE {_DELAYED} AND run_at <= %(now)s), c.*, e.*, d.*, t.*, rd.*, q.*,
+    k.*, r.*,
+    CASE WHEN %(within)s > 0 AND EXISTS (SELECT 1 FROM counts WHERE state = 'delayed') THEN (
+        SELECT count(*) FROM (SELECT 1 FROM flexiq_jobs WHERE {_DELAYED} AND waiting_for IS NULL
+                              AND queue = %(queue)s AND run_at <= %(until)s LIMIT {COMING_DUE_LIMIT}) AS coming)
+    ELSE 0 END,
+    CASE WHEN EXISTS (SELECT 1 FROM counts WHERE state = 'running') THEN (
+        SELECT ARRAY[count(*), COALESCE(sum(%(now)s - started_at), 0)] FROM flexiq_jobs
+        WHERE state = 'running' AND queue = %(queue)s AND started_at IS NOT NULL)
+    END,
+    (SELECT count(*) FROM changes)
+FROM (SELECT array_agg(state), array_agg(tenant), array_agg(n) FROM counts) AS c,
+     (SELECT array_agg(tenant), array_agg(a), array_agg(c), array_agg(f) FROM events) AS e,
+     (SELECT percentile_disc(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY seconds) FROM durations) AS d,
+     (SELECT array_agg(tenant), array_agg(p) FROM (
+         SELECT tenant, percentile_disc(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY seconds) AS p
+         FROM durations WHERE tenant <> '' GROUP BY tenant) AS shares) AS t,
+     (SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY seconds), count(*) FROM durations
+      WHERE finished_at >= %(recent)s) AS rd,
+     (SELECT array_agg(tenant), array_agg(
+         (SELECT min(run_at) FROM flexiq_jobs WHERE {_DUE} AND waiting_for IS NULL
+          AND queue = %(queue)s AND tenant = queued.tenant)) FROM queued) AS q,
+     (SELECT array_agg(tenant), array_agg(max_running) FROM caps) AS k,
+     (SELECT array_agg(tenant), array_agg(n) FROM (
+         SELECT tenant, sum(n)::bigint AS n FROM (
+             SELECT tenant, n FROM flexiq_counts WHERE state = 'running' AND tenant <> ''
+             UNION ALL
+             SELECT tenant, n FROM flexiq_count_changes WHERE state = 'running' AND tenant <> ''
+         ) AS parts WHERE EXISTS (SELECT 1 FROM caps) GROUP BY tenant HAVING sum(n) > 0) AS running) AS r"""
 # Tenants at most whose heads a capped claim reads (see the SQLite dialect's).
 _HEADS_MAX = 64
 # A revived job: queued again, due now, no attempt used yet.
@@ -401,52 +455,35 @@ class PostgresTx(Tx):
                 found[owner] = min(started, found.get(owner, started))
         return found
 
-    def stats_rows(self, queue: str, now: float, window: float, due_within: float) -> StatsRows:
+    def stats_rows(self, queue: str, now: float, window: float, due_within: float, *,
+                   unless_due: bool = False) -> StatsRows | None:
+        # One statement, so one round trip and one snapshot (see Database.read_one).
+        row = self.conn.execute(_STATS, {
+            "queue": queue, "buckets": list(READ_BUCKETS), "now": float(now), "since": now - window,
+            "horizon": now - max(window, DURATION_HORIZON), "recent": now - RECENT_WINDOW,
+            "within": float(due_within), "until": now + due_within}, binary=True).fetchone()
+        (due, states, tenants, counted, event_tenants, arrivals, completions, failures, overall,
+         share_tenants, shares, recent_p50, recent, first_tenants, firsts, cap_tenants, caps,
+         running_tenants, running_counts, coming, running, unfolded) = row
+        if unless_due and due:
+            return None
         counts: dict[str, dict[str, int]] = {}
-        where = "WHERE queue = %(queue)s AND state = ANY(%(buckets)s)"
-        for _, state, tenant, n in self.conn.execute(_COUNTS.format(where=where),
-                                                     {"queue": queue, "buckets": list(READ_BUCKETS)}):
-            counts.setdefault(tenant, {})[state] = int(n)
-        events = {tenant: (int(arrivals), int(completions), int(failures))
-                  for tenant, arrivals, completions, failures in self.conn.execute(
-                      "SELECT tenant, sum(arrivals), sum(completions), sum(failures) FROM ("
-                      "SELECT tenant, arrivals, completions, failures FROM flexiq_rates "
-                      "WHERE queue = %(queue)s AND second > %(since)s UNION ALL "
-                      "SELECT tenant, arrivals, completions, failures FROM flexiq_rate_changes "
-                      "WHERE queue = %(queue)s AND second > %(since)s) AS parts GROUP BY tenant",
-                      {"queue": queue, "since": now - window})}
-        durations = self.conn.execute(
-            "SELECT tenant, finished_at, finished_at - started_at FROM flexiq_jobs WHERE queue = %s "
-            "AND state = 'done' AND finished_at >= %s AND started_at IS NOT NULL "
-            f"ORDER BY finished_at DESC LIMIT {DURATION_SAMPLE}",
-            (queue, now - max(window, DURATION_HORIZON))).fetchall()
-        # Each tenant's oldest runnable job: one index probe (flexiq_jobs_age) per tenant, in
-        # one round trip.
-        waiting = sorted(tenant for tenant, by_state in counts.items() if by_state.get("queued"))
-        first_run_at = dict(self.conn.execute(
-            f"SELECT t.tenant, (SELECT min(run_at) FROM flexiq_jobs WHERE {_DUE} AND waiting_for IS NULL "
-            f"AND queue = %s AND tenant = t.tenant) FROM unnest(%s::text[]) AS t(tenant)",
-            (queue, waiting))) if waiting else {}
-        caps: dict[str, int] = {}
-        running_by_tenant: dict[str, int] = {}
-        if waiting:
-            caps = dict(self.conn.execute("SELECT tenant, max_running FROM flexiq_tenant_caps"))
-            if caps:
-                running_by_tenant = self.running_by_tenant()
-        coming = 0
-        if due_within > 0 and any(by_state.get("delayed") for by_state in counts.values()):
-            coming = self.conn.execute(
-                f"SELECT count(*) FROM (SELECT 1 FROM flexiq_jobs WHERE {_DELAYED} AND waiting_for IS NULL "
-                f"AND queue = %s AND run_at <= %s LIMIT {COMING_DUE_LIMIT}) AS coming",
-                (queue, now + due_within)).fetchone()[0]
-        running = (0, 0.0)
-        if any(by_state.get("running") for by_state in counts.values()):
-            count, total = self.conn.execute(
-                "SELECT count(*), COALESCE(sum(%s - started_at), 0) FROM flexiq_jobs "
-                "WHERE state = 'running' AND queue = %s AND started_at IS NOT NULL", (float(now), queue)).fetchone()
-            running = (int(count), float(total))
-        return StatsRows(counts=counts, events=events, durations=durations, first_run_at=first_run_at, caps=caps,
-                         running_by_tenant=running_by_tenant, coming_due=int(coming), running=running)
+        for state, tenant, n in zip(states or (), tenants or (), counted or ()):
+            counts.setdefault(tenant, {})[state] = n
+        return StatsRows(
+            counts=counts,
+            events={tenant: (a, c, f) for tenant, a, c, f in zip(
+                event_tenants or (), arrivals or (), completions or (), failures or ())},
+            durations=Durations(overall=tuple(overall) if overall else None,
+                                by_tenant={tenant: tuple(p) for tenant, p in zip(share_tenants or (), shares or ())},
+                                recent_p50=recent_p50, recent=recent),
+            first_run_at={tenant: first for tenant, first in zip(first_tenants or (), firsts or ())
+                          if first is not None},
+            caps=dict(zip(cap_tenants or (), caps or ())),
+            running_by_tenant=dict(zip(running_tenants or (), running_counts or ())),
+            coming_due=coming or 0,
+            running=(int(running[0]), float(running[1])) if running else (0, 0.0),
+            unfolded=unfolded)
 
     # -- dependency limits -----------------------------------------------------------------
 
@@ -651,17 +688,24 @@ class PostgresDatabase(Database):
     def read(self, operation: str, body: Callable[[Tx], T]) -> T:
         return self._run(operation, body, snapshot=True)
 
-    def _run(self, operation: str, body: Callable[[Tx], T], *, snapshot: bool) -> T:
+    def read_one(self, operation: str, body: Callable[[Tx], T]) -> T:
+        # No BEGIN and COMMIT: one statement in autocommit mode sees one snapshot of its own.
+        return self._run(operation, body, snapshot=True, alone=True)
+
+    def _run(self, operation: str, body: Callable[[Tx], T], *, snapshot: bool, alone: bool = False) -> T:
         """Run ``body`` in one transaction and return what it returns.
 
         ``snapshot``: a read-only REPEATABLE READ transaction, so several SELECTs see
-        one state.  ``body`` may run more than once (a dropped connection, a deadlock).
+        one state; ``alone``: ``body`` runs one statement, outside any transaction block.
+        ``body`` may run more than once (a dropped connection, a deadlock).
         """
         with self._lock:
             for attempt in range(1, _ATTEMPTS + 1):
                 conn = self._connection()
                 committing = _Committing()
                 try:
+                    if alone:
+                        return body(PostgresTx(conn))
                     return self._once(conn, body, snapshot, committing)
                 except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure) as exc:
                     if attempt == _ATTEMPTS:

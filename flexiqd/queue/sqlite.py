@@ -20,7 +20,7 @@ from ..errors import QueueError, StoreUnavailable
 from .core import Store
 from .dialect import Database, RateRow, Tx
 from .endings import Endings, LeasedRow
-from .figures import COMING_DUE_LIMIT, DURATION_HORIZON, DURATION_SAMPLE, READ_BUCKETS, StatsRows
+from .figures import COMING_DUE_LIMIT, DURATION_HORIZON, DURATION_SAMPLE, READ_BUCKETS, StatsRows, durations_of
 from .limits import TenantCaps
 from .rows import JOB_COLUMNS, NEW_JOB_COLUMNS, in_claim_order, job_from_row
 from .sqlite_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
@@ -320,9 +320,12 @@ class SQLiteTx(Tx):
                 found[owner] = min(times)
         return found
 
-    def stats_rows(self, queue: str, now: float, window: float, due_within: float) -> StatsRows:
+    def stats_rows(self, queue: str, now: float, window: float, due_within: float, *,
+                   unless_due: bool = False) -> StatsRows | None:
         # Each read only when the counts say it can find something: an idle queue is two
         # index lookups.
+        if unless_due and self.any_due(now):
+            return None
         counts: dict[str, dict[str, int]] = {}
         for state, tenant, n in self.conn.execute(
                 f"SELECT state, tenant, n FROM counts WHERE queue = ? AND state IN ({_marks(READ_BUCKETS)})",
@@ -334,9 +337,9 @@ class SQLiteTx(Tx):
                 (queue, now - window)):
             before = events.get(tenant, (0, 0, 0))
             events[tenant] = (before[0] + arrivals, before[1] + completions, before[2] + failures)
-        durations = []
+        sample = []
         if counts or events:
-            durations = self.conn.execute(
+            sample = self.conn.execute(
                 f"SELECT tenant, finished_at, finished_at - started_at FROM jobs WHERE queue = ? "
                 f"AND state = 'done' AND finished_at >= ? AND started_at IS NOT NULL "
                 f"ORDER BY finished_at DESC LIMIT {DURATION_SAMPLE}",
@@ -363,7 +366,8 @@ class SQLiteTx(Tx):
             running = self.conn.execute(
                 "SELECT COUNT(*), TOTAL(? - started_at) FROM jobs WHERE state = 'running' AND queue = ? "
                 "AND started_at IS NOT NULL", (now, queue)).fetchone()
-        return StatsRows(counts=counts, events=events, durations=durations, first_run_at=first_run_at, caps=caps,
+        return StatsRows(counts=counts, events=events, durations=durations_of(sample, now=now),
+                         first_run_at=first_run_at, caps=caps,
                          running_by_tenant=running_by_tenant, coming_due=coming, running=tuple(running))
 
     # -- dependency limits -----------------------------------------------------------------
