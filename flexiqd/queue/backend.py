@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from ..errors import QueueError
 from .hosts import HostInfo
 from .limits import DependencyLimit
-from .types import ClaimRequest, Deferral, DependencyStats, Job, JobState, NewJob, Outcome, Stats
+from .types import ClaimRequest, Deferral, DependencyStats, Exchanged, Job, JobState, NewJob, Outcome, Stats
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,6 +230,26 @@ class Backend(abc.ABC):
         store can (one commit for a claim's batch instead of one per job); the answer per job
         id.  All or nothing as a whole: an error admits none of them."""
         return {job_id: self.admit(owner, job_id, limits, now=now) for job_id, limits in requests}
+
+    def exchange(self, owner: str, outcomes: Iterable[Outcome], request: ClaimRequest | None, *,
+                 admit: Sequence[tuple[int, Sequence[DependencyLimit]]] = (), now: float) -> Exchanged:
+        """``settle_and_claim``, admitting the jobs of ``admit`` in between (as ``admit_many``)
+        and deferring the ones refused (as ``Outcome.defer``).  Stores that can do it in one
+        transaction do; this default takes three."""
+        settled, claimed = self.settle_and_claim(owner, outcomes, request, now=now)
+        answers = self.admit_many(owner, admit, now=now) if admit else {}
+        refused = {job_id: refusal for job_id, refusal in answers.items() if refusal is not None}
+        if refused:
+            self.settle(owner, [Outcome.defer(job_id, refusal) for job_id, refusal in refused.items()], now=now)
+        return Exchanged(settled, claimed, refused)
+
+    def admit_locally(self, owner: str, job_id: int, dependencies: Sequence[DependencyLimit], *,
+                      now: float) -> bool:
+        """Admit a job to concurrency limits without a store call, where this process holds room
+        for ``owner`` (its share of each limit); the hold is stored by ``owner``'s next
+        ``exchange``, which the caller makes soon.  False: ask the store (``exchange``'s
+        ``admit``).  Thread-safe."""
+        return False
 
     def dependency_stats(self, dependency: str, *, now: float, window: float = 60.0) -> DependencyStats:
         """The dependency's use now and over the last ``window`` seconds (see ``DependencyStats``).

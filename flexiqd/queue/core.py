@@ -17,9 +17,11 @@ Two things are the same in both stores because they are decided here:
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import math
 import random
+import threading
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import JobNotFound, QueueError, StoreUnavailable
@@ -32,8 +34,10 @@ from .limits import (DependencyLimit, TenantCaps, deferral_delay, nearest_rank, 
                      slot_wait, within_caps)
 from .owners import owner_alive_here, owner_parts, this_host
 from .rows import encode_json, new_row
-from .types import (FINISHED_STATES, ClaimRequest, Deferral, DependencyStats, Job, JobState, NewJob, Outcome,
-                    OutcomeKind, Stats)
+from . import shares
+from .shares import Share
+from .types import (FINISHED_STATES, ClaimRequest, Deferral, DependencyStats, Exchanged, Job, JobState, NewJob,
+                    Outcome, OutcomeKind, Stats)
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +76,13 @@ class Store(Backend):
         self._rng = rng or random.Random()
         self._claims = 0
         self._caps_recorded: TenantCaps | None = None  # the tenant caps this process last stored
+        # Admission in this process's memory (``admit_locally``), per (owner, dependency): the
+        # owner's share as last stored, the jobs it admitted (stored or not), and the holds and
+        # admissions not stored yet (written by the owner's next exchange).
+        self._local = threading.Lock()
+        self._shares: dict[tuple[str, str], Share] = {}
+        self._holding: dict[tuple[str, str], set[int]] = {}
+        self._pending: dict[str, list[tuple[str, int, str, float]]] = {}
 
     @property
     def shared_by_hosts(self) -> bool:  # type: ignore[override]
@@ -116,22 +127,24 @@ class Store(Backend):
     # -- claim and settle ------------------------------------------------------------------
 
     def claim(self, request: ClaimRequest, *, now: float) -> list[Job]:
-        return self._exchange("claim", request.owner, [], request, now)[1]
+        return self.exchange(request.owner, [], request, now=now).claimed
 
     def settle(self, owner: str, outcomes: Iterable[Outcome], *, now: float) -> list[int]:
         outcomes = list(outcomes)
         if not outcomes:
             return []
-        return self._exchange("settle", owner, outcomes, None, now)[0]
+        return self.exchange(owner, outcomes, None, now=now).settled
 
     def settle_and_claim(self, owner: str, outcomes: Iterable[Outcome],
                          request: ClaimRequest | None, *, now: float) -> tuple[list[int], list[Job]]:
-        # One transaction, one commit: a busy worker pays one per exchange, not two per job.
-        return self._exchange("settle and claim", owner, list(outcomes), request, now)
+        done = self.exchange(owner, list(outcomes), request, now=now)
+        return done.settled, done.claimed
 
-    def _exchange(self, operation: str, owner: str, outcomes: list[Outcome],
-                  request: ClaimRequest | None, now: float) -> tuple[list[int], list[Job]]:
-        """Settle ``outcomes``, then claim for ``request``, in one transaction.
+    def exchange(self, owner: str, outcomes: Iterable[Outcome], request: ClaimRequest | None, *,
+                 admit: Sequence[tuple[int, Sequence[DependencyLimit]]] = (), now: float) -> Exchanged:
+        """Settle ``outcomes``, admit the jobs of ``admit`` (deferring the ones refused), then
+        claim for ``request`` -- in one transaction, with the holds this owner admitted in
+        memory since its last exchange.  One commit: a busy worker pays one per exchange.
 
         When the COMMIT's fate is unknown (``CommitUnknown``), the next transaction finds
         out: a claim stamps its jobs with the owner and ``now``, so jobs running under that
@@ -139,33 +152,56 @@ class Store(Backend):
         that does not know it holds them).  Finding none, it runs the exchange again --
         safe either way: outcomes already applied are ignored the second time.
         """
+        outcomes = list(outcomes)
         claiming = request is not None and request.limit > 0
+        pending = self._take_pending(owner)
+        renewing = self._renewal_due(owner, now)
+        grants: dict[str, Share] = {}
 
-        def body(tx: Tx) -> tuple[list[int], list[Job]]:
+        def body(tx: Tx) -> Exchanged:
+            grants.clear()
+            self._store_pending(tx, pending, now)
             settled = self._settle(tx, owner, outcomes, now) if outcomes else []
+            refused: dict[int, Deferral] = {}
+            if admit:
+                answers = self._admit_many(tx, owner, admit, now, grants)
+                refused = {job_id: refusal for job_id, refusal in answers.items() if refusal is not None}
+                self._settle(tx, owner, [Outcome.defer(job_id, refusal) for job_id, refusal in refused.items()], now)
+            if renewing:
+                self._renew_shares(tx, owner, now, grants)
             claimed = self._claim(tx, request, now) if claiming else []
-            return settled, claimed
+            return Exchanged(settled, claimed, refused)
 
-        def after_lost_commit(tx: Tx) -> tuple[list[int], list[Job]]:
+        def after_lost_commit(tx: Tx) -> Exchanged:
             if claiming:
                 stamped = tx.stamped(owner, now)
                 if stamped:
                     stamped.sort(key=lambda j: (request.queues.index(j.queue), -j.priority, j.run_at, j.id))
-                    return [], stamped
+                    return Exchanged([], stamped)
             return body(tx)
 
         try:
-            result = self.database.write(operation, body)
-        except CommitUnknown as exc:
-            log.warning("%s; finding out whether it did.", exc)
-            result = self.database.write(operation, after_lost_commit)
+            try:
+                done = self.database.write(self._operation(outcomes, claiming), body)
+            except CommitUnknown as exc:
+                log.warning("%s; finding out whether it did.", exc)
+                done = self.database.write(self._operation(outcomes, claiming), after_lost_commit)
+        except BaseException:
+            self._restore_pending(owner, pending)
+            raise
+        self._after_admissions(owner, grants, admitted=[job_id for job_id, _ in admit if job_id not in done.refused],
+                               admit=admit, ended=[outcome.job_id for outcome in outcomes] + list(done.refused))
         if claiming:
             if request.tenant_caps is not None:
                 self._caps_recorded = request.tenant_caps
             self._claims += 1
             if self.database.appends_changes and self._claims % FOLD_EVERY == 0:
                 self.database.write("fold counts", lambda tx: tx.fold())
-        return result
+        return done
+
+    @staticmethod
+    def _operation(outcomes: list[Outcome], claiming: bool) -> str:
+        return "settle and claim" if outcomes and claiming else "claim" if claiming else "settle"
 
     def _claim(self, tx: Tx, request: ClaimRequest, now: float) -> list[Job]:
         self._recover(tx, now, owner=None, reason="lease expired")
@@ -277,8 +313,14 @@ class Store(Backend):
         return self.database.write("recover expired leases", body)
 
     def recover_owner(self, owner: str, *, now: float, reason: str) -> int:
-        return self.database.write("recover a worker's jobs",
-                                   lambda tx: self._recover(tx, now, owner=owner, reason=reason))
+        def body(tx: Tx) -> int:
+            recovered = self._recover(tx, now, owner=owner, reason=reason)
+            tx.drop_shares([owner])  # gone: its share of every limit is free at once
+            return recovered
+
+        recovered = self.database.write("recover a worker's jobs", body)
+        self._forget_owners([owner])
+        return recovered
 
     def _recover(self, tx: Tx, now: float, *, owner: str | None, reason: str) -> int:
         """Settle the jobs of a gone owner: its ``abandon`` mark if it left one, else "lost".
@@ -301,6 +343,8 @@ class Store(Backend):
             endings.recover(row, reason, self._rng)
         _apply(tx, endings)
         tx.notify({row.queue for row in rows})
+        if owner is None:
+            tx.drop_shares(sorted({row.owner for row in rows if row.owner}))
         return len(rows)
 
     @staticmethod
@@ -418,18 +462,57 @@ class Store(Backend):
 
     def admit_many(self, owner: str, requests: Sequence[tuple[int, Sequence[DependencyLimit]]], *,
                    now: float) -> dict[int, Deferral | None]:
-        """See ``Backend``: one transaction, set-based.  The state is read once for the batch
-        (the jobs, their holds, each dependency's row, its live holds), the batch planned
-        (``limits.plan_admissions``) and the outcome written in a few statements.  The
-        dependencies' rows are locked in name order (never crosswise): admissions to one
-        dependency from every process take turns, each counting the holds of the ones before."""
+        """See ``Backend``: one transaction, set-based (``_admit_many``)."""
         if not any(dependencies for _, dependencies in requests):
             return {job_id: None for job_id, _ in requests}
-        return self.database.write("admit jobs to their dependencies",
-                                   lambda tx: self._admit_many(tx, owner, requests, now))
+        pending = self._take_pending(owner)
+        grants: dict[str, Share] = {}
+
+        def body(tx: Tx) -> dict[int, Deferral | None]:
+            grants.clear()
+            self._store_pending(tx, pending, now)
+            return self._admit_many(tx, owner, requests, now, grants)
+
+        try:
+            answers = self.database.write("admit jobs to their dependencies", body)
+        except BaseException:
+            self._restore_pending(owner, pending)
+            raise
+        self._after_admissions(owner, grants, admitted=[job_id for job_id, refusal in answers.items() if refusal is None],
+                               admit=requests, ended=[])
+        return answers
+
+    def admit_locally(self, owner: str, job_id: int, dependencies: Sequence[DependencyLimit], *,
+                      now: float) -> bool:
+        """See ``Backend``: within the room of the owner's shares, as this process last stored
+        them; the hold reaches the store with the owner's next exchange."""
+        limits = _distinct(dependencies)
+        if any(limit.rate is not None or limit.concurrency is None for limit in limits):
+            return False  # a rate's state is one number the whole fleet shares: ask the store
+        with self._local:
+            holding = [self._holding.setdefault((owner, limit.name), set()) for limit in limits]
+            if all(job_id in held for held in holding):
+                return True  # admitted before: idempotent
+            if any(shares.local_room(self._shares.get((owner, limit.name)), limit.concurrency or 0,
+                                     len(held), now) < 1 for limit, held in zip(limits, holding)):
+                return False
+            for limit, held in zip(limits, holding):
+                held.add(job_id)
+                self._pending.setdefault(owner, []).append((limit.name, job_id, owner, now))
+        return True
 
     def _admit_many(self, tx: Tx, owner: str, requests: Sequence[tuple[int, Sequence[DependencyLimit]]],
-                    now: float) -> dict[int, Deferral | None]:
+                    now: float, grants: dict[str, Share]) -> dict[int, Deferral | None]:
+        """Admit a batch, each job all or nothing, in order: the state is read once (the jobs,
+        their holds, the owner's shares, the rates' times), the batch planned
+        (``limits.plan_admissions``) and the outcome written in a few statements.
+
+        A concurrency limit admits within the owner's share (``shares``): only its own rows
+        are read and locked.  Jobs refused for want of share grow it -- under the
+        dependency's row lock, counting what every other owner reserves -- and the batch is
+        planned again.  A rate's time is the dependency's row, locked (in name order) by any
+        admission under it.  ``grants``: the shares this stored, for this process's memory.
+        """
         answers: dict[int, Deferral | None] = {}
         ids = [job_id for job_id, _ in requests]
         # A job cannot end (settle, recovery, cancel) until this admission commits, so a hold
@@ -447,13 +530,28 @@ class Store(Backend):
                 todo.append((job_id, limits))
         if not todo:
             return answers
-        names = sorted({limit.name for _, limits in todo for limit in limits})
-        tats = tx.lock_dependencies(names)
-        ages: dict[str, list[float]] = {name: [] for name in names}
-        for name, since in tx.live_holds(names):
-            ages[name].append(now - since)
-        plan, new_tats = plan_admissions(todo, {name: len(held_for) for name, held_for in ages.items()}, tats, now)
+        limit_of = {limit.name: limit for _, limits in todo for limit in limits}
+        names = sorted(limit_of)
+        bounded = [name for name in names if limit_of[name].concurrency is not None]
+        rated = [name for name in names if limit_of[name].rate is not None]
+        owned = tx.own_shares(owner, bounded) if bounded else {}
+        holding = tx.owner_holds(owner, bounded) if bounded else {}
+        tats = tx.lock_dependencies(rated) if rated else {}
+        plan, new_tats = self._plan(todo, owned, holding, tats, now)
+        short = collections.Counter(name for refused in plan.values() if refused
+                                    for name, wait in refused if wait is None)
+        if short:
+            tx.lock_dependencies(sorted(short))
+            for name, asked in sorted(short.items()):
+                everyone = tx.shares_of(name)
+                taken, _ = shares.others(everyone, tx.holds_by_owner(name), owner, now)
+                slots = shares.grown(limit_of[name].concurrency or 0, holding.get(name, 0), asked, taken)
+                wanted = max(0, holding.get(name, 0) + asked - slots)
+                owned[name] = grants[name] = Share(slots, now + shares.SHARE_TTL, wanted)
+                tx.set_share(name, owner, owned[name])
+            plan, new_tats = self._plan(todo, owned, holding, tats, now)
         typical: dict[str, float | None] = {}
+        ages: dict[str, list[float]] = {}
         holds: list[tuple[str, int, str, float]] = []
         admitted: collections.Counter = collections.Counter()
         deferred: collections.Counter = collections.Counter()
@@ -468,6 +566,7 @@ class Store(Backend):
             for name, wait in refused:
                 if wait is None:  # a full concurrency: when a slot is likely to free up
                     if name not in typical:
+                        ages[name] = [now - since for _, since in tx.live_holds([name])]
                         typical[name] = nearest_rank(sorted(tx.recent_hold_times(
                             name, now - DURATION_HORIZON, TYPICAL_HOLD_SAMPLE)), 0.5)
                     wait = slot_wait(ages[name], typical[name])
@@ -482,6 +581,81 @@ class Store(Backend):
             if admitted[name] or deferred[name]:
                 tx.bump_dependency(name, int(now), admitted[name], deferred[name])
         return answers
+
+    @staticmethod
+    def _plan(todo: list[tuple[int, list[DependencyLimit]]], owned: Mapping[str, Share], holding: Mapping[str, int],
+              tats: Mapping[str, float | None], now: float):
+        """``plan_admissions`` with each concurrency limit bounded by the owner's live share."""
+        room = {}
+        for _, limits in todo:
+            for limit in limits:
+                if limit.concurrency is not None:
+                    share = owned.get(limit.name)
+                    room[limit.name] = min(share.slots, limit.concurrency) if share is not None and share.usable(now) else 0
+        return plan_admissions(todo, holding, tats, now, room)
+
+    def _renew_shares(self, tx: Tx, owner: str, now: float, grants: dict[str, Share]) -> None:
+        """Keep the owner's shares alive; give back what it does not hold while others want."""
+        with self._local:
+            names = sorted(name for (who, name) in self._shares if who == owner)
+            holding = {name: len(self._holding.get((owner, name), ())) for name in names}
+        if not names:
+            return
+        wanted = tx.wanted_by_others(owner, names, now)
+        for name, share in tx.own_shares(owner, names).items():
+            if name in grants:
+                continue  # stored by this exchange's admission already
+            kept = shares.kept(share, holding[name], wanted.get(name, 0))
+            grants[name] = Share(kept, now + shares.SHARE_TTL, 0)
+            tx.set_share(name, owner, grants[name])
+
+    def _renewal_due(self, owner: str, now: float) -> bool:
+        with self._local:
+            return shares.renewal_due((share for (who, _), share in self._shares.items() if who == owner), now)
+
+    def _take_pending(self, owner: str) -> list[tuple[str, int, str, float]]:
+        with self._local:
+            return self._pending.pop(owner, [])
+
+    def _restore_pending(self, owner: str, pending: list[tuple[str, int, str, float]]) -> None:
+        if pending:
+            with self._local:
+                self._pending[owner] = pending + self._pending.get(owner, [])
+
+    @staticmethod
+    def _store_pending(tx: Tx, pending: list[tuple[str, int, str, float]], now: float) -> None:
+        """Store the holds admitted in memory (before anything that may end their jobs)."""
+        if not pending:
+            return
+        tx.add_holds(pending)
+        for (name, second), n in sorted(collections.Counter((name, int(since)) for name, _, _, since in pending).items()):
+            tx.bump_dependency(name, second, n, 0)
+
+    def _after_admissions(self, owner: str, grants: Mapping[str, Share], *, admitted: Sequence[int],
+                          admit: Sequence[tuple[int, Sequence[DependencyLimit]]], ended: Sequence[int]) -> None:
+        """This process's memory of the owner's shares and holds, after a commit."""
+        limits_of = {job_id: _distinct(limits) for job_id, limits in admit}
+        with self._local:
+            for name, share in grants.items():
+                self._shares[(owner, name)] = share
+            for job_id in admitted:
+                for limit in limits_of.get(job_id, ()):
+                    if limit.concurrency is not None:
+                        self._holding.setdefault((owner, limit.name), set()).add(job_id)
+            if ended:
+                gone = set(ended)
+                for (who, _), held in self._holding.items():
+                    if who == owner:
+                        held -= gone
+
+    def _forget_owners(self, owners: Iterable[str]) -> None:
+        gone = set(owners)
+        with self._local:
+            for memory in (self._shares, self._holding):
+                for key in [key for key in memory if key[0] in gone]:
+                    del memory[key]
+            for owner in gone:
+                self._pending.pop(owner, None)
 
     def dependency_stats(self, dependency: str, *, now: float, window: float = 60.0) -> DependencyStats:
         if not window > 0:
@@ -570,9 +744,12 @@ class Store(Backend):
             if not dead:
                 return {}
             # Rows a worker is settling or renewing right now are skipped: it is alive after all.
-            endings, rescued, queues = _rescue(tx.expired_leases(now), dead, now, self._rng)
+            rows = tx.expired_leases(now)
+            endings, rescued, queues = _rescue(rows, dead, now, self._rng)
             _apply(tx, endings)
             tx.notify(queues)
+            tx.drop_shares(sorted({row.owner for row in rows if row.owner and
+                                   (owner_parts(row.owner) or ("",))[0] in dead}))
             return rescued
 
         return self.database.write("rescue the jobs of dead hosts", body)

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 from .endings import Endings, LeasedRow
 from .figures import StatsRows
 from .limits import TenantCaps
+from .shares import Share
 from .types import Job, JobState
 
 T = TypeVar("T")
@@ -138,8 +139,8 @@ class Tx(abc.ABC):
 
     @abc.abstractmethod
     def drop_old(self, rates_before: int, holds_before: float) -> None:
-        """Drop rate and dependency-event seconds before ``rates_before`` and hold times
-        that ended before ``holds_before``."""
+        """Drop rate and dependency-event seconds before ``rates_before``, and hold times
+        that ended and shares that lapsed before ``holds_before``."""
 
     @abc.abstractmethod
     def lease_owners(self) -> dict[str, int]:
@@ -236,7 +237,36 @@ class Tx(abc.ABC):
 
     @abc.abstractmethod
     def add_holds(self, holds: Sequence[tuple[str, int, str, float]]) -> None:
-        """Insert (dependency, job_id, owner, since) holds."""
+        """Insert (dependency, job_id, owner, since) holds, each only while its job still runs
+        leased to its owner (holds admitted in a worker's memory arrive later)."""
+
+    @abc.abstractmethod
+    def own_shares(self, owner: str, names: Sequence[str]) -> dict[str, Share]:
+        """``owner``'s shares of these dependencies."""
+
+    @abc.abstractmethod
+    def owner_holds(self, owner: str, names: Sequence[str]) -> dict[str, int]:
+        """``owner``'s live holds per dependency."""
+
+    @abc.abstractmethod
+    def shares_of(self, name: str) -> dict[str, Share]:
+        """Every owner's share of ``name`` (read under the dependency's lock)."""
+
+    @abc.abstractmethod
+    def holds_by_owner(self, name: str) -> dict[str, int]:
+        """Live holds of ``name`` per owner."""
+
+    @abc.abstractmethod
+    def set_share(self, name: str, owner: str, share: Share) -> None:
+        """Store ``owner``'s share of ``name``."""
+
+    @abc.abstractmethod
+    def wanted_by_others(self, owner: str, names: Sequence[str], now: float) -> dict[str, int]:
+        """Slots owners other than ``owner`` with live shares were refused, per dependency."""
+
+    @abc.abstractmethod
+    def drop_shares(self, owners: Sequence[str]) -> None:
+        """Delete the shares of gone owners."""
 
     @abc.abstractmethod
     def set_tat(self, name: str, tat: float) -> None:

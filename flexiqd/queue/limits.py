@@ -123,12 +123,14 @@ def gcra(tat: float | None, now: float, rate: float, burst: int) -> tuple[float 
 # -- concurrency ---------------------------------------------------------------------------
 
 def plan_admissions(requests: Sequence[tuple[int, Sequence[DependencyLimit]]], in_use: Mapping[str, int],
-                    tats: Mapping[str, float | None], now: float,
+                    tats: Mapping[str, float | None], now: float, room: Mapping[str, int] | None = None,
                     ) -> tuple[dict[int, list[tuple[str, float | None]] | None], dict[str, float | None]]:
     """Which of a batch of jobs enter their dependencies, in order, each all or nothing.
 
     ``in_use``: live holds per dependency before the batch; ``tats``: each rate's stored
-    theoretical arrival time.  Returns, per job id, None (admitted) or what refused it --
+    theoretical arrival time; ``room``: the slots a concurrency limit may fill here, when
+    less than its ``concurrency`` (an owner's share of it, flexiqd.queue.shares).
+    Returns, per job id, None (admitted) or what refused it --
     ``(dependency, wait)`` with the rate's exact wait, or None for a full concurrency
     (the caller estimates that wait from the holds) -- and the rates' new tats.  Pure:
     a store reads the state once, plans the batch, and writes the outcome once.
@@ -139,7 +141,8 @@ def plan_admissions(requests: Sequence[tuple[int, Sequence[DependencyLimit]]], i
         refused: list[tuple[str, float | None]] = []
         started: dict[str, float] = {}
         for limit in limits:
-            if limit.concurrency is not None and using.get(limit.name, 0) >= limit.concurrency:
+            slots = limit.concurrency if room is None else room.get(limit.name, limit.concurrency)
+            if slots is not None and using.get(limit.name, 0) >= slots:
                 refused.append((limit.name, None))
             if limit.rate is not None:
                 tat, wait = gcra(rates.get(limit.name), now, limit.rate, limit.effective_burst)

@@ -40,6 +40,7 @@ from .limits import TenantCaps
 from .postgres_listen import Listener, channel_of
 from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, VERSION_TABLE
 from .rows import JOB_COLUMNS, in_claim_order, job_from_row
+from .shares import Share
 from .types import RECENT_WINDOW, Job, JobState
 
 __all__ = ["CommitUnknown", "ConnectOptions", "PostgresBackend", "channel_of", "probe"]
@@ -370,6 +371,8 @@ class PostgresTx(Tx):
         self.conn.execute("DELETE FROM flexiq_rates WHERE second < %s", (rates_before,))
         self.conn.execute("DELETE FROM flexiq_dependency_events WHERE second < %s", (rates_before,))
         self.conn.execute("DELETE FROM flexiq_dependency_hold_times WHERE ended_at < %s", (holds_before,))
+        self.conn.execute("DELETE FROM flexiq_dependency_event_changes WHERE second < %s", (rates_before,))
+        self.conn.execute("DELETE FROM flexiq_dependency_shares WHERE expires < %s", (holds_before,))
 
     def lease_owners(self) -> dict[str, int]:
         return dict(self.conn.execute("SELECT lease_owner, count(*) FROM flexiq_jobs WHERE state = 'running' "
@@ -518,20 +521,54 @@ class PostgresTx(Tx):
     def add_holds(self, holds: Sequence[tuple[str, int, str, float]]) -> None:
         self.conn.execute(
             "INSERT INTO flexiq_dependency_holds (dependency, job_id, owner, since) "
-            "SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::float8[]) "
+            "SELECT h.* FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::float8[]) AS h(dependency, job_id, "
+            "owner, since) JOIN flexiq_jobs j ON j.id = h.job_id AND j.state = 'running' AND j.lease_owner = h.owner "
             "ON CONFLICT (dependency, job_id) DO UPDATE SET owner = excluded.owner, since = excluded.since",
             [list(column) for column in zip(*holds)])
+
+    def own_shares(self, owner: str, names: Sequence[str]) -> dict[str, Share]:
+        return {name: Share(slots, expires, wanted) for name, slots, expires, wanted in self.conn.execute(
+            "SELECT dependency, slots, expires, wanted FROM flexiq_dependency_shares WHERE owner = %s "
+            "AND dependency = ANY(%s)", (owner, list(names)))}
+
+    def owner_holds(self, owner: str, names: Sequence[str]) -> dict[str, int]:
+        return dict(self.conn.execute(
+            "SELECT h.dependency, count(*) FROM flexiq_dependency_holds h JOIN flexiq_jobs j ON j.id = h.job_id "
+            "WHERE h.owner = %s AND h.dependency = ANY(%s) AND j.state = 'running' AND j.lease_owner = h.owner "
+            "GROUP BY h.dependency", (owner, list(names))))
+
+    def shares_of(self, name: str) -> dict[str, Share]:
+        return {owner: Share(slots, expires, wanted) for owner, slots, expires, wanted in self.conn.execute(
+            "SELECT owner, slots, expires, wanted FROM flexiq_dependency_shares WHERE dependency = %s",
+            (name,))}
+
+    def holds_by_owner(self, name: str) -> dict[str, int]:
+        return dict(self.conn.execute(
+            "SELECT h.owner, count(*) FROM flexiq_dependency_holds h JOIN flexiq_jobs j ON j.id = h.job_id "
+            "WHERE h.dependency = %s AND j.state = 'running' AND j.lease_owner = h.owner GROUP BY h.owner", (name,)))
+
+    def set_share(self, name: str, owner: str, share: Share) -> None:
+        self.conn.execute(
+            "INSERT INTO flexiq_dependency_shares AS s (dependency, owner, slots, expires, wanted) "
+            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (dependency, owner) DO UPDATE SET slots = excluded.slots, "
+            "expires = excluded.expires, wanted = excluded.wanted",
+            (name, owner, share.slots, share.expires, share.wanted))
+
+    def wanted_by_others(self, owner: str, names: Sequence[str], now: float) -> dict[str, int]:
+        return {name: int(n) for name, n in self.conn.execute(
+            "SELECT dependency, sum(wanted) FROM flexiq_dependency_shares WHERE dependency = ANY(%s) "
+            "AND owner <> %s AND expires > %s AND wanted > 0 GROUP BY dependency", (list(names), owner, now))}
+
+    def drop_shares(self, owners: Sequence[str]) -> None:
+        self.conn.execute("DELETE FROM flexiq_dependency_shares WHERE owner = ANY(%s)", (list(owners),))
 
     def set_tat(self, name: str, tat: float) -> None:
         self.conn.execute("UPDATE flexiq_dependencies SET tat = %s WHERE dependency = %s", (tat, name))
 
     def bump_dependency(self, name: str, second: int, admitted: int, deferred: int) -> None:
-        # Only ever under the dependency's row lock (lock_dependencies): no contention of its own.
-        self.conn.execute(
-            "INSERT INTO flexiq_dependency_events AS e (dependency, second, admitted, deferred) "
-            "VALUES (%s, %s, %s, %s) ON CONFLICT (dependency, second) DO UPDATE SET "
-            "admitted = e.admitted + excluded.admitted, deferred = e.deferred + excluded.deferred",
-            (name, second, admitted, deferred))
+        # Appended, never updated in place: admissions of many processes wait on no row.
+        self.conn.execute("INSERT INTO flexiq_dependency_event_changes (dependency, second, admitted, deferred) "
+                          "VALUES (%s, %s, %s, %s)", (name, second, admitted, deferred))
 
     def waiting_for(self, name: str, limit: int) -> int:
         return int(self.conn.execute(
@@ -540,8 +577,10 @@ class PostgresTx(Tx):
 
     def dependency_events(self, name: str, since: float) -> tuple[int, int]:
         admitted, deferred = self.conn.execute(
-            "SELECT COALESCE(sum(admitted), 0), COALESCE(sum(deferred), 0) FROM flexiq_dependency_events "
-            "WHERE dependency = %s AND second > %s", (name, since)).fetchone()
+            "SELECT COALESCE(sum(admitted), 0), COALESCE(sum(deferred), 0) FROM ("
+            "SELECT admitted, deferred FROM flexiq_dependency_events WHERE dependency = %(name)s AND second > %(since)s "
+            "UNION ALL SELECT admitted, deferred FROM flexiq_dependency_event_changes "
+            "WHERE dependency = %(name)s AND second > %(since)s) AS parts", {"name": name, "since": since}).fetchone()
         return int(admitted), int(deferred)
 
     # -- hosts -----------------------------------------------------------------------------
@@ -598,6 +637,12 @@ def _fold(conn: psycopg.Connection) -> None:
         "GROUP BY 1, 2, 3 ORDER BY 1, 2, 3 ON CONFLICT (queue, second, tenant) DO UPDATE SET "
         "arrivals = r.arrivals + excluded.arrivals, completions = r.completions + excluded.completions, "
         "failures = r.failures + excluded.failures")
+    conn.execute(
+        "WITH moved AS (DELETE FROM flexiq_dependency_event_changes RETURNING dependency, second, admitted, deferred) "
+        "INSERT INTO flexiq_dependency_events AS e (dependency, second, admitted, deferred) "
+        "SELECT dependency, second, sum(admitted), sum(deferred) FROM moved GROUP BY 1, 2 ORDER BY 1, 2 "
+        "ON CONFLICT (dependency, second) DO UPDATE SET admitted = e.admitted + excluded.admitted, "
+        "deferred = e.deferred + excluded.deferred")
 
 
 class _Committing:

@@ -26,7 +26,7 @@ jobs is vacuumed at 2% dead rows instead of 20%, the small tables that are
 rewritten all day after a fixed number of dead rows.
 """
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 VERSION_TABLE = "flexiq_schema"
 
@@ -230,6 +230,30 @@ _V3_HOSTS = """CREATE TABLE flexiq_hosts (
 )"""
 SCHEMA = (*SCHEMA, _V3_HOSTS)
 
+# v4: fleet-wide concurrency limits without a row every admission locks (flexiqd.queue.shares).
+# Each process admits against its own share of a limit (its row here, locked by itself
+# alone); only growing a share locks the dependency's row.  Admissions and refusals are
+# appended (folded into flexiq_dependency_events with the counts), not upserted into the
+# dependency's row of the second.
+_V4_TABLES = (
+    f"""CREATE TABLE flexiq_dependency_shares (
+    dependency text NOT NULL,
+    owner text NOT NULL,
+    slots integer NOT NULL,
+    expires double precision NOT NULL,
+    wanted integer NOT NULL DEFAULT 0,
+    PRIMARY KEY (dependency, owner)
+) WITH ({_SMALL_AND_BUSY})""",
+    "CREATE INDEX flexiq_dependency_holds_owner ON flexiq_dependency_holds (owner, dependency)",
+    f"""CREATE TABLE flexiq_dependency_event_changes (
+    dependency text NOT NULL,
+    second bigint NOT NULL,
+    admitted bigint NOT NULL DEFAULT 0,
+    deferred bigint NOT NULL DEFAULT 0
+) WITH ({_VACUUM_OFTEN})""",
+)
+SCHEMA = (*SCHEMA, *_V4_TABLES)
+
 # Statements that bring a store of the version before each key up to it, in order;
 # a new store gets SCHEMA whole.  Append, never edit: stores in the field ran them.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -243,4 +267,5 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         *_V2_TABLES,
     ),
     3: (_V3_HOSTS,),
+    4: _V4_TABLES,
 }

@@ -23,6 +23,7 @@ from .endings import Endings, LeasedRow
 from .figures import COMING_DUE_LIMIT, DURATION_HORIZON, DURATION_SAMPLE, READ_BUCKETS, StatsRows, durations_of
 from .limits import TenantCaps
 from .rows import JOB_COLUMNS, NEW_JOB_COLUMNS, in_claim_order, job_from_row
+from .shares import Share
 from .sqlite_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
 from .types import Job, JobState
 
@@ -240,6 +241,7 @@ class SQLiteTx(Tx):
         self.conn.execute("DELETE FROM rates WHERE second < ?", (rates_before,))
         self.conn.execute("DELETE FROM dependency_events WHERE second < ?", (rates_before,))
         self.conn.execute("DELETE FROM dependency_hold_times WHERE ended_at < ?", (holds_before,))
+        self.conn.execute("DELETE FROM dependency_shares WHERE expires < ?", (holds_before,))
 
     def lease_owners(self) -> dict[str, int]:
         return dict(self.conn.execute("SELECT lease_owner, COUNT(*) FROM jobs WHERE state = 'running' "
@@ -397,8 +399,43 @@ class SQLiteTx(Tx):
             "ORDER BY ended_at DESC LIMIT ?", (name, since, limit))]
 
     def add_holds(self, holds: Sequence[tuple[str, int, str, float]]) -> None:
-        self.conn.executemany("INSERT OR REPLACE INTO dependency_holds (dependency, job_id, owner, since) "
-                              "VALUES (?, ?, ?, ?)", holds)
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO dependency_holds (dependency, job_id, owner, since) SELECT ?1, ?2, ?3, ?4 "
+            "WHERE EXISTS (SELECT 1 FROM jobs WHERE id = ?2 AND state = 'running' AND lease_owner = ?3)", holds)
+
+    def own_shares(self, owner: str, names: Sequence[str]) -> dict[str, Share]:
+        return {name: Share(slots, expires, wanted) for name, slots, expires, wanted in self.conn.execute(
+            f"SELECT dependency, slots, expires, wanted FROM dependency_shares WHERE owner = ? "
+            f"AND dependency IN ({_marks(names)})", (owner, *names))}
+
+    def owner_holds(self, owner: str, names: Sequence[str]) -> dict[str, int]:
+        return dict(self.conn.execute(
+            f"SELECT h.dependency, COUNT(*) FROM dependency_holds h JOIN jobs j ON j.id = h.job_id "
+            f"WHERE h.owner = ? AND h.dependency IN ({_marks(names)}) AND j.state = 'running' "
+            f"AND j.lease_owner = h.owner GROUP BY h.dependency", (owner, *names)))
+
+    def shares_of(self, name: str) -> dict[str, Share]:
+        return {owner: Share(slots, expires, wanted) for owner, slots, expires, wanted in self.conn.execute(
+            "SELECT owner, slots, expires, wanted FROM dependency_shares WHERE dependency = ?", (name,))}
+
+    def holds_by_owner(self, name: str) -> dict[str, int]:
+        return dict(self.conn.execute(
+            "SELECT h.owner, COUNT(*) FROM dependency_holds h JOIN jobs j ON j.id = h.job_id "
+            "WHERE h.dependency = ? AND j.state = 'running' AND j.lease_owner = h.owner GROUP BY h.owner", (name,)))
+
+    def set_share(self, name: str, owner: str, share: Share) -> None:
+        self.conn.execute(
+            "INSERT INTO dependency_shares (dependency, owner, slots, expires, wanted) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT (dependency, owner) DO UPDATE SET slots = excluded.slots, expires = excluded.expires, "
+            "wanted = excluded.wanted", (name, owner, share.slots, share.expires, share.wanted))
+
+    def wanted_by_others(self, owner: str, names: Sequence[str], now: float) -> dict[str, int]:
+        return dict(self.conn.execute(
+            f"SELECT dependency, SUM(wanted) FROM dependency_shares WHERE dependency IN ({_marks(names)}) "
+            f"AND owner <> ? AND expires > ? AND wanted > 0 GROUP BY dependency", (*names, owner, now)))
+
+    def drop_shares(self, owners: Sequence[str]) -> None:
+        self.conn.executemany("DELETE FROM dependency_shares WHERE owner = ?", [(owner,) for owner in owners])
 
     def set_tat(self, name: str, tat: float) -> None:
         self.conn.execute("INSERT INTO dependency_tat (dependency, tat) VALUES (?, ?) "

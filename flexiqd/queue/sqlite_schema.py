@@ -45,7 +45,7 @@ running jobs from ``counts``; with tenants at their cap it reads the head of eac
 other tenant's due jobs through jobs_tenant_claim.
 """
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 # -- pieces of the v3 schema: a new store and the migration to v3 share their text ----------
 
@@ -190,6 +190,20 @@ _V7_HOSTS = """CREATE TABLE hosts (
 _V8_COMING_INDEX = ("CREATE INDEX jobs_coming ON jobs(queue, run_at) "
                     "WHERE state = 'queued' AND delayed = 1 AND waiting_for IS NULL")
 
+# v9: shares of concurrency limits (flexiqd.queue.shares), as on PostgreSQL: each worker
+# admits against its own share, in memory between its exchanges.
+_V9_TABLES = (
+    """CREATE TABLE dependency_shares (
+    dependency TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    slots INTEGER NOT NULL,
+    expires REAL NOT NULL,
+    wanted INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (dependency, owner)
+) WITHOUT ROWID""",
+    "CREATE INDEX dependency_holds_owner ON dependency_holds(owner, dependency)",
+)
+
 # Statements that bring a store of the version before each key up to it, in order;
 # a new store gets SCHEMA whole.  Append, never edit: stores in the field ran them.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -237,6 +251,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "DROP INDEX jobs_coming",
         _V8_COMING_INDEX,
     ),
+    9: _V9_TABLES,
 }
 
 SCHEMA: tuple[str, ...] = (
@@ -290,4 +305,5 @@ SCHEMA: tuple[str, ...] = (
     *(statement for statement in _V5_TABLES if not statement.startswith("CREATE INDEX jobs_waiting ")),
     *_V6_TABLES,
     _V7_HOSTS,
+    *_V9_TABLES,
 )

@@ -130,6 +130,16 @@ class Deferral:
 
 
 @dataclass(frozen=True)
+class Exchanged:
+    """What ``Backend.exchange`` did: the jobs it settled, the jobs it claimed, and the jobs
+    it was asked to admit but could not (deferred in the same transaction, with why)."""
+
+    settled: list[int]
+    claimed: list[Job]
+    refused: dict[int, Deferral] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class DependencyStats:
     """One limited dependency as the store sees it (``Backend.dependency_stats``).
 

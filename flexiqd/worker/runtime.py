@@ -15,11 +15,13 @@ interrupts) is *abandoned*: it stays leased to this worker, marked to be
 released (or failed, if it had timed out) once the worker is gone -- and the
 process then exits for real, so that happens within moments.
 
-Dependency limits: a claimed job of a task that ``uses`` a limited dependency
-is started only once the store admits it (``Backend.admit``, on the store
-thread right after the claim); a refused one goes straight back to the queue,
-deferred (``Outcome.defer``), so the slot it would have taken stays free for
-the next job.
+Dependency limits: a job of a task that ``uses`` a limited dependency starts
+only once it is admitted, when it is about to start -- never while it waits in
+the prefetch buffer.  Within this worker's share of each limit that takes no
+store call (``Backend.admit_locally``; the hold is stored with the next
+exchange); otherwise the next exchange admits it, in its own transaction, and
+defers it there if the dependency is full (``Outcome.defer``), so the slot it
+would have taken stays free for the next job.
 
 Stores shared by hosts (PostgreSQL): another host may take a job once its lease
 expired and its host stopped beating, so leases follow the heartbeat
@@ -52,7 +54,7 @@ from ..queue.api import Queue
 from ..queue.backend import Backend
 from ..queue.hosts import LeaseTiming, shared_store_timing
 from ..queue.limits import DependencyLimit, TenantCaps, limits_for
-from ..queue.types import ClaimRequest, Deferral, Job, Outcome, OutcomeKind
+from ..queue.types import ClaimRequest, Deferral, Exchanged, Job, Outcome, OutcomeKind
 from .execution import INTERRUPT_GRACE, Executor, Run, timed_out_outcome
 from .exit import exit_now, kill_descendants
 from .fence import LeaseFence
@@ -85,6 +87,8 @@ FINAL_SETTLE_TIME = 3.0
 FENCE_EXIT_GRACE = 0.2
 # How often the dependency limits are looked at again (a reload may have changed them).
 LIMITS_CHECK = 2.0
+# Jobs the store could not be asked to admit (it failed): released with the next exchange.
+HANDED_BACK = Deferral("", 0.0)
 
 
 @dataclasses.dataclass
@@ -131,6 +135,9 @@ class Worker:
         self._settling = 0  # results in the store call under way
         self._first_outcome_at: float | None = None
         self._buffer: collections.deque[Job] = collections.deque()  # claimed, not started yet
+        self._admitted: set[int] = set()  # buffered jobs the store admitted to their dependencies
+        self._needs_store: set[int] = set()  # buffered jobs to admit with the next exchange
+        self._admitted_since: float | None = None  # first admission in memory not stored yet
         self._mean_run: float | None = None  # moving average of a job's run time
         self._executor = Executor(app.tasks, on_timeout=self._on_timeout, on_stuck=self._on_stuck)
         self._store_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flexiq-store")
@@ -253,9 +260,11 @@ class Worker:
                 outcomes, self._outcomes = self._outcomes, []
                 request = ClaimRequest(self.config.name, self.config.queues, want,
                                        self.timing.lease) if want > 0 else None
+                admit = [(job.id, self._limits_of(job)) for job in self._buffer if job.id in self._needs_store]
                 self._settling = len(outcomes)
+                self._admitted_since = None
                 try:
-                    claimed, pending = await self._store(self._exchange, outcomes, request)
+                    done = await self._store(self._exchange, outcomes, request, admit)
                 except QueueError as exc:
                     self._outcomes = outcomes + self._outcomes  # keep them; settle on the next try
                     log.warning("Worker %s: %s; retrying in %.1fs.", self.config.name, exc, idle)
@@ -265,33 +274,30 @@ class Worker:
                 finally:
                     self._settling = 0
                 self._first_outcome_at = time.monotonic() if self._outcomes else None
-                self._add_outcomes(pending)
-                self._buffer.extend(claimed)
+                self._admissions_done(admit, done.refused)
+                self._buffer.extend(done.claimed)
                 self._fill_slots()
-                starved = want > 0 and len(claimed) < want and self._free_slots() > 0
+                starved = want > 0 and len(done.claimed) < want and self._free_slots() > 0
             self._report_status()
             if starved:
                 await self._wait(idle)  # the queue is empty: poll less and less often
                 idle = min(idle * 2, self.config.idle_poll_max)
                 continue
             idle = self.config.idle_poll_min
-            if self._outcomes:
-                await self._wait(max(0.0, SETTLE_DELAY - (time.monotonic() - self._first_outcome_at)))
+            if self._outcomes or self._admitted_since is not None:
+                since = min(t for t in (self._first_outcome_at, self._admitted_since) if t is not None)
+                await self._wait(max(0.0, SETTLE_DELAY - (time.monotonic() - since)))
             elif self._free_slots() > 0 and not self._paused:
                 await self._wait(idle)
             else:
                 await self._wait(None if not self._paused else self.config.idle_poll_max)
         return EXIT_OK
 
-    # -- on the store thread: exchange and admission --------------------------------------------
+    # -- on the store thread: the exchange ------------------------------------------------------
 
-    def _exchange(self, outcomes: list[Outcome], request: ClaimRequest | None) -> tuple[list[Job], list[Outcome]]:
-        """Settle and claim; admit the claimed jobs that use limited dependencies.
-
-        Returns the jobs to start, and outcomes still to settle (jobs whose
-        admission or deferral failed: released or deferred with the next exchange,
-        never kept unrun under a lease nobody renews).
-        """
+    def _exchange(self, outcomes: list[Outcome], request: ClaimRequest | None,
+                  admit: list[tuple[int, tuple[DependencyLimit, ...]]]) -> Exchanged:
+        """Settle, admit the buffered jobs that wait for the store, and claim: one transaction."""
         if time.monotonic() - self._limits_checked >= LIMITS_CHECK:
             self._limits_checked = time.monotonic()
             try:
@@ -302,46 +308,55 @@ class Worker:
         if request is not None and self._caps is not None:
             request = dataclasses.replace(request, tenant_caps=self._caps)
         sent = time.monotonic()
-        _, claimed = self.backend.settle_and_claim(self.config.name, outcomes, request, now=self.clock())
+        try:
+            done = self.backend.exchange(self.config.name, outcomes, request, admit=admit, now=self.clock())
+        except QueueError as exc:
+            if not admit:
+                raise
+            names = sorted({limit.name for _, limits in admit for limit in limits})
+            log.warning("Worker %s could not admit %d jobs to %s (%s); handing them back.",
+                        self.config.name, len(admit), ", ".join(names), exc)
+            done = self.backend.exchange(self.config.name, outcomes, request, now=self.clock())
+            done = dataclasses.replace(done, refused={job_id: HANDED_BACK for job_id, _ in admit})
         if self.fence is not None:
-            self.fence.claimed([job.id for job in claimed], sent)
-        if not self._limits or not claimed:
-            return claimed, []
-        admitted: list[Job] = []
-        deferrals: list[Outcome] = []
-        pending: list[Outcome] = []
-        limited = [(job, self._limits_of(job)) for job in claimed]
-        requests = [(job.id, limits) for job, limits in limited if limits]
-        refusals: dict[int, Deferral | None] = {}
-        if requests:
-            try:
-                # The whole batch in one transaction: one commit, not one per job.
-                refusals = self.backend.admit_many(self.config.name, requests, now=self.clock())
-            except QueueError as exc:
-                names = sorted({limit.name for _, limits in requests for limit in limits})
-                log.warning("Worker %s could not admit %d jobs to %s (%s); handing them back.",
-                            self.config.name, len(requests), ", ".join(names), exc)
-                pending.extend(Outcome.release(job_id) for job_id, _ in requests)
-                return [job for job, limits in limited if not limits], pending
-        for job, limits in limited:
-            refusal = refusals.get(job.id) if limits else None
-            if refusal is None:
-                admitted.append(job)
-            else:
-                log.debug("Job %d (%s) waits %.3fs for %s.", job.id, job.task, refusal.wait,
-                          refusal.dependency)
-                deferrals.append(Outcome.defer(job.id, refusal))
-        self.counters.deferred += len(deferrals)
+            self.fence.claimed([job.id for job in done.claimed], sent)
+        return done
+
+    # -- admission, on the loop ------------------------------------------------------------------
+
+    def _may_start(self, job: Job) -> bool:
+        """Whether ``job`` is admitted to its dependencies: by the store, or now within this
+        worker's share; if not, the next exchange asks the store (``_needs_store``)."""
+        limits = self._limits_of(job)
+        if not limits or job.id in self._admitted:
+            return True
+        if self.backend.admit_locally(self.config.name, job.id, limits, now=self.clock()):
+            if self._admitted_since is None:
+                self._admitted_since = time.monotonic()
+            return True
+        self._needs_store.add(job.id)
+        return False
+
+    def _admissions_done(self, admit: list[tuple[int, tuple[DependencyLimit, ...]]],
+                         refused: Mapping[int, Deferral]) -> None:
+        """After an exchange: the jobs it admitted may start; the ones refused were deferred
+        in it and leave the buffer."""
+        for job_id, _ in admit:
+            self._needs_store.discard(job_id)
+            if job_id not in refused:
+                self._admitted.add(job_id)
+        if not refused:
+            return
+        for job in [job for job in self._buffer if job.id in refused]:
+            refusal = refused[job.id]
+            self._buffer.remove(job)
+            if refusal is HANDED_BACK:
+                self._add_outcomes([Outcome.release(job.id)])
+                continue
+            log.debug("Job %d (%s) waits %.3fs for %s.", job.id, job.task, refusal.wait, refusal.dependency)
+            self.counters.deferred += 1
         if self.fence is not None:
-            self.fence.drop([outcome.job_id for outcome in (*deferrals, *pending)])
-        if deferrals:
-            try:
-                self.backend.settle(self.config.name, deferrals, now=self.clock())
-            except QueueError as exc:
-                log.warning("Worker %s could not defer %d jobs yet (%s); retrying.",
-                            self.config.name, len(deferrals), exc)
-                pending.extend(deferrals)
-        return admitted, pending
+            self.fence.drop([job_id for job_id, refusal in refused.items() if refusal is not HANDED_BACK])
 
     def _limits_of(self, job: Job) -> tuple[DependencyLimit, ...]:
         task = self.app.tasks.get(job.task)
@@ -367,6 +382,10 @@ class Worker:
 
     def _exchange_due(self, want: int) -> bool:
         """Whether to go to the store now, or let more results (and room) accumulate first."""
+        if self._needs_store:
+            return True  # a job waits for the store's admission to start
+        if self._admitted_since is not None and time.monotonic() - self._admitted_since >= SETTLE_DELAY:
+            return True  # holds admitted in memory go to the store soon
         if want > 0 and self._free_slots() > 0:
             return True  # idle slots and nothing buffered: fetch work now
         allowance = self._prefetch_allowance()
@@ -379,12 +398,17 @@ class Worker:
         return time.monotonic() - (self._first_outcome_at or 0.0) >= SETTLE_DELAY
 
     def _fill_slots(self) -> None:
-        while self._buffer and self._free_slots() > 0:
-            self._start(self._buffer.popleft())
+        # In claim order: a job waiting for the store's admission holds back the ones after it.
+        while self._buffer and self._free_slots() > 0 and self._may_start(self._buffer[0]):
+            job = self._buffer.popleft()
+            self._admitted.discard(job.id)
+            self._start(job)
 
     def _release_buffer(self) -> None:
         released = [Outcome.release(job.id) for job in self._buffer]
         self._buffer.clear()
+        self._admitted.clear()
+        self._needs_store.clear()
         if self.fence is not None:
             self.fence.drop([outcome.job_id for outcome in released])
         self.counters.released += len(released)

@@ -65,11 +65,14 @@ def test_jobs_the_store_cannot_admit_are_handed_back_not_run(queue, monkeypatch)
                           dependency_limits={"partner_api": DependencyLimit("partner_api", rate=5.0)})
     from flexiqd.queue.sqlite import SQLiteBackend
 
-    def refuse(self, *args, **kwargs):
-        raise QueueError(f"{self.url}: this store does not enforce dependency limits")
+    exchange = SQLiteBackend.exchange
 
-    monkeypatch.setattr(SQLiteBackend, "admit", refuse)
-    monkeypatch.setattr(SQLiteBackend, "admit_many", refuse)
+    def refuse(self, owner, outcomes, request, *, admit=(), now):
+        if admit:
+            raise QueueError(f"{self.url}: this store does not enforce dependency limits")
+        return exchange(self, owner, outcomes, request, now=now)
+
+    monkeypatch.setattr(SQLiteBackend, "exchange", refuse)
     started = time.monotonic()
     worker, _, code = run_until(queue, lambda: time.monotonic() - started > 0.5, config=config)
     assert code == 0 and ran == []

@@ -86,7 +86,7 @@ def test_a_worker_claims_with_the_caps_of_its_config(tmp_path):
     store.enqueue([NewJob(task="t", tenant="acme") for _ in range(5)], now=0.0)
     worker = Worker(Queue(store.url), store, WorkerConfig(concurrency=4, tenant_caps=TenantCaps({"acme": 1})),
                     clock=lambda: 1.0)
-    claimed, _ = worker._exchange([], ClaimRequest(worker.config.name, ("default",), 4))
-    assert len(claimed) == 1
+    done = worker._exchange([], ClaimRequest(worker.config.name, ("default",), 4), [])
+    assert len(done.claimed) == 1
     assert store.stats("default", now=1.0).held_by_tenant_cap == 4
     store.close()
