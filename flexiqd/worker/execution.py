@@ -161,7 +161,6 @@ class _ThreadRun(Run):
     def __init__(self, job: Job, loop: asyncio.AbstractEventLoop, fn: Callable[..., Any],
                  args: list, kwargs: dict) -> None:
         super().__init__(job, loop)
-        self._loop = loop
         self._fn, self._args, self._kwargs = fn, args, kwargs
         self.lock = threading.RLock()
         self.thread_id: int | None = None
@@ -195,13 +194,35 @@ class _ThreadRun(Run):
         except BaseException as exc:  # noqa: BLE001 - a task's failure is data, not a crash
             self.error = exc
 
-    def report(self) -> None:
-        outcome = decide_outcome(self.job, returned=self.returned, value=self.value, error=self.error,
-                                 timed_out=self.timed_out, given_up=self.given_up)
+    def outcome(self) -> Outcome:
+        return decide_outcome(self.job, returned=self.returned, value=self.value, error=self.error,
+                              timed_out=self.timed_out, given_up=self.given_up)
+
+
+class _Reports:
+    """Hands finished runs to the loop: one wake-up of the loop for all the runs that finish
+    before it gets round to them (a wake-up costs more than a short job)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._ready: list[tuple[Run, Outcome]] = []
+
+    def put(self, run: Run, outcome: Outcome) -> None:
+        with self._lock:
+            self._ready.append((run, outcome))
+            if len(self._ready) > 1:
+                return  # a delivery is already on its way
         try:
-            self._loop.call_soon_threadsafe(self._resolve, outcome)
+            self._loop.call_soon_threadsafe(self._deliver)
         except RuntimeError:
             pass  # the loop is closed: the process is exiting
+
+    def _deliver(self) -> None:
+        with self._lock:
+            ready, self._ready = self._ready, []
+        for run, outcome in ready:
+            run._resolve(outcome)
 
 
 class TaskThreads:
@@ -210,8 +231,9 @@ class TaskThreads:
     Daemon threads, so nothing at exit waits for a task stuck in C.  Thread-safe.
     """
 
-    def __init__(self, name: str = "flexiq-task") -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, name: str = "flexiq-task") -> None:
         self._name = name
+        self._reports = _Reports(loop)
         self._work: queue_module.SimpleQueue[_ThreadRun] = queue_module.SimpleQueue()
         self._lock = threading.Lock()
         self._threads = 0
@@ -246,7 +268,7 @@ class TaskThreads:
             current_job_var.set(None)
             with self._lock:
                 self._unfinished -= 1
-            run.report()
+            self._reports.put(run, run.outcome())
 
 
 class _AsyncRun(Run):
@@ -291,7 +313,7 @@ class Executor:
     def __init__(self, tasks: dict[str, Task], *, on_timeout: Callable[[Run], None] | None = None,
                  on_stuck: Callable[[Run], None] | None = None) -> None:
         self.tasks = tasks
-        self._threads = TaskThreads()
+        self._threads: TaskThreads | None = None  # made on the loop's first sync task
         self._on_timeout = on_timeout
         self._on_stuck = on_stuck
 
@@ -312,6 +334,8 @@ class Executor:
             run = _AsyncRun(job, loop, task.fn, args, kwargs)
         else:
             run = _ThreadRun(job, loop, task.fn, args, kwargs)
+            if self._threads is None:
+                self._threads = TaskThreads(loop)
             self._threads.submit(run)
         if job.timeout:
             timer = loop.call_later(job.timeout, self._time_out, run)

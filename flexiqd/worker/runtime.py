@@ -91,6 +91,40 @@ LIMITS_CHECK = 2.0
 HANDED_BACK = Deferral("", 0.0)
 
 
+class Wakeup:
+    """What the claim loop sleeps on: set by a finished job, new work or a stop; cleared by the
+    wait it ends.  On the loop's thread only.  (An asyncio.Event waited on beside the stop
+    costs two tasks per wait; this, one future.)"""
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiter: asyncio.Future | None = None
+
+    def set(self) -> None:
+        self._set = True
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def wait(self, timeout: float | None) -> None:
+        """Until set (at once if it is), or ``timeout`` seconds; then cleared."""
+        if not self._set:
+            loop = asyncio.get_running_loop()
+            self._waiter = waiter = loop.create_future()
+            timer = loop.call_later(timeout, _settle, waiter) if timeout is not None else None
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+                if timer is not None:
+                    timer.cancel()
+        self._set = False
+
+
+def _settle(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 @dataclasses.dataclass
 class Counters:
     done: int = 0
@@ -142,7 +176,7 @@ class Worker:
         self._executor = Executor(app.tasks, on_timeout=self._on_timeout, on_stuck=self._on_stuck)
         self._store_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flexiq-store")
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._wake: asyncio.Event | None = None
+        self._wake: Wakeup | None = None
         self._stop: asyncio.Event | None = None
         self._stop_before_start = False
         self._paused = False
@@ -159,7 +193,7 @@ class Worker:
     def request_stop(self) -> None:
         """Stop claiming now and drain.  Idempotent; before ``run`` it makes ``run`` drain at once."""
         if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
+            self._loop.call_soon_threadsafe(self._stop_requested)
         else:
             self._stop_before_start = True
 
@@ -173,6 +207,11 @@ class Worker:
         self._paused = False
         log.info("Worker %s resumed claiming.", self.config.name)
         self._poke()
+
+    def _stop_requested(self) -> None:
+        assert self._stop is not None and self._wake is not None
+        self._stop.set()
+        self._wake.set()
 
     def _poke(self) -> None:
         if self._loop is not None and self._wake is not None:
@@ -195,7 +234,7 @@ class Worker:
         the caller must end the process rather than wait for them.
         """
         self._loop = asyncio.get_running_loop()
-        self._wake = asyncio.Event()
+        self._wake = Wakeup()
         self._stop = asyncio.Event()
         if self._stop_before_start:
             self._stop.set()
@@ -421,14 +460,8 @@ class Worker:
 
     async def _wait(self, timeout: float | None) -> None:
         """Until a job finishes, a stop is requested, or ``timeout`` passes."""
-        assert self._wake is not None and self._stop is not None
-        waiters = [asyncio.create_task(self._wake.wait()), asyncio.create_task(self._stop.wait())]
-        try:
-            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
-        self._wake.clear()
+        assert self._wake is not None
+        await self._wake.wait(timeout)  # a stop sets it too
 
     def _start(self, job: Job) -> None:
         run = self._executor.start(job)
