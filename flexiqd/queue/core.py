@@ -58,6 +58,10 @@ HOLD_TIMES_RETENTION = 600.0
 FOLD_EVERY = 200
 # A stats read that summed more count changes than this folds them after it.
 FOLD_AFTER = 100
+# A process's claims recover expired leases at most this often, and promote delayed jobs
+# that came due at most this often (seconds of the ``now`` they are given).
+SWEEP_EVERY = 1.0
+PROMOTE_EVERY = 0.05
 
 
 class CommitUnknown(StoreUnavailable):
@@ -75,6 +79,7 @@ class Store(Backend):
         self.url = database.url
         self._rng = rng or random.Random()
         self._claims = 0
+        self._swept = self._promoted = -math.inf  # when this process's claims last did each
         self._caps_recorded: TenantCaps | None = None  # the tenant caps this process last stored
         # Admission in this process's memory (``admit_locally``), per (owner, dependency): the
         # owner's share as last stored, the jobs it admitted (stored or not), and the holds and
@@ -204,8 +209,14 @@ class Store(Backend):
         return "settle and claim" if outcomes and claiming else "claim" if claiming else "settle"
 
     def _claim(self, tx: Tx, request: ClaimRequest, now: float) -> list[Job]:
-        self._recover(tx, now, owner=None, reason="lease expired")
-        self._promote(tx, now)
+        # Expired leases and delayed jobs come due on the scale of seconds: a busy worker
+        # looks for them now and then, not with each of its claims.
+        if _due(self._swept, now, SWEEP_EVERY):
+            self._swept = now
+            self._recover(tx, now, owner=None, reason="lease expired")
+        if _due(self._promoted, now, PROMOTE_EVERY):
+            self._promoted = now
+            self._promote(tx, now)
         caps = request.tenant_caps
         if caps is not None and caps != self._caps_recorded:
             tx.store_caps(caps)
@@ -274,7 +285,9 @@ class Store(Backend):
             else:
                 endings.fail(job_id, attempts, max_attempts, outcome.error, queue, tenant, self._rng)
             endings.record(job_id, attempts, owner, started_at, kind.value, outcome.error)
-        _apply(tx, endings, measure_holds=True)
+        # Only the owner's admissions give its jobs holds, and this process made them: with
+        # none, there is nothing to free (a hold of a job no longer running never counts).
+        _apply(tx, endings, measure_holds=True, free_holds=self._may_hold(owner))
         return endings.ids
 
     def renew(self, owner: str, job_ids: Iterable[int], lease_seconds: float, *, now: float) -> list[int]:
@@ -648,6 +661,12 @@ class Store(Backend):
                     if who == owner:
                         held -= gone
 
+    def _may_hold(self, owner: str) -> bool:
+        """Whether jobs of ``owner`` may hold dependency slots this process admitted."""
+        with self._local:
+            return bool(self._pending.get(owner)) or any(
+                held for (who, _), held in self._holding.items() if who == owner)
+
     def _forget_owners(self, owners: Iterable[str]) -> None:
         gone = set(owners)
         with self._local:
@@ -755,12 +774,17 @@ class Store(Backend):
         return self.database.write("rescue the jobs of dead hosts", body)
 
 
-def _apply(tx: Tx, endings: Endings, *, measure_holds: bool = False) -> None:
+def _apply(tx: Tx, endings: Endings, *, measure_holds: bool = False, free_holds: bool = True) -> None:
     """Write the endings; free the jobs' dependency slots (their hold times measured when
     ``measure_holds``: the job ran to an end it chose, not one a recovery found)."""
     tx.write_endings(endings)
-    tx.free_holds(endings.ids, endings.now, measure=measure_holds)
+    if free_holds:
+        tx.free_holds(endings.ids, endings.now, measure=measure_holds)
     tx.bump_rates(endings.rates())
+
+
+def _due(last: float, now: float, every: float) -> bool:
+    return now - last >= every or now < last
 
 
 def _add_arrivals(tx: Tx, arrivals: Mapping[tuple[str, str], int], second: int) -> None:
