@@ -553,6 +553,15 @@ class Store(Backend):
         plan, new_tats = self._plan(todo, owned, holding, tats, now)
         short = collections.Counter(name for refused in plan.values() if refused
                                     for name, wait in refused if wait is None)
+        # Grow a share this process's own admissions have outgrown too: the jobs it holds
+        # slots for in memory include finished ones whose results are not stored yet.
+        asked = collections.Counter(limit.name for _, limits in todo for limit in limits)
+        for name in bounded:
+            in_memory = self._holding_count(owner, name) + asked[name]
+            share = owned.get(name)
+            room = min(share.slots, limit_of[name].concurrency or 0) if share is not None and share.usable(now) else 0
+            if in_memory > room:
+                short[name] = max(short[name], in_memory - holding.get(name, 0))
         if short:
             tx.lock_dependencies(sorted(short))
             for name, asked in sorted(short.items()):
@@ -660,6 +669,10 @@ class Store(Backend):
                 for (who, _), held in self._holding.items():
                     if who == owner:
                         held -= gone
+
+    def _holding_count(self, owner: str, name: str) -> int:
+        with self._local:
+            return len(self._holding.get((owner, name), ()))
 
     def _may_hold(self, owner: str) -> bool:
         """Whether jobs of ``owner`` may hold dependency slots this process admitted."""

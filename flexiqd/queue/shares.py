@@ -15,8 +15,8 @@ share has ``LOCAL_MARGIN`` left, and counts for the others until it expires, so 
 admission under way elsewhere is always covered by a share the grower counts (unless
 clocks differ by more than the margin).
 
-Why shares move with demand: a share grows to what its owner asks now plus headroom (half
-of what is left free, at most as much again as it asked), so the next starts are local; an
+Why shares move with demand: a share grows to what its owner needs now plus headroom (as
+much again, at most half of what is left free), so the next starts are local; an
 owner refused for want of slots records how many it wanted, and an owner with slots to
 spare gives them back when it next renews its share (down to what it holds).  A share not
 renewed within ``SHARE_TTL`` lapses, and a gone owner's is dropped with its jobs' recovery.
@@ -36,7 +36,7 @@ RENEW_AFTER = 2.0
 # by a share everyone else still counts.
 LOCAL_MARGIN = 4.0
 # A share grows by at least this much headroom when the limit leaves room for it.
-MIN_HEADROOM = 4
+MIN_HEADROOM = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,11 +72,13 @@ def others(shares: Mapping[str, Share], holds: Mapping[str, int], owner: str, no
 
 def grown(limit: int, holds: int, asked: int, others_reserved: int) -> int:
     """The share an owner holding ``holds`` slots and asking for ``asked`` more gets: what it
-    asks if the limit has room, plus headroom -- half of what is then left free, at most
-    ``max(asked, MIN_HEADROOM)`` -- and never less than it holds."""
+    asks if the limit has room, plus headroom -- as much again as it then needs (at least
+    ``MIN_HEADROOM``), at most half of what is left free -- and never less than it holds.
+    Doubling: a worker that admits its jobs one at a time grows its share a few times, not
+    once per job."""
     free = limit - others_reserved
     need = holds + asked
-    headroom = min(max(asked, MIN_HEADROOM), max(0, free - need) // 2)
+    headroom = min(max(need, MIN_HEADROOM), max(0, free - need) // 2)
     return max(holds, min(free, need + headroom))
 
 

@@ -12,6 +12,7 @@ import pytest
 from flexiqd import Queue
 from flexiqd.queue import ClaimRequest, NewJob, Outcome, open_backend
 from flexiqd.queue import shares
+from flexiqd.queue.core import Store
 from flexiqd.queue.limits import DependencyLimit
 from flexiqd.queue.postgres import PostgresTx
 from flexiqd.queue.shares import Share
@@ -26,12 +27,21 @@ T0 = 1_700_000_000.0
 
 # -- the arithmetic ------------------------------------------------------------------------
 
-def test_a_share_grows_to_what_is_asked_plus_half_the_room_left_at_most_as_much_again():
-    assert shares.grown(100, holds=0, asked=1, others_reserved=0) == 1 + shares.MIN_HEADROOM
-    assert shares.grown(100, holds=2, asked=10, others_reserved=0) == 22
+def test_a_share_doubles_what_its_owner_needs_within_half_the_room_left():
+    assert shares.grown(1000, holds=0, asked=1, others_reserved=0) == 1 + shares.MIN_HEADROOM
+    assert shares.grown(1000, holds=20, asked=1, others_reserved=0) == 42
+    assert shares.grown(100, holds=60, asked=1, others_reserved=0) == 61 + 19  # half of the 39 left
     assert shares.grown(4, holds=0, asked=1, others_reserved=0) == 2  # half of the 3 left: 1
     assert shares.grown(4, holds=0, asked=3, others_reserved=2) == 2  # only 2 free: no headroom
     assert shares.grown(4, holds=1, asked=3, others_reserved=4) == 1  # never below its holds
+
+
+def test_an_owner_starting_jobs_one_at_a_time_grows_its_share_a_few_times():
+    share, grows = 0, 0
+    for holds in range(200):
+        if holds + 1 > share:
+            share, grows = shares.grown(100_000, holds=holds, asked=1, others_reserved=0), grows + 1
+    assert grows <= 6
 
 
 def test_others_reserve_their_live_share_and_never_less_than_they_hold():
@@ -103,15 +113,24 @@ def test_a_job_refused_by_an_exchange_is_deferred_in_it(backend):
 # -- a worker under a limit that never binds -----------------------------------------------
 
 class Calls:
-    """Counts the statements of a dialect that touch a dependency's shared state."""
+    """Counts the statements of a dialect that touch a dependency's shared state, and the
+    exchanges a worker had to make to have jobs admitted by the store."""
 
     SHARED = ("lock_dependencies", "shares_of")
 
     def __init__(self, monkeypatch):
         self.counts = dict.fromkeys(self.SHARED, 0)
+        self.counts["exchanges_to_admit"] = 0
         for tx in (SQLiteTx, PostgresTx):
             for name in self.SHARED:
                 monkeypatch.setattr(tx, name, self._counting(name, getattr(tx, name)))
+        exchange = Store.exchange
+
+        def counted_exchange(store, *args, admit=(), **kwargs):
+            self.counts["exchanges_to_admit"] += bool(admit)
+            return exchange(store, *args, admit=admit, **kwargs)
+
+        monkeypatch.setattr(Store, "exchange", counted_exchange)
 
     def _counting(self, name, method):
         def counted(tx, *args, **kwargs):
@@ -166,6 +185,7 @@ def test_a_limit_that_never_binds_locks_its_dependency_row_a_few_times_not_per_j
     # worker admits in its own memory and stores the holds with its exchanges.
     assert calls.counts["lock_dependencies"] <= 5, calls.counts
     assert calls.counts["shares_of"] <= 5, calls.counts
+    assert calls.counts["exchanges_to_admit"] <= 5, calls.counts
 
 
 def test_jobs_claimed_ahead_hold_no_slot_until_they_start(tmp_path):
