@@ -647,11 +647,8 @@ class Store(Backend):
     @staticmethod
     def _store_pending(tx: Tx, pending: list[tuple[str, int, str, float]], now: float) -> None:
         """Store the holds admitted in memory (before anything that may end their jobs)."""
-        if not pending:
-            return
-        tx.add_holds(pending)
-        for (name, second), n in sorted(collections.Counter((name, int(since)) for name, _, _, since in pending).items()):
-            tx.bump_dependency(name, second, n, 0)
+        if pending:
+            tx.add_holds(pending, count=True)
 
     def _after_admissions(self, owner: str, grants: Mapping[str, Share], *, admitted: Sequence[int],
                           admit: Sequence[tuple[int, Sequence[DependencyLimit]]], ended: Sequence[int]) -> None:

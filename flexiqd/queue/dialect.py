@@ -236,9 +236,10 @@ class Tx(abc.ABC):
         """The newest ``limit`` hold durations of ``name`` that ended after ``since``."""
 
     @abc.abstractmethod
-    def add_holds(self, holds: Sequence[tuple[str, int, str, float]]) -> None:
+    def add_holds(self, holds: Sequence[tuple[str, int, str, float]], *, count: bool = False) -> None:
         """Insert (dependency, job_id, owner, since) holds, each only while its job still runs
-        leased to its owner (holds admitted in a worker's memory arrive later)."""
+        leased to its owner (holds admitted in a worker's memory arrive later); with ``count``,
+        count each as an admission in the second of its ``since`` too."""
 
     @abc.abstractmethod
     def own_shares(self, owner: str, names: Sequence[str]) -> dict[str, Share]:

@@ -10,6 +10,7 @@ time, so nothing here needs row locks: the lifecycle is core.py's.
 
 from __future__ import annotations
 
+import collections
 import os
 import random
 import sqlite3
@@ -398,10 +399,14 @@ class SQLiteTx(Tx):
             "SELECT seconds FROM dependency_hold_times WHERE dependency = ? AND ended_at > ? "
             "ORDER BY ended_at DESC LIMIT ?", (name, since, limit))]
 
-    def add_holds(self, holds: Sequence[tuple[str, int, str, float]]) -> None:
+    def add_holds(self, holds: Sequence[tuple[str, int, str, float]], *, count: bool = False) -> None:
         self.conn.executemany(
             "INSERT OR REPLACE INTO dependency_holds (dependency, job_id, owner, since) SELECT ?1, ?2, ?3, ?4 "
             "WHERE EXISTS (SELECT 1 FROM jobs WHERE id = ?2 AND state = 'running' AND lease_owner = ?3)", holds)
+        if count:
+            admitted = collections.Counter((name, int(since)) for name, _, _, since in holds)
+            for (name, second), n in sorted(admitted.items()):
+                self.bump_dependency(name, second, n, 0)
 
     def own_shares(self, owner: str, names: Sequence[str]) -> dict[str, Share]:
         return {name: Share(slots, expires, wanted) for name, slots, expires, wanted in self.conn.execute(
