@@ -486,8 +486,8 @@ def render(results: dict) -> str:
                       for shape in config["shapes"] for procs in config["workers"]]
             lines.append(f"The cost of a fleet-wide cap: `{CAPPED}` is flexiqd with every job's task using a "
                          f"dependency whose `limit.concurrency` ({CAP_LIMIT}) is above every slot, so the limit "
-                         f"never binds and only the admission (a row lock and a hold per job, in the store) "
-                         f"costs; its rate over flexiqd's, per cell: " + "; ".join(ratios) + ".")
+                         f"never binds and only the admission (each worker within its share of the limit, a hold "
+                         f"row per job stored with its exchanges) costs; its rate over flexiqd's, per cell: " + "; ".join(ratios) + ".")
         elif limit.get("enforced"):
             lines.append("Fleet-wide cap: the PostgreSQL store enforces dependency limits in this checkout; "
                          f"run with `{CAPPED}` among the libraries to measure their cost.")
