@@ -17,7 +17,6 @@ Two things are the same in both stores because they are decided here:
 from __future__ import annotations
 
 import collections
-import dataclasses
 import logging
 import math
 import random
@@ -25,6 +24,7 @@ import threading
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import JobNotFound, QueueError, StoreUnavailable
+from . import shares
 from .backend import Backend, EndedAttempt
 from .dialect import Database, Tx
 from .endings import Endings, LeasedRow
@@ -34,7 +34,6 @@ from .limits import (DependencyLimit, TenantCaps, deferral_delay, nearest_rank, 
                      slot_wait, within_caps)
 from .owners import owner_alive_here, owner_parts, this_host
 from .rows import encode_json, new_row
-from . import shares
 from .shares import Share
 from .types import (FINISHED_STATES, ClaimRequest, Deferral, DependencyStats, Exchanged, Job, JobState, NewJob,
                     Outcome, OutcomeKind, Stats)
