@@ -231,17 +231,11 @@ class Backend(abc.ABC):
         id.  All or nothing as a whole: an error admits none of them."""
         return {job_id: self.admit(owner, job_id, limits, now=now) for job_id, limits in requests}
 
+    @abc.abstractmethod
     def exchange(self, owner: str, outcomes: Iterable[Outcome], request: ClaimRequest | None, *,
                  admit: Sequence[tuple[int, Sequence[DependencyLimit]]] = (), now: float) -> Exchanged:
         """``settle_and_claim``, admitting the jobs of ``admit`` in between (as ``admit_many``)
-        and deferring the ones refused (as ``Outcome.defer``).  Stores that can do it in one
-        transaction do; this default takes three."""
-        settled, claimed = self.settle_and_claim(owner, outcomes, request, now=now)
-        answers = self.admit_many(owner, admit, now=now) if admit else {}
-        refused = {job_id: refusal for job_id, refusal in answers.items() if refusal is not None}
-        if refused:
-            self.settle(owner, [Outcome.defer(job_id, refusal) for job_id, refusal in refused.items()], now=now)
-        return Exchanged(settled, claimed, refused)
+        and deferring the ones refused (as ``Outcome.defer``), in one transaction."""
 
     def admit_locally(self, owner: str, job_id: int, dependencies: Sequence[DependencyLimit], *,
                       now: float) -> bool:

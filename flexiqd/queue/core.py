@@ -67,7 +67,7 @@ class CommitUnknown(StoreUnavailable):
     """The connection was lost while a COMMIT was under way: it may or may not have happened.
 
     Raised by a dialect whose connection can drop mid-commit (a network); the store
-    finds out from the jobs a claim stamps (``Store._exchange``)."""
+    finds out from the jobs a claim stamps (``Store.exchange``)."""
 
 
 class Store(Backend):
@@ -158,6 +158,11 @@ class Store(Backend):
         """
         outcomes = list(outcomes)
         claiming = request is not None and request.limit > 0
+        # Expired leases and delayed jobs come due on the scale of seconds: a busy worker's
+        # claims look for them now and then, not each time.  Decided here, not in ``body``,
+        # which may run more than once.
+        sweeping = claiming and _due(self._swept, now, SWEEP_EVERY)
+        promoting = claiming and _due(self._promoted, now, PROMOTE_EVERY)
         pending = self._take_pending(owner)
         renewing = self._renewal_due(owner, now)
         grants: dict[str, Share] = {}
@@ -173,7 +178,7 @@ class Store(Backend):
                 self._settle(tx, owner, [Outcome.defer(job_id, refusal) for job_id, refusal in refused.items()], now)
             if renewing:
                 self._renew_shares(tx, owner, now, grants)
-            claimed = self._claim(tx, request, now) if claiming else []
+            claimed = self._claim(tx, request, now, sweep=sweeping, promote=promoting) if claiming else []
             return Exchanged(settled, claimed, refused)
 
         def after_lost_commit(tx: Tx) -> Exchanged:
@@ -195,6 +200,10 @@ class Store(Backend):
             raise
         self._after_admissions(owner, grants, admitted=[job_id for job_id, _ in admit if job_id not in done.refused],
                                admit=admit, ended=[outcome.job_id for outcome in outcomes] + list(done.refused))
+        if sweeping:
+            self._swept = now
+        if promoting:
+            self._promoted = now
         if claiming:
             if request.tenant_caps is not None:
                 self._caps_recorded = request.tenant_caps
@@ -207,14 +216,10 @@ class Store(Backend):
     def _operation(outcomes: list[Outcome], claiming: bool) -> str:
         return "settle and claim" if outcomes and claiming else "claim" if claiming else "settle"
 
-    def _claim(self, tx: Tx, request: ClaimRequest, now: float) -> list[Job]:
-        # Expired leases and delayed jobs come due on the scale of seconds: a busy worker
-        # looks for them now and then, not with each of its claims.
-        if _due(self._swept, now, SWEEP_EVERY):
-            self._swept = now
+    def _claim(self, tx: Tx, request: ClaimRequest, now: float, *, sweep: bool, promote: bool) -> list[Job]:
+        if sweep:
             self._recover(tx, now, owner=None, reason="lease expired")
-        if _due(self._promoted, now, PROMOTE_EVERY):
-            self._promoted = now
+        if promote:
             self._promote(tx, now)
         caps = request.tenant_caps
         if caps is not None and caps != self._caps_recorded:

@@ -47,10 +47,6 @@ class Tx(abc.ABC):
         """Tell idle workers listening on ``queues`` that jobs became due (at commit)."""
 
     @abc.abstractmethod
-    def any_due(self, now: float) -> bool:
-        """Whether a delayed or waiting job's run_at has come."""
-
-    @abc.abstractmethod
     def promote(self, now: float, limit: int) -> list[tuple[str, str, float, int, str | None]]:
         """Make up to ``limit`` delayed jobs whose run_at has come runnable, earliest first
         (rows another transaction holds are skipped); (queue, tenant, run_at, attempts,

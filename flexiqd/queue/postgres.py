@@ -217,10 +217,6 @@ class PostgresTx(Tx):
         for queue in sorted(set(queues)):
             self.conn.execute("SELECT pg_notify(%s, '')", (channel_of(queue),))
 
-    def any_due(self, now: float) -> bool:
-        return self.conn.execute(f"SELECT EXISTS (SELECT 1 FROM flexiq_jobs WHERE {_DELAYED} AND run_at <= %s)",
-                                 (now,)).fetchone()[0]
-
     def promote(self, now: float, limit: int) -> list[tuple[str, str, float, int, str | None]]:
         # = ANY(ARRAY(...)): the rows found by primary key. With IN (...) and a large LIMIT the
         # planner may hash-join the whole table against the few rows due (185 ms at 10^6 jobs).

@@ -108,7 +108,7 @@ class SQLiteTx(Tx):
     def notify(self, queues: Iterable[str]) -> None:
         pass  # SQLite's workers poll: nothing pushes
 
-    def any_due(self, now: float) -> bool:
+    def _any_due(self, now: float) -> bool:
         return self.conn.execute(f"SELECT 1 FROM jobs WHERE {_DELAYED} AND run_at <= ? LIMIT 1",
                                  (now,)).fetchone() is not None
 
@@ -327,7 +327,7 @@ class SQLiteTx(Tx):
                    unless_due: bool = False) -> StatsRows | None:
         # Each read only when the counts say it can find something: an idle queue is two
         # index lookups.
-        if unless_due and self.any_due(now):
+        if unless_due and self._any_due(now):
             return None
         counts: dict[str, dict[str, int]] = {}
         for state, tenant, n in self.conn.execute(

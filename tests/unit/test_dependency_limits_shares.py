@@ -3,24 +3,22 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
-import time
 
 import pytest
 
 from flexiqd import Queue
-from flexiqd.queue import ClaimRequest, NewJob, Outcome, open_backend
+from flexiqd.queue import ClaimRequest, NewJob, Outcome
 from flexiqd.queue import shares
 from flexiqd.queue.core import Store
 from flexiqd.queue.limits import DependencyLimit
 from flexiqd.queue.postgres import PostgresTx
 from flexiqd.queue.shares import Share
 from flexiqd.queue.sqlite import SQLiteTx
-from flexiqd.queue.types import JobState
-from flexiqd.worker.runtime import Worker, WorkerConfig
+from flexiqd.worker.runtime import WorkerConfig
 
 from conftest import open_test_backend
+from test_worker import run_until
 
 T0 = 1_700_000_000.0
 
@@ -150,24 +148,12 @@ def drain(url, jobs, *, limit: DependencyLimit | None, concurrency=4):
             ran.append(i)
 
     noop.map([(i,) for i in range(jobs)])
-    backend = open_backend(url)
-    worker = Worker(app, backend, WorkerConfig(concurrency=concurrency, idle_poll_max=0.05,
-                                               dependency_limits={"db": limit} if limit else {}))
-
-    async def main():
-        runner = asyncio.create_task(worker.run())
-        deadline = time.monotonic() + 60
-        while len(ran) < jobs:
-            assert time.monotonic() < deadline and not runner.done()
-            await asyncio.sleep(0.01)
-        worker.request_stop()
-        return await runner
-
+    config = WorkerConfig(concurrency=concurrency, idle_poll_max=0.05, dependency_limits={"db": limit} if limit else {})
     try:
-        assert asyncio.run(main()) == 0
+        worker, _, code = run_until(app, lambda: len(ran) >= jobs, config=config, timeout=60)
     finally:
-        backend.close()
         app.close()
+    assert code == 0
     return worker, ran
 
 
