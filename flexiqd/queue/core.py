@@ -21,6 +21,7 @@ import logging
 import math
 import random
 import threading
+from dataclasses import replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import JobNotFound, QueueError, StoreUnavailable
@@ -224,8 +225,17 @@ class Store(Backend):
         caps = request.tenant_caps
         if caps is not None and caps != self._caps_recorded:
             tx.store_caps(caps)
-        if caps:
-            return self._claim_within_caps(tx, request, caps, now)
+        claimed = self._walk(tx, request, now)
+        # Between promotions a claim that comes up short looks for jobs come due all the
+        # same: the gate saves a busy worker's statements, never a due job's wait.
+        if not promote and len(claimed) < request.limit and self._promote(tx, now):
+            claimed += self._walk(tx, replace(request, limit=request.limit - len(claimed)), now)
+        return claimed
+
+    def _walk(self, tx: Tx, request: ClaimRequest, now: float) -> list[Job]:
+        """Lease up to ``request.limit`` runnable jobs, queue by queue in order of preference."""
+        if request.tenant_caps:
+            return self._claim_within_caps(tx, request, request.tenant_caps, now)
         claimed: list[Job] = []
         expires = now + request.lease_seconds
         for queue in request.queues:

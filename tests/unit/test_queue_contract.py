@@ -157,6 +157,17 @@ def test_delayed_jobs_are_not_claimable_nor_runnable_before_run_at(backend):
     assert ids_of(claim(backend, now=T0 + 60)) == [job_id]
 
 
+def test_a_job_coming_due_right_after_a_claim_is_claimed_by_the_next(backend):
+    # A worker's claims look for due jobs only now and then while they find work; one that
+    # finds none looks all the same, however recently the last one looked.
+    [job_id] = enqueue(backend, delay=0.01)
+    assert claim(backend, now=T0) == []
+    assert ids_of(claim(backend, now=T0 + 0.01)) == [job_id]
+    [second] = enqueue(backend, delay=0.02, now=T0 + 0.01)
+    [third] = enqueue(backend, now=T0 + 0.01)
+    assert ids_of(claim(backend, limit=2, now=T0 + 0.03)) == [third, second]
+
+
 # -- leases --------------------------------------------------------------------------------
 
 def test_an_expired_lease_makes_the_job_runnable_again_with_the_attempt_counted(backend):
