@@ -117,6 +117,9 @@ class Controller:
         self.events = events if events is not None else EventLog()
         #: What the tick is doing now (read by the daemon's loop to report a blocked tick).
         self.activity: str | None = None
+        #: When the first delayed job of any pool comes due (epoch seconds), as the last tick
+        #: read it: the daemon decides again then.  None: none delayed, or not known.
+        self.next_due: float | None = None
         self._cpu = CpuSampler()
         self._warned_p99: set[str] = set()
         self._binding_caps: dict[str, CapValue | None] = {}  # pool -> the cap that last bound its count
@@ -217,6 +220,8 @@ class Controller:
                 draining=_count(mine, WorkerState.DRAINING) + retiring,
                 concurrency=pool.concurrency, metrics=self._metrics(pool, stats[pool.name], mine, now),
                 start_cost=start_cost, tick=self.config.tick)
+        self.next_due = min((s.next_due for per_queue in stats.values() for s in per_queue or ()
+                             if s.next_due is not None), default=None)
         return _Seen(observations=observations, workers=dict(by_pool), busy=busy, failed=failed, stats=stats)
 
     def _measure_start_costs(self, workers: list[WorkerInfo], now: float) -> None:

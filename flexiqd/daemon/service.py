@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 import os
 import signal
 import time
@@ -29,6 +30,7 @@ from ..fleet.base import Fleet
 from ..logs import MessageId, journal
 from ..notify import Notifier, watchdog_interval
 from ..queue.url import open_backend, sqlite_path
+from . import pacing
 from .controller import Controller
 from .events import EventLog
 from .hosts import HostHeartbeat
@@ -42,8 +44,6 @@ EXIT_CONFIG = 78  # EX_CONFIG: the config file is invalid; systemd shows it in t
 
 EVENTS_FILE = "events.jsonl"
 
-# After a wake-up from a worker unit's change, tick at most this often.
-MIN_TICK_GAP = 0.2
 # The heartbeat: how often it pings the watchdog (at most) and looks at the running tick.
 HEARTBEAT = 1.0
 # A tick running longer than this is reported in STATUS= as blocked.
@@ -108,6 +108,11 @@ class Daemon:
         self._status = "starting"
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
+        self._new_work = False            # set with _wake by the store's wake-up
+        self._last_new_work_tick = -math.inf
+        self._follow_up: float | None = None  # when to decide again on new work (loop time)
+        self._unsubscribe: Callable[[], None] | None = None
+        self._watched_queues: tuple[str, ...] = ()
         self._reload_requested = False
         # Told ("tick", None), ("scale", ScaleEvent), ("reload", (ok, message)): e.g. the D-Bus service.
         self.listeners: list[Callable[[str, Any], None]] = []
@@ -122,6 +127,12 @@ class Daemon:
         self._wake.set()
 
     def wake(self) -> None:
+        """Something changed (a worker unit, an operator's order): decide soon."""
+        self._wake.set()
+
+    def new_work(self) -> None:
+        """New work was committed to a pool's queue: decide now (``pacing`` bounds the rate)."""
+        self._new_work = True
         self._wake.set()
 
     async def io(self, fn: Callable[..., Any], *args: Any, what: str = "") -> Any:
@@ -222,6 +233,7 @@ class Daemon:
         # Adopt: the first tick lists what systemd already runs and sizes from there.
         await self.io(self.controller.tick, what="tick")
         self.hosts.start()
+        await self._watch_queues(loop)
         if self._systemd is not None:
             from ..fleet.systemd import UnitWatcher
 
@@ -330,10 +342,13 @@ class Daemon:
         return self.controller.events.since(first - 1)
 
     async def _sleep_until_next_tick(self, last_tick: float) -> None:
-        assert self.config is not None
+        assert self.config is not None and self.controller is not None
         loop = asyncio.get_running_loop()
+        due = pacing.due_at(self.controller.next_due, time.time(), loop.time())
+        if self._follow_up is not None and self._follow_up <= last_tick:
+            self._follow_up = None  # the decision it asked for was made
         while not self._stop.is_set():
-            remaining = last_tick + self.config.tick - loop.time()
+            remaining = pacing.next_tick(last_tick, self.config.tick, due, self._follow_up) - loop.time()
             if remaining <= 0:
                 return
             waiters = [asyncio.create_task(self._wake.wait()), asyncio.create_task(self._stop.wait())]
@@ -344,12 +359,40 @@ class Daemon:
                     waiter.cancel()
             if self._wake.is_set():
                 self._wake.clear()
-                # A worker changed state (or a reload was asked).  A dead worker's jobs go back
-                # to the queue now -- every moment they wait, later jobs are claimed before
-                # them -- and the tick follows soon, but not in a storm.
-                await self._release_dead_workers()
-                await asyncio.sleep(max(0.0, last_tick + MIN_TICK_GAP - loop.time()))
+                only_new_work, self._new_work = self._new_work and not self._reload_requested, False
+                if only_new_work:
+                    at, self._follow_up = pacing.after_new_work(loop.time(), self._last_new_work_tick)
+                    self._last_new_work_tick = at
+                else:
+                    # A worker changed state (or a reload was asked).  A dead worker's jobs go
+                    # back to the queue now -- every moment they wait, later jobs are claimed
+                    # before them -- and the tick follows soon, but not in a storm.
+                    await self._release_dead_workers()
+                    at = pacing.after_unit_change(loop.time(), last_tick)
+                await asyncio.sleep(max(0.0, at - loop.time()))
                 return
+
+    async def _watch_queues(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Have the store wake the loop when work is committed to a pool's queue (again after a
+        reload that changed the queues)."""
+        assert self.config is not None and self.controller is not None
+        queues = tuple(sorted({queue for pool in self.config.pools.values() for queue in pool.queues}))
+        if queues == self._watched_queues and self._unsubscribe is not None:
+            return
+        if self._unsubscribe is not None:
+            await self.io(self._unsubscribe, what="no longer watching the queues")
+            self._unsubscribe = None
+
+        def from_store() -> None:  # on the store's thread
+            try:
+                loop.call_soon_threadsafe(self.new_work)
+            except RuntimeError:  # the loop has closed: the daemon is gone
+                pass
+
+        self._watched_queues = queues
+        if queues:
+            self._unsubscribe = await self.io(self.controller.backend.subscribe, queues, from_store,
+                                              what="watching the queues for new work")
 
     async def _release_dead_workers(self) -> None:
         assert self.controller is not None
@@ -378,6 +421,7 @@ class Daemon:
             self.config_error = None
             self._publish(config)
             await self.io(self.controller.reconfigure, self.config, what="applying the config to running workers")
+            await self._watch_queues(asyncio.get_running_loop())
             log.info("Reloaded %s: pools %s.", path, ", ".join(sorted(config.pools)) or "none",
                      extra=journal(MessageId.RELOADED, CONFIG_FILE=path, POOLS=" ".join(sorted(config.pools)) or None))
             self._emit("reload", (True, f"reloaded {path}"))
@@ -393,6 +437,8 @@ class Daemon:
             await self.api.close()
         if self._watcher is not None:
             self._watcher.stop(loop)
+        if self._unsubscribe is not None:
+            await self.io(self._unsubscribe, what="no longer watching the queues")
         if self.hosts is not None:
             # Not unregistered: workers may still drain; the beat expires in two heartbeats.
             await loop.run_in_executor(None, self.hosts.stop)

@@ -48,7 +48,8 @@ class StatsRows:
     completions (at most ``DURATION_SAMPLE``, see ``durations_of``); ``first_run_at``: the
     oldest runnable job's run_at per tenant with runnable jobs; ``caps`` and
     ``running_by_tenant`` (in every queue) when tenant caps are stored; ``coming_due``: delayed
-    jobs due within the horizon; ``running``: (jobs, total seconds they have run).
+    jobs due within the horizon, ``next_due`` the run-at of the first of them all; ``running``:
+    (jobs, total seconds they have run).
     """
 
     counts: dict[str, dict[str, int]]
@@ -59,6 +60,7 @@ class StatsRows:
     running_by_tenant: dict[str, int]
     coming_due: int
     running: tuple[int, float]
+    next_due: float | None = None
     unfolded: int = 0  # count changes read that are not folded into their totals yet
 
 
@@ -116,6 +118,7 @@ def stats_from_rows(queue: str, rows: StatsRows, *, now: float, window: float, d
         failures=sum(e[2] for e in events), durations=rows.durations.overall,
         tenants={name: stats for name, stats in per_tenant.items() if name})
     return dataclasses.replace(overall, coming_due=rows.coming_due, coming_due_within=float(due_within),
+                               next_due=rows.next_due,
                                running_age_mean=max(0.0, total / count) if count else None,
                                recent_duration_p50=rows.durations.recent_p50,
                                recent_completions=rows.durations.recent)

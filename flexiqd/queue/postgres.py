@@ -135,6 +135,9 @@ SELECT
         SELECT count(*) FROM (SELECT 1 FROM flexiq_jobs WHERE {_DELAYED} AND waiting_for IS NULL
                               AND queue = %(queue)s AND run_at <= %(until)s LIMIT {COMING_DUE_LIMIT}) AS coming)
     ELSE 0 END,
+    CASE WHEN EXISTS (SELECT 1 FROM counts WHERE state = 'delayed') THEN (
+        SELECT min(run_at) FROM flexiq_jobs WHERE {_DELAYED} AND waiting_for IS NULL AND queue = %(queue)s)
+    END,
     CASE WHEN EXISTS (SELECT 1 FROM counts WHERE state = 'running') THEN (
         SELECT ARRAY[count(*), COALESCE(sum(%(now)s - started_at), 0)] FROM flexiq_jobs
         WHERE state = 'running' AND queue = %(queue)s AND started_at IS NOT NULL)
@@ -465,7 +468,7 @@ class PostgresTx(Tx):
             "within": float(due_within), "until": now + due_within}, binary=True).fetchone()
         (due, states, tenants, counted, event_tenants, arrivals, completions, failures, overall,
          share_tenants, shares, recent_p50, recent, first_tenants, firsts, cap_tenants, caps,
-         running_tenants, running_counts, coming, running, unfolded) = row
+         running_tenants, running_counts, coming, next_due, running, unfolded) = row
         if unless_due and due:
             return None
         counts: dict[str, dict[str, int]] = {}
@@ -484,7 +487,7 @@ class PostgresTx(Tx):
             running_by_tenant=dict(zip(running_tenants or (), running_counts or ())),
             coming_due=coming or 0,
             running=(int(running[0]), float(running[1])) if running else (0, 0.0),
-            unfolded=unfolded)
+            next_due=next_due, unfolded=unfolded)
 
     # -- dependency limits -----------------------------------------------------------------
 

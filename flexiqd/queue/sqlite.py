@@ -359,11 +359,14 @@ class SQLiteTx(Tx):
             caps = dict(self.conn.execute("SELECT tenant, max_running FROM tenant_caps"))
             if caps:
                 running_by_tenant = self.running_by_tenant()
-        coming = 0
-        if due_within > 0 and any(by_state.get("delayed") for by_state in counts.values()):
-            coming = self.conn.execute(
-                f"SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE {_DELAYED} AND waiting_for IS NULL "
-                f"AND queue = ? AND run_at <= ? LIMIT {COMING_DUE_LIMIT})", (queue, now + due_within)).fetchone()[0]
+        coming, next_due = 0, None
+        if any(by_state.get("delayed") for by_state in counts.values()):
+            next_due = self.conn.execute(f"SELECT min(run_at) FROM jobs WHERE {_DELAYED} AND waiting_for IS NULL "
+                                         f"AND queue = ?", (queue,)).fetchone()[0]
+            if due_within > 0 and next_due is not None and next_due <= now + due_within:
+                coming = self.conn.execute(
+                    f"SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE {_DELAYED} AND waiting_for IS NULL "
+                    f"AND queue = ? AND run_at <= ? LIMIT {COMING_DUE_LIMIT})", (queue, now + due_within)).fetchone()[0]
         running = (0, 0.0)
         if any(by_state.get("running") for by_state in counts.values()):
             running = self.conn.execute(
@@ -371,7 +374,8 @@ class SQLiteTx(Tx):
                 "AND started_at IS NOT NULL", (now, queue)).fetchone()
         return StatsRows(counts=counts, events=events, durations=durations_of(sample, now=now),
                          first_run_at=first_run_at, caps=caps,
-                         running_by_tenant=running_by_tenant, coming_due=coming, running=tuple(running))
+                         running_by_tenant=running_by_tenant, coming_due=coming, running=tuple(running),
+                         next_due=next_due)
 
     # -- dependency limits -----------------------------------------------------------------
 
@@ -611,6 +615,15 @@ class SQLiteDatabase(Database):
     def read(self, operation: str, body: Callable[[Tx], T]) -> T:
         # One read transaction, so the several SELECTs of stats() see one snapshot.
         return self._run(operation, body, "BEGIN")
+
+    def subscribe(self, queues: Sequence[str], wake: Callable[[], None]) -> Callable[[], None] | None:
+        """Look at each commit (``sqlite_watch``), none while nothing commits; without inotify
+        nothing watches, and polling alone finds new jobs."""
+        if not queues:
+            return None
+        from .sqlite_watch import watch_due  # only the processes that wait for jobs load it
+
+        return watch_due(self.path, queues, wake, busy_timeout=self.busy_timeout)
 
     def _run(self, operation: str, body: Callable[[Tx], T], begin: str) -> T:
         with self._lock:

@@ -204,6 +204,8 @@ class Stats:
     ``coming_due``: delayed jobs whose run-at falls within the next
     ``coming_due_within`` seconds (the horizon asked for; 0: not asked), counted
     up to ``COMING_DUE_LIMIT`` -- a forecast of work to start workers for.
+    ``next_due``: the run-at of the delayed job that comes due first (None:
+    none delayed), so a reader can look again then.
     ``running_age_mean``: how long the running jobs have run so far, on average
     (None: none running).  ``recent_duration_p50`` and ``recent_completions``:
     the p50 duration and the count of the jobs of the duration sample that
@@ -250,6 +252,7 @@ class Stats:
     running_age_mean: float | None = None
     recent_duration_p50: float | None = None
     recent_completions: int = 0
+    next_due: float | None = None
     recent_window: float = RECENT_WINDOW
     waiting_for_dependency: int = 0
     held_by_tenant_cap: int = 0

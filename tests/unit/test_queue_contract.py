@@ -157,6 +157,19 @@ def test_delayed_jobs_are_not_claimable_nor_runnable_before_run_at(backend):
     assert ids_of(claim(backend, now=T0 + 60)) == [job_id]
 
 
+def test_stats_say_when_the_next_delayed_job_comes_due(backend):
+    assert backend.stats("default", now=T0).next_due is None
+    enqueue(backend, delay=60)
+    [sooner] = enqueue(backend, delay=20)
+    enqueue(backend, delay=5, queue="other")
+    assert backend.stats("default", now=T0).next_due == T0 + 20
+    claim(backend, now=T0 + 20)  # the first comes due and runs: the next is the other one
+    assert backend.stats("default", now=T0 + 20).next_due == T0 + 60
+    assert backend.get(sooner).state is JobState.RUNNING
+    claim(backend, now=T0 + 60)
+    assert backend.stats("default", now=T0 + 60).next_due is None
+
+
 def test_a_job_coming_due_right_after_a_claim_is_claimed_by_the_next(backend):
     # A worker's claims look for due jobs only now and then while they find work; one that
     # finds none looks all the same, however recently the last one looked.

@@ -482,7 +482,7 @@ def test_hot_paths_use_the_partial_indexes_with_a_large_backlog(tmp_path):
                     scanned[1] in walkable, (name, sql, plan)
                 assert "USE TEMP B-TREE" not in line, (name, sql, plan)
             if re.search(r"FROM jobs WHERE state = 'queued'|UPDATE jobs SET delayed", sql):
-                assert any(re.search(r"jobs_(claim|age|due|waiting)\b", line) for line in plan), (name, sql, plan)
+                assert any(re.search(r"jobs_(claim|age|due|waiting|coming)\b", line) for line in plan), (name, sql, plan)
     stats = store.stats("default", now=T0 + 101)
     assert (stats.runnable + stats.running, stats.delayed) == (200_001 - 1_001 - 100, 0)
     assert stats.dead == 100
