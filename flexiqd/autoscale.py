@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from .config import DaemonConfig, parse_config
+from .config.schema import autoscale_default
 from .daemon.controller import Controller
 from .errors import ConfigError
 from .fleet.base import Fleet, WorkerState
@@ -53,29 +54,33 @@ FLEXIQ_NAMES = {
 
 @dataclasses.dataclass(frozen=True)
 class AutoscaleConfig:
-    """Every option of flexiq's autoscaler, and flexiqd's policy options beside them."""
+    """Every option of flexiq's autoscaler, and flexiqd's policy options beside them.
+
+    Each is a pool's setting or one of its own (``flexiqd.config.schema.AUTOSCALE_FIELDS``),
+    with flexiq's defaults where they differ from a pool's.
+    """
 
     app: str
-    min_workers: int = 1
-    max_workers: int = 10
-    target_queue_depth_per_worker: int = 15
-    target_utilisation: float = 0.75
-    scale_up_window: float = 0.0
-    scale_down_window: float = 300.0
-    tolerance: float = 0.1
-    poll_interval: float = 5.0
-    drain_timeout: float = 30.0
-    concurrency: int = 4
-    queues: tuple[str, ...] = ("default",)
-    batch_size: int | None = None
+    min_workers: int = autoscale_default("min_workers")
+    max_workers: int = autoscale_default("max_workers")
+    target_queue_depth_per_worker: int = autoscale_default("target_queue_depth_per_worker")
+    target_utilisation: float = autoscale_default("target_utilisation")
+    scale_up_window: float = autoscale_default("scale_up_window")
+    scale_down_window: float = autoscale_default("scale_down_window")
+    tolerance: float = autoscale_default("tolerance")
+    poll_interval: float = autoscale_default("poll_interval")
+    drain_timeout: float = autoscale_default("drain_timeout")
+    concurrency: int = autoscale_default("concurrency")
+    queues: tuple[str, ...] = autoscale_default("queues")
+    batch_size: int | None = autoscale_default("batch_size")
     # flexiqd's own
-    policy: str = "flexiq"
-    target_age: float = 30.0
-    target_drain_time: float | None = None
-    scale_to_zero: bool = False
-    cpu_bound: bool = False
-    fleet: str = "process"
-    pool: str = "autoscale"
+    policy: str = autoscale_default("policy")
+    target_age: float = autoscale_default("target_age")
+    target_drain_time: float | None = autoscale_default("target_drain_time")
+    scale_to_zero: bool = autoscale_default("scale_to_zero")
+    cpu_bound: bool = autoscale_default("cpu_bound")
+    fleet: str = autoscale_default("fleet")
+    pool: str = autoscale_default("pool")
 
     # flexiq 2.1's names for the same values, read-only.
     app_path = property(lambda self: self.app)

@@ -8,6 +8,7 @@ import sys
 import time
 from typing import Any, Sequence
 
+from ..config.schema import AUTOSCALE_FIELDS, autoscale_default, listen_default, setting, show_default
 from ..durations import format_duration
 from ..errors import FlexiqdError
 from .argtypes import duration, whole_number
@@ -30,6 +31,31 @@ def _json_value(text: str) -> Any:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not JSON ({exc}); quote text as a JSON string, as in '\"{text}\"'") from None
+
+
+def _about(key: str, note: str = "", *, prefix: str = "", default: str | None = None) -> str:
+    """An option's help: the sentence of its setting (``flexiqd.config.schema``), ``note``, and
+    what it is when not given -- the setting's default unless ``default`` says otherwise."""
+    text = setting(key).doc.rstrip(".")
+    unset = show_default(key)
+    if text.endswith(")") and "(none: " in text:  # "... (none: as many as free slots)"
+        text, _, unset = text[:-1].rpartition(" (none: ")
+    text = prefix + text[:1].lower() + text[1:]
+    shown = unset if default is None else default.format(unset)
+    if note:
+        text = f"{text}; {note}"
+    text = f"{text[:-1]}; default: {shown})" if text.endswith(")") else f"{text} (default: {shown})"
+    return text.replace("%", "%%")
+
+
+def _for_worker(key: str, note: str = "") -> str:
+    """A ``flexiq worker`` option's help: without it, the pool's value or the setting's default."""
+    return _about(key, note, default="the pool's in the config file, else {}")
+
+
+def _autoscaling(option: str, note: str = "", prefix: str = "") -> dict[str, Any]:
+    """A ``flexiq autoscale`` option's default and help, from the setting it is."""
+    return {"default": autoscale_default(option), "help": _about(AUTOSCALE_FIELDS[option], note, prefix=prefix)}
 
 
 def _queues(text: str) -> tuple[str, ...]:
@@ -101,13 +127,15 @@ def build_parser() -> argparse.ArgumentParser:
     worker = commands.add_parser("worker", help="run a worker in the foreground")
     worker.add_argument("--app", help="module:attribute of the application's Queue "
                                       "(default: the pool's, from the config file)")
-    worker.add_argument("--queues", type=_queues, default=None, help="comma-separated, in order")
-    worker.add_argument("--concurrency", type=_positive_int, default=None)
-    worker.add_argument("--lease", type=_duration, default=None, help="lease length (renewed while running)")
+    worker.add_argument("--queues", type=_queues, default=None,
+                        help=_for_worker("pools.<pool>.queues", "comma-separated"))
+    worker.add_argument("--concurrency", type=_positive_int, default=None,
+                        help=_for_worker("pools.<pool>.concurrency"))
+    worker.add_argument("--lease", type=_duration, default=None, help=_for_worker("pools.<pool>.lease"))
     worker.add_argument("--drain-timeout", type=_duration, default=None,
-                        help="on SIGTERM, how long running jobs may finish before release")
+                        help=_for_worker("pools.<pool>.drain_timeout"))
     worker.add_argument("--batch-size", type=_positive_int, default=None,
-                        help="claim at most this many jobs at once (default: as many as free slots)")
+                        help=_for_worker("pools.<pool>.batch_size"))
     worker.add_argument("--instance", default=None,
                         help="<pool>-<n>, systemd's %%i: without --app, the pool's settings come "
                              "from the config file")
@@ -118,38 +146,39 @@ def build_parser() -> argparse.ArgumentParser:
     autoscale = commands.add_parser(
         "autoscale", help="run one autoscaled pool of workers in the foreground (flexiq's interface)")
     autoscale.add_argument("--app", required=True, help="module:attribute of the application's Queue")
-    autoscale.add_argument("--min-workers", type=int, default=1)
-    autoscale.add_argument("--max-workers", type=int, default=10)
-    autoscale.add_argument("--target-queue-depth", type=int, default=15,
-                           help="flexiq policy: runnable jobs per worker")
-    autoscale.add_argument("--target-utilisation", type=float, default=0.75)
-    autoscale.add_argument("--scale-up-window", type=_duration, default=0.0)
-    autoscale.add_argument("--scale-down-window", type=_duration, default=300.0)
-    autoscale.add_argument("--tolerance", type=float, default=0.1)
-    autoscale.add_argument("--poll-interval", type=_duration, default=5.0)
-    autoscale.add_argument("--drain-timeout", type=_duration, default=30.0)
+    autoscale.add_argument("--min-workers", type=int, **_autoscaling("min_workers"))
+    autoscale.add_argument("--max-workers", type=int, **_autoscaling("max_workers"))
+    autoscale.add_argument("--target-queue-depth", type=int, **_autoscaling("target_queue_depth_per_worker"))
+    autoscale.add_argument("--target-utilisation", type=float, **_autoscaling("target_utilisation"))
+    autoscale.add_argument("--scale-up-window", type=_duration, **_autoscaling("scale_up_window"))
+    autoscale.add_argument("--scale-down-window", type=_duration, **_autoscaling("scale_down_window"))
+    autoscale.add_argument("--tolerance", type=float, **_autoscaling("tolerance"))
+    autoscale.add_argument("--poll-interval", type=_duration, **_autoscaling("poll_interval"))
+    autoscale.add_argument("--drain-timeout", type=_duration, **_autoscaling("drain_timeout"))
     autoscale.add_argument("--concurrency", "--threads-per-worker", dest="concurrency", type=_positive_int,
-                           default=4, help="jobs one worker runs at once (flexiq's --threads-per-worker)")
-    autoscale.add_argument("--queues", type=_queues, default=("default",))
-    autoscale.add_argument("--batch-size", type=_positive_int, default=None)
-    autoscale.add_argument("--policy", choices=["flexiq", "flexiqd"], default="flexiq",
-                           help="flexiq's formula (default) or flexiqd's age/drain-time policy")
-    autoscale.add_argument("--target-age", type=_duration, default=30.0,
-                           help="flexiqd policy: how long the oldest job may wait")
-    autoscale.add_argument("--target-drain-time", type=_duration, default=None,
-                           help="flexiqd policy: how soon the backlog should drain")
-    autoscale.add_argument("--scale-to-zero", action="store_true")
-    autoscale.add_argument("--cpu-bound", action="store_true")
-    autoscale.add_argument("--fleet", choices=["process", "systemd"], default="process")
-    autoscale.add_argument("--pool", default="autoscale", help="the pool's name (unit names use it)")
+                           **_autoscaling("concurrency", "flexiq's --threads-per-worker"))
+    autoscale.add_argument("--queues", type=_queues, **_autoscaling("queues", "comma-separated"))
+    autoscale.add_argument("--batch-size", type=_positive_int, **_autoscaling("batch_size"))
+    autoscale.add_argument("--policy", choices=setting("autoscale.policy").choices, **_autoscaling("policy"))
+    autoscale.add_argument("--target-age", type=_duration, **_autoscaling("target_age", prefix="flexiqd policy: "))
+    autoscale.add_argument("--target-drain-time", type=_duration,
+                           **_autoscaling("target_drain_time", prefix="flexiqd policy: "))
+    autoscale.add_argument("--scale-to-zero", action="store_true",
+                           help=_about("pools.<pool>.scale_to_zero", default="off"))
+    autoscale.add_argument("--cpu-bound", action="store_true",
+                           help=_about("pools.<pool>.cpu_bound", default="off"))
+    autoscale.add_argument("--fleet", choices=setting("autoscale.fleet").choices, **_autoscaling("fleet"))
+    autoscale.add_argument("--pool", **_autoscaling("pool"))
 
     scaler = commands.add_parser(
         "scaler", help="serve the KEDA endpoint (/api/scaler, /health) from the store, without the daemon")
-    scaler.add_argument("--host", default="127.0.0.1",
-                        help="address to listen on (default 127.0.0.1; a non-loopback one needs --token-file)")
-    scaler.add_argument("--port", type=whole_number(1, 65535), default=8739, help="default 8739")
-    scaler.add_argument("--target-queue-depth", type=_positive_int, default=15,
-                        help="targetValue: jobs (runnable and running) per replica (default 15)")
+    host, port = listen_default()
+    scaler.add_argument("--host", default=host,
+                        help=f"address to listen on (default {host}; a non-loopback one needs --token-file)")
+    scaler.add_argument("--port", type=whole_number(1, 65535), default=port, help=f"default {port}")
+    scaler.add_argument("--target-queue-depth", type=_positive_int, default=setting("http.scaler_target").default,
+                        help=f"targetValue: jobs (runnable and running) per replica "
+                             f"(default {show_default('http.scaler_target')})")
     scaler.add_argument("--queue", action="append", default=None,
                         help="serve only this queue (repeatable; default: every queue in the store)")
     scaler.add_argument("--token-file", default=None,

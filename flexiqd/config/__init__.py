@@ -1,7 +1,25 @@
-"""The daemon's configuration file: model and loader."""
+"""The daemon's configuration file: its schema, model and loader.
 
-from .load import load_config, parse_config
-from .model import DEFAULT_CONFIG_PATH, DaemonConfig, FlexiqOptions, PoolConfig
+Its names are imported on first use: a worker imports ``flexiqd.config.schema``
+at start-up, and must not pay for the loader (YAML, the policy) to get it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# name -> the module that defines it
+_EXPORTS = {"load_config": "load", "parse_config": "load", "DEFAULT_CONFIG_PATH": "model",
+            "DaemonConfig": "model", "FlexiqOptions": "model", "PoolConfig": "model"}
 
 __all__ = ["DEFAULT_CONFIG_PATH", "DaemonConfig", "FlexiqOptions", "PoolConfig", "load_config",
            "parse_config"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value

@@ -22,26 +22,25 @@ from ..policy.config import Dependency, pool_policy_from_mapping
 from ..policy.errors import PolicyConfigError
 from ..queue.limits import DependencyLimit, LimitError, TenantCaps, limit_from_mapping, tenant_caps_from_mapping
 from ..queue.url import check_url
-from .model import DEFAULT_HTTP_PORT, DEFAULT_STORE, DaemonConfig, FlexiqOptions, HttpConfig, PoolConfig
+from .model import (DEFAULT_HTTP_HOST, DEFAULT_HTTP_PORT, DEFAULT_STORE, DaemonConfig, FlexiqOptions, HttpConfig,
+                    PoolConfig)
+from .schema import SETTINGS, children, default, setting
 
-TOP_KEYS = ("store", "tick", "heartbeat", "fleet", "retention", "dead_retention", "dependencies", "tenants",
-            "pools", "http")
-HTTP_KEYS = ("listen", "token_file", "allow_remote", "scaler_target")
-POOL_KEYS = ("app", "queues", "concurrency", "batch_size", "drain_timeout", "lease", "policy", "environment",
-             "credentials", "resources", "min_workers", "max_workers", "scale_to_zero", "cpu_bound", "targets",
-             "behavior", "knee", "uses", "flexiq")
+# The keys each level knows, in the schema's order (the order an unknown key's error lists them).
+TOP_KEYS = children("")
+HTTP_KEYS = children("http")
+POOL_KEYS = children("pools.<pool>")
 POLICY_KEYS = ("min_workers", "max_workers", "scale_to_zero", "cpu_bound", "targets", "behavior", "knee")
-RESOURCE_KEYS = ("memory_max", "cpu_weight")
-DEPENDENCY_KEYS = ("capacity", "reserved", "start_burst", "limit", "global")
+RESOURCE_KEYS = children("pools.<pool>.resources")
+DEPENDENCY_KEYS = children("dependencies.<name>")
 GLOBAL_MAX_KEYS = ("count", "global")
 # The heartbeat's range: below it the beats load the store; above it a dead host's jobs wait long.
 HEARTBEAT_MIN, HEARTBEAT_MAX = 0.2, 60.0
-FLEXIQ_KEYS = ("target_queue_depth_per_worker", "target_utilisation", "tolerance",
-               "scale_up_window", "scale_down_window")
-# Policy options that are durations, so `5m` works where the policy wants seconds.
-DURATION_KEYS = {"age", "drain_time", "lead_time", "up_window", "down_window", "period",
-                 "settle_time", "reprobe_interval", "sample_max_age",
-                 "scale_up_window", "scale_down_window", "start_cost", "max_latency"}
+FLEXIQ_KEYS = children("pools.<pool>.flexiq")
+# Durations inside a pool's sections (targets, behavior, knee, uses, flexiq), so `5m` works
+# where the policy wants seconds.
+DURATION_KEYS = frozenset(s.key.rsplit(".", 1)[1] for s in SETTINGS
+                          if s.type == "duration" and s.key.startswith("pools.<pool>.") and s.key.count(".") >= 3)
 CREDENTIAL_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)?$", re.IGNORECASE)
@@ -134,25 +133,24 @@ def _daemon(data: Any, path: str, fleet_override: str | None) -> DaemonConfig:
         check_url(store)
     except StoreUnavailable as exc:
         raise _fail("store", str(exc)) from None
-    tick = _duration(data.get("tick", "1s"), "tick")
+    tick = _duration(data.get("tick", default("tick")), "tick")
     if tick <= 0:
         raise _fail("tick", "must be more than 0s")
-    heartbeat = _duration(data.get("heartbeat", "2s"), "heartbeat")
+    heartbeat = _duration(data.get("heartbeat", default("heartbeat")), "heartbeat")
     if not HEARTBEAT_MIN <= heartbeat <= HEARTBEAT_MAX:
         raise _fail("heartbeat", f"must be between {HEARTBEAT_MIN:g}s and {HEARTBEAT_MAX:g}s, got {heartbeat:g}s")
-    fleet = data.get("fleet", "systemd")
-    if fleet not in ("systemd", "process"):
-        raise _fail("fleet", f"must be 'systemd' or 'process', got {_show(fleet)}")
+    fleet = _choice(data.get("fleet", default("fleet")), "fleet", "fleet")
     fleet = fleet_override or fleet
     dependencies_data = _mapping(data.get("dependencies") or {}, "dependencies")
     dependencies = {name: _dependency(name, value) for name, value in dependencies_data.items()}
     limits = {str(name): _dependency_limit(str(name), value["limit"])
               for name, value in dependencies_data.items() if value.get("limit") is not None}
     global_dependencies = frozenset(str(name) for name, value in dependencies_data.items()
-                                    if _flag(value.get("global", False), f"dependencies.{name}.global"))
+                                    if _flag(value.get("global", default("dependencies.<name>.global")),
+                                             f"dependencies.{name}.global"))
     pools_data = data.get("pools")
     if pools_data is None:
-        pools_data = {"default": {}}
+        pools_data = default("pools")
     pools_data = _mapping(pools_data, "pools")
     global_max = {}
     for name, value in pools_data.items():
@@ -163,14 +161,22 @@ def _daemon(data: Any, path: str, fleet_override: str | None) -> DaemonConfig:
                 global_max[str(name)] = count
     pools = {str(name): _pool(str(name), value, dependencies, fleet, limits)
              for name, value in pools_data.items()}
-    retention = _duration(data.get("retention", "7d"), "retention")
-    dead_retention = _duration(data.get("dead_retention", "30d"), "dead_retention")
+    retention = _duration(data.get("retention", default("retention")), "retention")
+    dead_retention = _duration(data.get("dead_retention", default("dead_retention")), "dead_retention")
     http = _http(data["http"]) if data.get("http") is not None else None
     return DaemonConfig(path=path, store=store, tick=tick, fleet=fleet, retention=retention,
                         dead_retention=dead_retention,
                         dependencies=dependencies, pools=pools, http=http,
                         dependency_limits=limits, tenant_caps=_tenant_caps(data.get("tenants")), heartbeat=heartbeat,
                         global_dependencies=global_dependencies, global_max_workers=global_max)
+
+
+def _choice(value: Any, key: str, where: str) -> str:
+    """``value`` if it is one of the choices of the setting at ``key``."""
+    choices = setting(key).choices
+    if value not in choices:
+        raise _fail(where, f"must be {' or '.join(map(repr, choices))}, got {_show(value)}")
+    return value
 
 
 def _flag(value: Any, where: str) -> bool:
@@ -190,15 +196,16 @@ def _max_workers(value: Mapping[str, Any], where: str) -> tuple[int, bool]:
 def parse_listen(value: Any, where: str) -> tuple[str, int]:
     """``127.0.0.1:8739``, ``[::1]:8739``, ``localhost:8739`` or a bare port -> (host, port)."""
     if isinstance(value, int) and not isinstance(value, bool):
-        host, port_text = "127.0.0.1", str(value)
+        host, port_text = DEFAULT_HTTP_HOST, str(value)
     elif isinstance(value, str):
         match = re.match(r"^(?:\[([0-9A-Fa-f:.]+)\]|([^:\[\]]*)):(\d{1,5})$", value.strip())
         if not match:
-            raise _fail(where, f"must be host:port such as 127.0.0.1:{DEFAULT_HTTP_PORT} "
+            raise _fail(where, f"must be host:port such as {DEFAULT_HTTP_HOST}:{DEFAULT_HTTP_PORT} "
                                f"(an IPv6 address in brackets), got {_show(value)}")
         host, port_text = match.group(1) or match.group(2), match.group(3)
     else:
-        raise _fail(where, f"must be host:port such as 127.0.0.1:{DEFAULT_HTTP_PORT}, got {_show(value)}")
+        raise _fail(where, f"must be host:port such as {DEFAULT_HTTP_HOST}:{DEFAULT_HTTP_PORT}, "
+                           f"got {_show(value)}")
     port = int(port_text)
     if not 1 <= port <= 65535:
         raise _fail(where, f"the port must be between 1 and 65535, got {port}")
@@ -217,11 +224,11 @@ def is_loopback(host: str) -> bool:
 def _http(value: Any) -> HttpConfig:
     value = _mapping(value, "http")
     _known(value, HTTP_KEYS, "http")
-    host, port = parse_listen(value.get("listen", f"127.0.0.1:{DEFAULT_HTTP_PORT}"), "http.listen")
-    allow_remote = value.get("allow_remote", False)
+    host, port = parse_listen(value.get("listen", default("http.listen")), "http.listen")
+    allow_remote = value.get("allow_remote", default("http.allow_remote"))
     if not isinstance(allow_remote, bool):
         raise _fail("http.allow_remote", f"must be true or false, got {_show(allow_remote)}")
-    token_file = value.get("token_file")
+    token_file = value.get("token_file", default("http.token_file"))
     if token_file is not None and (not isinstance(token_file, str) or not token_file.startswith("/")):
         raise _fail("http.token_file", f"must be an absolute file path, got {_show(token_file)}")
     if not is_loopback(host):
@@ -231,7 +238,7 @@ def _http(value: Any) -> HttpConfig:
         if token_file is None:
             raise _fail("http.token_file", f"is required to listen on {host}, which is not loopback: "
                                            f"other machines must present a bearer token")
-    target = _int(value.get("scaler_target", 15), "http.scaler_target", 1)
+    target = _int(value.get("scaler_target", default("http.scaler_target")), "http.scaler_target", 1)
     return HttpConfig(host=host, port=port, token_file=token_file, allow_remote=allow_remote,
                       scaler_target=target)
 
@@ -243,7 +250,7 @@ def _dependency(name: str, value: Any) -> Dependency:
     if "capacity" not in value:
         raise _fail(f"{where}.capacity", "is required (connections, or requests per second)")
     capacity = _number(value["capacity"], f"{where}.capacity", 0)
-    reserved = _number(value.get("reserved", 0), f"{where}.reserved", 0)
+    reserved = _number(value.get("reserved", default("dependencies.<name>.reserved")), f"{where}.reserved", 0)
     extra = {"start_burst": value["start_burst"]} if "start_burst" in value else {}
     try:
         return Dependency(name=name, capacity=capacity, reserved=reserved, **extra)
@@ -280,17 +287,15 @@ def _pool(name: str, value: Any, dependencies: Mapping[str, Dependency], fleet: 
         raise _fail(where, "a pool name may hold only a-z, 0-9 and _")
     value = _mapping(value if value is not None else {}, where)
     _known(value, POOL_KEYS, where)
-    app = value.get("app", "flexiqd.demo:queue")
+    app = value.get("app", default("pools.<pool>.app"))
     if not isinstance(app, str) or app.count(":") != 1 or not all(app.split(":")):
         raise _fail(f"{where}.app", f"must be module:attribute, got {_show(app)}")
-    queues = value.get("queues", ["default"])
+    queues = value.get("queues", list(default("pools.<pool>.queues")))
     if isinstance(queues, str):
         queues = [queues]
     if not isinstance(queues, list) or not queues or not all(isinstance(q, str) and q for q in queues):
         raise _fail(f"{where}.queues", f"must be a list of queue names, got {_show(queues)}")
-    kind = value.get("policy", "flexiqd")
-    if kind not in ("flexiqd", "flexiq"):
-        raise _fail(f"{where}.policy", f"must be 'flexiqd' or 'flexiq', got {_show(kind)}")
+    kind = _choice(value.get("policy", default("pools.<pool>.policy")), "pools.<pool>.policy", f"{where}.policy")
     environment = _mapping(value.get("environment") or {}, f"{where}.environment")
     for key, val in environment.items():
         if not isinstance(key, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
@@ -305,13 +310,14 @@ def _pool(name: str, value: Any, dependencies: Mapping[str, Dependency], fleet: 
                   if resources.get("memory_max") is not None else None)
     cpu_weight = (_int(resources["cpu_weight"], f"{where}.resources.cpu_weight", 1, 10000)
                   if resources.get("cpu_weight") is not None else None)
-    drain = _duration(value.get("drain_timeout", "30s"), f"{where}.drain_timeout")
-    lease = _duration(value.get("lease", "30s"), f"{where}.lease")
+    drain = _duration(value.get("drain_timeout", default("pools.<pool>.drain_timeout")), f"{where}.drain_timeout")
+    lease = _duration(value.get("lease", default("pools.<pool>.lease")), f"{where}.lease")
     if lease <= 0:
         raise _fail(f"{where}.lease", "must be more than 0s")
     return PoolConfig(
         name=name, app=app, queues=tuple(queues),
-        concurrency=_int(value.get("concurrency", 4), f"{where}.concurrency", 1, 10000),
+        concurrency=_int(value.get("concurrency", default("pools.<pool>.concurrency")), f"{where}.concurrency",
+                         1, 10000),
         drain_timeout=drain, lease=lease, policy_kind=kind,
         policy=_policy(value, where, dependencies, limits), flexiq=_flexiq(value.get("flexiq"), where),
         environment={str(k): str(v) for k, v in environment.items()},
@@ -336,7 +342,7 @@ def _credentials(value: Any, where: str, fleet: str) -> tuple[Credential, ...]:
             raise _fail(here, "a credential name may hold only A-Z, a-z, 0-9, _, . and -")
         encrypted = isinstance(source, Mapping)
         if encrypted:
-            _known(source, ("encrypted",), here)
+            _known(source, children("pools.<pool>.credentials.<name>"), here)
             if "encrypted" not in source:
                 raise _fail(f"{here}.encrypted", "is required: the path of a file made by systemd-creds encrypt")
             source, here = source["encrypted"], f"{here}.encrypted"
@@ -396,12 +402,15 @@ def _flexiq(value: Any, where: str) -> FlexiqOptions:
     where = f"{where}.flexiq"
     value = _mapping(value, where)
     _known(value, FLEXIQ_KEYS, where)
+    unset = FlexiqOptions()  # the schema's defaults
     options = FlexiqOptions(
-        target_queue_depth_per_worker=value.get("target_queue_depth_per_worker", 15),
-        target_utilisation=value.get("target_utilisation", 0.75),
-        tolerance=value.get("tolerance", 0.1),
-        scale_up_window=_duration(value.get("scale_up_window", 0), f"{where}.scale_up_window"),
-        scale_down_window=_duration(value.get("scale_down_window", 300), f"{where}.scale_down_window"))
+        target_queue_depth_per_worker=value.get("target_queue_depth_per_worker",
+                                                unset.target_queue_depth_per_worker),
+        target_utilisation=value.get("target_utilisation", unset.target_utilisation),
+        tolerance=value.get("tolerance", unset.tolerance),
+        scale_up_window=_duration(value.get("scale_up_window", unset.scale_up_window), f"{where}.scale_up_window"),
+        scale_down_window=_duration(value.get("scale_down_window", unset.scale_down_window),
+                                    f"{where}.scale_down_window"))
     try:
         # The compatibility policy validates its own options; one idle call runs that check.
         from ..policy import compute_desired_workers

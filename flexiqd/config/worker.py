@@ -26,13 +26,16 @@ from ..queue.owners import owner_name
 from ..worker.settings import WorkerConfig
 from .load import load_config
 from .model import DEFAULT_CONFIG_PATH, PoolConfig
+from .schema import default
 
 log = logging.getLogger(__name__)
 
 CONFIG_ENV = "FLEXIQD_CONFIG"
 # A worker started with --app alone: the settings of a pool left at its defaults.
-DEFAULT_SETTINGS: Mapping[str, Any] = {"queues": ("default",), "concurrency": 4, "lease_seconds": 30.0,
-                                       "drain_timeout": 30.0, "batch_size": None}
+DEFAULT_SETTINGS: Mapping[str, Any] = {
+    "queues": default("pools.<pool>.queues"), "concurrency": default("pools.<pool>.concurrency"),
+    "lease_seconds": default("pools.<pool>.lease"), "drain_timeout": default("pools.<pool>.drain_timeout"),
+    "batch_size": default("pools.<pool>.batch_size")}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,10 +13,12 @@ import enum
 import re
 from typing import Iterable, Mapping
 
+from ..config.schema import STOP_GRACE
+
 POOL_NAME = re.compile(r"^[a-z0-9_]+$")
-# A worker's stop timeout is its drain budget plus this: time to interrupt what is still
-# running, hand back (or abandon) its jobs and exit before anything is killed.
-STOP_GRACE = 10.0
+# STOP_GRACE: a worker's stop timeout is its drain budget plus this -- time to interrupt what
+# is still running, hand back (or abandon) its jobs and exit before anything is killed.  Its
+# parts, each a step of the worker's end game, are in flexiqd.config.schema.
 
 
 class WorkerState(str, enum.Enum):

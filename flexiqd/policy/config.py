@@ -4,6 +4,7 @@ Every class validates itself when built and raises ``PolicyConfigError`` naming
 the option (``targets.utilisation: must be in (0, 1], got 1.5``), so a bad
 config is refused whole before the first decision.  ``pool_policy_from_mapping``
 builds one from a parsed YAML/JSON mapping and names unknown keys the same way.
+The defaults are the config file's, read from ``flexiqd.config.schema`` (data only).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from ..config.schema import default
 from .errors import PolicyConfigError
 from .validation import require_bool, require_int, require_number
 
@@ -33,12 +35,12 @@ class Targets:
     target (``economics.lead_time``), so ``targets: {age: 5s}`` alone works.
     """
 
-    age: float = 30.0
-    drain_time: float | None = None
-    depth_per_worker: float | None = None
-    utilisation: float = 0.9
-    cpu: float = 0.9
-    lead_time: float | None = None
+    age: float = default("pools.<pool>.targets.age")
+    drain_time: float | None = default("pools.<pool>.targets.drain_time")
+    depth_per_worker: float | None = default("pools.<pool>.targets.depth_per_worker")
+    utilisation: float = default("pools.<pool>.targets.utilisation")
+    cpu: float = default("pools.<pool>.targets.cpu")
+    lead_time: float | None = default("pools.<pool>.targets.lead_time")
 
     def __post_init__(self) -> None:
         require_number("targets.age", self.age, low=0, low_open=True)
@@ -85,8 +87,8 @@ class RateLimit:
 # fall (it was -50% or -1 per minute) stretches one scale-down into steps over
 # minutes, and the last step lands close enough to the next burst for the pool
 # to reverse within two minutes; a failed metrics read holds the pool anyway.
-DEFAULT_UP_LIMIT = RateLimit(workers=4, percent=100.0, period=15.0)
-DEFAULT_DOWN_LIMIT = RateLimit(workers=0, percent=100.0, period=15.0)
+DEFAULT_UP_LIMIT = RateLimit(**default("pools.<pool>.behavior.up_limit"))
+DEFAULT_DOWN_LIMIT = RateLimit(**default("pools.<pool>.behavior.down_limit"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,12 +111,12 @@ class Behavior:
     (``Observation.start_cost`` takes precedence).
     """
 
-    up_window: float = 0.0
-    down_window: float | None = None
-    tolerance: float = 0.1
+    up_window: float = default("pools.<pool>.behavior.up_window")
+    down_window: float | None = default("pools.<pool>.behavior.down_window")
+    tolerance: float = default("pools.<pool>.behavior.tolerance")
     up_limit: RateLimit | None = DEFAULT_UP_LIMIT
     down_limit: RateLimit | None = DEFAULT_DOWN_LIMIT
-    start_cost: float = 1.0
+    start_cost: float = default("pools.<pool>.behavior.start_cost")
 
     def __post_init__(self) -> None:
         require_number("behavior.up_window", self.up_window, low=0)
@@ -144,12 +146,12 @@ class KneeConfig:
     ``sample_max_age`` are not compared.
     """
 
-    enabled: bool = True
-    min_throughput_gain: float = 0.05
-    max_duration_rise: float = 0.2
-    settle_time: float = 60.0
-    reprobe_interval: float = 300.0
-    sample_max_age: float = 900.0
+    enabled: bool = default("pools.<pool>.knee.enabled")
+    min_throughput_gain: float = default("pools.<pool>.knee.min_throughput_gain")
+    max_duration_rise: float = default("pools.<pool>.knee.max_duration_rise")
+    settle_time: float = default("pools.<pool>.knee.settle_time")
+    reprobe_interval: float = default("pools.<pool>.knee.reprobe_interval")
+    sample_max_age: float = default("pools.<pool>.knee.sample_max_age")
 
     def __post_init__(self) -> None:
         require_bool("knee.enabled", self.enabled)
@@ -172,8 +174,8 @@ class DependencyUse:
 
     dependency: str
     per_worker: float
-    weight: float = 1.0
-    max_latency: float | None = None
+    weight: float = default("pools.<pool>.uses.<name>.weight")
+    max_latency: float | None = default("pools.<pool>.uses.<name>.max_latency")
 
     def validate(self, prefix: str) -> None:
         if not isinstance(self.dependency, str) or not self.dependency:
@@ -196,8 +198,8 @@ class Dependency:
 
     name: str
     capacity: float
-    reserved: float = 0.0
-    start_burst: int = 8
+    reserved: float = default("dependencies.<name>.reserved")
+    start_burst: int = default("dependencies.<name>.start_burst")
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -226,10 +228,10 @@ class PoolPolicy:
     CPU signal.
     """
 
-    min_workers: int = 1
-    max_workers: int = 10
-    scale_to_zero: bool = False
-    cpu_bound: bool = False
+    min_workers: int = default("pools.<pool>.min_workers")
+    max_workers: int = default("pools.<pool>.max_workers")
+    scale_to_zero: bool = default("pools.<pool>.scale_to_zero")
+    cpu_bound: bool = default("pools.<pool>.cpu_bound")
     targets: Targets = field(default_factory=Targets)
     behavior: Behavior = field(default_factory=Behavior)
     knee: KneeConfig = field(default_factory=KneeConfig)

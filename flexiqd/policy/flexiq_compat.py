@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..config.schema import default
 from .config import Behavior, PoolPolicy
 from .errors import PolicyConfigError
 from .smoothing import record, stabilize
@@ -46,12 +47,12 @@ def compute_desired_workers(
     running: int,
     current_workers: int,
     *,
-    min_workers: int = 1,
-    max_workers: int = 10,
-    target_queue_depth_per_worker: float = 15,
-    target_utilisation: float = 0.75,
-    concurrency_per_worker: int = 4,
-    tolerance: float = 0.1,
+    min_workers: int = default("pools.<pool>.min_workers"),
+    max_workers: int = default("pools.<pool>.max_workers"),
+    target_queue_depth_per_worker: float = default("pools.<pool>.flexiq.target_queue_depth_per_worker"),
+    target_utilisation: float = default("pools.<pool>.flexiq.target_utilisation"),
+    concurrency_per_worker: int = default("pools.<pool>.concurrency"),
+    tolerance: float = default("pools.<pool>.flexiq.tolerance"),
 ) -> FlexiqResult:
     """flexiq's desired worker count for one poll; raises ``PolicyConfigError`` on invalid options."""
     require_int("pending", pending, minimum=0)

@@ -48,6 +48,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping
 
+from ..config.schema import EXIT_TIME, FINAL_SETTLE_TIME, LAST_FLUSH_TIME, PROGRESS_PROMISE
 from ..errors import QueueError
 from ..notify import Notifier, watchdog_interval
 from ..queue.api import Queue
@@ -80,9 +81,8 @@ SETTLE_DELAY = 0.02
 # Most finished jobs whose results are not committed yet (with the running ones, what a
 # SIGKILL can make run again): at this many, no new job starts until a commit goes through.
 UNSETTLED_MAX = 16
-# At exit, how long to keep trying to commit the last results: a result lost here is a job
-# run again.  Well inside the stop timeout's grace beyond the drain budget.
-FINAL_SETTLE_TIME = 3.0
+# FINAL_SETTLE_TIME (config.schema): at exit, how long to keep trying to commit the last
+# results -- one of the parts of the stop grace beyond the drain budget.
 # After a fence's breach, the process ends within this even if logging blocks.
 FENCE_EXIT_GRACE = 0.2
 # How often the dependency limits are looked at again (a reload may have changed them).
@@ -578,9 +578,9 @@ class Worker:
                  len(self._inflight), budget)
         while self._inflight and time.monotonic() < deadline:
             remaining = deadline - time.monotonic()
-            # Ask systemd for a little beyond the next check, never past our own budget (+ a
-            # grace for giving up below): a hung worker stops asking and is killed on time.
-            self.notifier.extend_timeout(min(remaining, 2.0) + 3.0)
+            # Ask systemd for a little beyond the next check, never past our own budget plus the
+            # grace's first part, the last flush below: a hung worker stops asking and is killed on time.
+            self.notifier.extend_timeout(min(remaining, PROGRESS_PROMISE) + LAST_FLUSH_TIME)
             await self._flush()
             await self._wait(min(remaining, 1.0))
         await self._flush()
@@ -608,7 +608,8 @@ class Worker:
             log.warning("Worker %s drain budget spent: interrupting %d running jobs (%s); they have "
                         "%gs to stop.", self.config.name, len(self._inflight),
                         ", ".join(map(str, self._inflight)), INTERRUPT_GRACE)
-            self.notifier.extend_timeout(INTERRUPT_GRACE + FINAL_SETTLE_TIME + 2.0)
+            # What the grace has left after the last flush, but its margin: interrupt, settle, exit.
+            self.notifier.extend_timeout(INTERRUPT_GRACE + FINAL_SETTLE_TIME + EXIT_TIME)
             runs = list(self._inflight.values())
             for run in runs:
                 run.give_up()

@@ -5,21 +5,26 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
+from ..config.schema import default
 from ..queue.limits import DependencyLimit, TenantCaps
 from ..queue.owners import owner_name
 
 
 @dataclasses.dataclass(frozen=True)
 class WorkerConfig:
-    """How one worker claims and drains.  ``name`` is its lease owner name (``host:instance:pid``)."""
+    """How one worker claims and drains.  ``name`` is its lease owner name (``host:instance:pid``).
 
-    queues: tuple[str, ...] = ("default",)
-    concurrency: int = 4
-    lease_seconds: float = 30.0
-    drain_timeout: float = 30.0
+    The defaults are a pool's left at its defaults (``flexiqd.config.schema``).
+    """
+
+    queues: tuple[str, ...] = default("pools.<pool>.queues")
+    concurrency: int = default("pools.<pool>.concurrency")
+    lease_seconds: float = default("pools.<pool>.lease")
+    drain_timeout: float = default("pools.<pool>.drain_timeout")
     idle_poll_min: float = 0.05
     idle_poll_max: float = 0.5
-    batch_size: int | None = None  # most jobs claimed at once (None: as many as free slots)
+    # The most jobs claimed at once (None: as many as free slots).
+    batch_size: int | None = default("pools.<pool>.batch_size")
     name: str = dataclasses.field(default_factory=lambda: owner_name("worker"))
     # The config's dependencies.<name>.limit: a job of a task that uses one starts only
     # once the store admits it (Backend.admit); dependencies not here are not limited.
@@ -28,7 +33,7 @@ class WorkerConfig:
     # None (no config file): claims skip nothing and leave the store's caps as they are.
     tenant_caps: TenantCaps | None = None
     # The config's heartbeat: on a store shared by hosts, the leases follow it (queue.hosts).
-    heartbeat: float = 2.0
+    heartbeat: float = default("heartbeat")
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
