@@ -3,28 +3,33 @@
 A file is accepted whole or rejected whole: every error names the dotted path
 of the bad key (``pools.default.max_workers``) and why; an unknown key also
 names the nearest valid one.
+
+A worker reads the file too, for its pool's settings (``policies=False``): it leaves
+out the scaling policy's sections (the daemon, which reads them, has checked them),
+and so does not load the decision code.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import ipaddress
 import re
 from typing import Any, Mapping
+
+from typing import TYPE_CHECKING
 
 import yaml
 
 from ..durations import parse_duration
 from ..errors import ConfigError, StoreUnavailable
 from ..fleet.base import POOL_NAME, Credential
-from ..policy.config import Dependency, pool_policy_from_mapping
-from ..policy.errors import PolicyConfigError
 from ..queue.limits import DependencyLimit, LimitError, TenantCaps, limit_from_mapping, tenant_caps_from_mapping
 from ..queue.url import check_url
 from .model import (DEFAULT_HTTP_HOST, DEFAULT_HTTP_PORT, DEFAULT_STORE, DaemonConfig, FlexiqOptions, HttpConfig,
                     PoolConfig)
 from .schema import SETTINGS, children, default, setting
+
+if TYPE_CHECKING:
+    from ..policy.config import Dependency
 
 # The keys each level knows, in the schema's order (the order an unknown key's error lists them).
 TOP_KEYS = children("")
@@ -46,8 +51,10 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)?$", re.IGNORECASE)
 
 
-def load_config(path: str, *, fleet: str | None = None) -> DaemonConfig:
-    """Parse and validate the file at ``path``; ``ConfigError`` names what is wrong and where."""
+def load_config(path: str, *, fleet: str | None = None, policies: bool = True) -> DaemonConfig:
+    """Parse and validate the file at ``path``; ``ConfigError`` names what is wrong and where.
+    ``policies=False``: a worker's reading, without the pools' scaling policies (None) and the
+    dependencies' capacities (none)."""
     try:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
@@ -55,10 +62,11 @@ def load_config(path: str, *, fleet: str | None = None) -> DaemonConfig:
         raise ConfigError(f"{path}: no such file") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read it: {exc.strerror}") from None
-    return parse_config(text, path, fleet=fleet)
+    return parse_config(text, path, fleet=fleet, policies=policies)
 
 
-def parse_config(text: str, path: str = "<config>", *, fleet: str | None = None) -> DaemonConfig:
+def parse_config(text: str, path: str = "<config>", *, fleet: str | None = None,
+                 policies: bool = True) -> DaemonConfig:
     """Validate ``text``; ``fleet`` (the daemon's --fleet) overrides the file's, as the checks do."""
     try:
         data = yaml.safe_load(text)
@@ -70,10 +78,22 @@ def parse_config(text: str, path: str = "<config>", *, fleet: str | None = None)
     if data is None:
         data = {}
     try:
-        config = _daemon(data, path, fleet)
+        config = _daemon(data, path, fleet, policies)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     return dataclasses.replace(config, source=text)
+
+
+def _close_match(name: str, names: list[str] | tuple[str, ...]) -> list[str]:
+    import difflib  # only a file with a mistake needs it: not every worker's start
+
+    return difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+
+
+def _ip_address(host: str):
+    import ipaddress  # only the daemon's http section needs it
+
+    return ipaddress.ip_address(host)
 
 
 def _fail(where: str, why: str) -> ConfigError:
@@ -89,7 +109,7 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
 def _known(mapping: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
     for key in mapping:
         if key not in known:
-            close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+            close = _close_match(str(key), known)
             hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(known)})"
             raise _fail(f"{where}.{key}" if where else str(key), f"unknown key{hint}")
 
@@ -123,7 +143,7 @@ def _number(value: Any, where: str, low: float, high: float | None = None) -> fl
     return float(value)
 
 
-def _daemon(data: Any, path: str, fleet_override: str | None) -> DaemonConfig:
+def _daemon(data: Any, path: str, fleet_override: str | None, policies: bool = True) -> DaemonConfig:
     data = _mapping(data, "the file")
     _known(data, TOP_KEYS, "")
     store = data.get("store", DEFAULT_STORE)
@@ -142,7 +162,8 @@ def _daemon(data: Any, path: str, fleet_override: str | None) -> DaemonConfig:
     fleet = _choice(data.get("fleet", default("fleet")), "fleet", "fleet")
     fleet = fleet_override or fleet
     dependencies_data = _mapping(data.get("dependencies") or {}, "dependencies")
-    dependencies = {name: _dependency(name, value) for name, value in dependencies_data.items()}
+    dependencies = ({name: _dependency(name, value) for name, value in dependencies_data.items()}
+                    if policies else {})
     limits = {str(name): _dependency_limit(str(name), value["limit"])
               for name, value in dependencies_data.items() if value.get("limit") is not None}
     global_dependencies = frozenset(str(name) for name, value in dependencies_data.items()
@@ -159,7 +180,7 @@ def _daemon(data: Any, path: str, fleet_override: str | None) -> DaemonConfig:
             pools_data = {**pools_data, name: {**value, "max_workers": count}}
             if shared:
                 global_max[str(name)] = count
-    pools = {str(name): _pool(str(name), value, dependencies, fleet, limits)
+    pools = {str(name): _pool(str(name), value, dependencies, fleet, limits, policies)
              for name, value in pools_data.items()}
     retention = _duration(data.get("retention", default("retention")), "retention")
     dead_retention = _duration(data.get("dead_retention", default("dead_retention")), "dead_retention")
@@ -211,14 +232,14 @@ def parse_listen(value: Any, where: str) -> tuple[str, int]:
         raise _fail(where, f"the port must be between 1 and 65535, got {port}")
     if host != "localhost":
         try:
-            ipaddress.ip_address(host)
+            _ip_address(host)
         except ValueError:
             raise _fail(where, f"the host must be an IP address or localhost, got {host!r}") from None
     return host, port
 
 
 def is_loopback(host: str) -> bool:
-    return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    return host == "localhost" or _ip_address(host).is_loopback
 
 
 def _http(value: Any) -> HttpConfig:
@@ -244,6 +265,9 @@ def _http(value: Any) -> HttpConfig:
 
 
 def _dependency(name: str, value: Any) -> Dependency:
+    from ..policy.config import Dependency
+    from ..policy.errors import PolicyConfigError
+
     where = f"dependencies.{name}"
     value = _mapping(value, where)
     _known(value, DEPENDENCY_KEYS, where)
@@ -281,7 +305,7 @@ def _tenant_caps(value: Any) -> TenantCaps:
 
 
 def _pool(name: str, value: Any, dependencies: Mapping[str, Dependency], fleet: str,
-          limits: Mapping[str, DependencyLimit]) -> PoolConfig:
+          limits: Mapping[str, DependencyLimit], policies: bool = True) -> PoolConfig:
     where = f"pools.{name}"
     if not POOL_NAME.match(name):
         raise _fail(where, "a pool name may hold only a-z, 0-9 and _")
@@ -319,7 +343,8 @@ def _pool(name: str, value: Any, dependencies: Mapping[str, Dependency], fleet: 
         concurrency=_int(value.get("concurrency", default("pools.<pool>.concurrency")), f"{where}.concurrency",
                          1, 10000),
         drain_timeout=drain, lease=lease, policy_kind=kind,
-        policy=_policy(value, where, dependencies, limits), flexiq=_flexiq(value.get("flexiq"), where),
+        policy=_policy(value, where, dependencies, limits) if policies else None,
+        flexiq=_flexiq(value.get("flexiq"), where) if policies else FlexiqOptions(),
         environment={str(k): str(v) for k, v in environment.items()},
         memory_max=memory_max, cpu_weight=cpu_weight,
         batch_size=(_int(value["batch_size"], f"{where}.batch_size", 1)
@@ -356,6 +381,9 @@ def _credentials(value: Any, where: str, fleet: str) -> tuple[Credential, ...]:
 
 def _policy(value: Mapping[str, Any], where: str, dependencies: Mapping[str, Dependency],
             limits: Mapping[str, DependencyLimit]):
+    from ..policy.config import pool_policy_from_mapping
+    from ..policy.errors import PolicyConfigError
+
     mapping: dict[str, Any] = {key: _with_durations(value[key], f"{where}.{key}")
                                for key in POLICY_KEYS if key in value}
     uses = value.get("uses")
@@ -364,7 +392,7 @@ def _policy(value: Mapping[str, Any], where: str, dependencies: Mapping[str, Dep
         mapping["dependencies"] = []
         for dep_name, use in uses.items():
             if dep_name not in dependencies:
-                close = difflib.get_close_matches(str(dep_name), list(dependencies), n=1)
+                close = _close_match(str(dep_name), list(dependencies))
                 hint = f"; did you mean {close[0]!r}?" if close else " (declare it under dependencies:)"
                 raise _fail(f"{where}.uses.{dep_name}", f"no such dependency{hint}")
             use = dict(_with_durations(_mapping(use, f"{where}.uses.{dep_name}"), f"{where}.uses.{dep_name}"))

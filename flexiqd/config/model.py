@@ -3,27 +3,30 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from ..fleet.base import Credential, WorkerSpec
-from ..policy.config import Dependency, PoolPolicy
-from ..policy.fleet import PoolInput
-from ..policy.types import History, Observation
 from ..queue.limits import DependencyLimit, TenantCaps
+from .schema import default, listen_default
+
+if TYPE_CHECKING:  # the decision code is loaded by who decides, not by a worker reading its pool
+    from ..policy.config import Dependency, PoolPolicy
+    from ..policy.fleet import PoolInput
+    from ..policy.types import History, Observation
 
 DEFAULT_CONFIG_PATH = "/etc/flexiqd/flexiqd.yaml"
-DEFAULT_STORE = "sqlite:////var/lib/flexiq/queue.db"
+DEFAULT_STORE = default("store")
 
 
 @dataclasses.dataclass(frozen=True)
 class FlexiqOptions:
     """The flexiq autoscaler's options, for pools run with ``policy: flexiq``."""
 
-    target_queue_depth_per_worker: int = 15
-    target_utilisation: float = 0.75
-    tolerance: float = 0.1
-    scale_up_window: float = 0.0
-    scale_down_window: float = 300.0
+    target_queue_depth_per_worker: int = default("pools.<pool>.flexiq.target_queue_depth_per_worker")
+    target_utilisation: float = default("pools.<pool>.flexiq.target_utilisation")
+    tolerance: float = default("pools.<pool>.flexiq.tolerance")
+    scale_up_window: float = default("pools.<pool>.flexiq.scale_up_window")
+    scale_down_window: float = default("pools.<pool>.flexiq.scale_down_window")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +40,7 @@ class PoolConfig:
     drain_timeout: float
     lease: float
     policy_kind: str                    # "flexiqd" or "flexiq"
-    policy: PoolPolicy
+    policy: PoolPolicy                  # None in a worker's reading (load_config(policies=False))
     flexiq: FlexiqOptions
     environment: Mapping[str, str]
     memory_max: int | None
@@ -48,6 +51,8 @@ class PoolConfig:
     def decision_input(self, observation: Observation, history: History | None,
                        fleet_grants: Mapping[str, int] | None = None) -> PoolInput:
         """This pool's arguments to ``policy.decide_fleet``."""
+        from ..policy.fleet import PoolInput
+
         return PoolInput(observation=observation, policy=self.policy, history=history, kind=self.policy_kind,
                          flexiq=self.flexiq, fleet_grants=fleet_grants)
 
@@ -60,20 +65,21 @@ class PoolConfig:
                           credentials=self.credentials)
 
 
-# The port flexiqd serves /metrics and /api/scaler on unless told otherwise: outside the
-# 9100-9999 range of Prometheus's port allocations, which is fully taken (docs/metrics.md).
-DEFAULT_HTTP_PORT = 8739
+# Where flexiqd serves /metrics and /api/scaler unless told otherwise: loopback, on a port
+# outside the 9100-9999 range of Prometheus's port allocations, which is fully taken
+# (docs/metrics.md).
+DEFAULT_HTTP_HOST, DEFAULT_HTTP_PORT = listen_default()
 
 
 @dataclasses.dataclass(frozen=True)
 class HttpConfig:
     """The HTTP endpoint: /metrics, /api/scaler and /health."""
 
-    host: str = "127.0.0.1"
+    host: str = DEFAULT_HTTP_HOST
     port: int = DEFAULT_HTTP_PORT
-    token_file: str | None = None       # a bearer token, required off loopback
-    allow_remote: bool = False          # must be said to bind a non-loopback address
-    scaler_target: int = 15             # KEDA's targetValue: jobs per replica
+    token_file: str | None = default("http.token_file")        # a bearer token, required off loopback
+    allow_remote: bool = default("http.allow_remote")          # must be said to bind a non-loopback address
+    scaler_target: int = default("http.scaler_target")         # KEDA's targetValue: jobs per replica
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,8 +92,8 @@ class DaemonConfig:
     fleet: str                          # "systemd" or "process"
     dependencies: Mapping[str, Dependency]
     pools: Mapping[str, PoolConfig]
-    retention: float = 7 * 86400.0       # finished (done, cancelled) jobs are kept this long
-    dead_retention: float = 30 * 86400.0  # dead-lettered jobs are kept this long
+    retention: float = default("retention")            # finished (done, cancelled) jobs are kept this long
+    dead_retention: float = default("dead_retention")  # dead-lettered jobs are kept this long
     http: HttpConfig | None = None        # None: no HTTP endpoint
     source: str = dataclasses.field(default="", repr=False)  # the file's text, as validated
     # dependencies.<name>.limit: enforced by the workers of every pool (flexiqd.queue.limits)
@@ -95,7 +101,7 @@ class DaemonConfig:
     # tenants.<name>.max_running: enforced by the claims of every worker (flexiqd.queue.limits)
     tenant_caps: TenantCaps = dataclasses.field(default_factory=TenantCaps)
     # Hosts sharing the store: each daemon beats this often (flexiqd.queue.hosts).
-    heartbeat: float = 2.0
+    heartbeat: float = default("heartbeat")
     # dependencies.<name>.global: the capacity is the whole fleet's, shared between live hosts.
     global_dependencies: frozenset[str] = frozenset()
     # pools.<name>.max_workers: {count: N, global: true}: N for the whole fleet, not per host.

@@ -65,7 +65,7 @@ def pool_of_instance(instance: str, path: str) -> tuple[PoolConfig, str]:
     parsed = parse_instance(instance)
     if parsed is None:
         raise FlexiqdError(f"worker: --instance {instance!r} is not <pool>-<n>, as in default-3")
-    config = load_config(path)
+    config = load_config(path, policies=False)
     pool = config.pools.get(parsed[0])
     if pool is None:
         raise FlexiqdError(f"worker {instance}: {path} has no pool {parsed[0]!r} "
@@ -100,7 +100,7 @@ def worker_setup(*, app: str | None, url: str | None, instance: str | None, conf
         path = None  # no pool to read a drain budget for
     if limits_path is not None:
         # Not optional: a worker that ran without them could push a dependency past its quota.
-        loaded = load_config(limits_path)
+        loaded = load_config(limits_path, policies=False)
         settings["dependency_limits"] = loaded.dependency_limits
         settings["tenant_caps"] = loaded.tenant_caps
         settings["heartbeat"] = loaded.heartbeat  # the lease timing on a store shared by hosts
@@ -149,7 +149,7 @@ class _ConfigPartReader:
             return self._value
         self._seen = signature
         try:
-            value = self._pick(load_config(self._path))
+            value = self._pick(load_config(self._path, policies=False))
         except ConfigError as exc:
             log.warning("Worker %s keeps its %s: %s", self._setup.config.name, self.what, exc)
             return self._value
@@ -193,7 +193,7 @@ def drain_timeout_now(setup: WorkerSetup) -> float:
     if setup.config_path is None or setup.pool is None:
         return setup.config.drain_timeout
     try:
-        pool = load_config(setup.config_path).pools.get(setup.pool)
+        pool = load_config(setup.config_path, policies=False).pools.get(setup.pool)
     except ConfigError as exc:
         log.warning("Worker %s keeps its drain budget of %gs: %s", setup.config.name,
                     setup.config.drain_timeout, exc)
