@@ -16,7 +16,7 @@ if not (DEMO / "plot.py").is_file():
 sys.path.insert(0, str(DEMO))
 
 import demo  # noqa: E402
-from plot import HEIGHT, WIDTH, Sample, ScaleDecision, draw  # noqa: E402
+from plot import HEIGHT, WIDTH, Sample, ScaleDecision, WorkerStart, draw  # noqa: E402
 
 
 def burst(seconds: int = 90) -> tuple[list[Sample], list[ScaleDecision]]:
@@ -39,10 +39,12 @@ def png_size(path: Path) -> tuple[int, int]:
 
 def test_the_picture_is_a_png_of_the_promised_size(tmp_path):
     samples, decisions = burst()
-    path = draw(samples, decisions, tmp_path / "out" / "demo.png", target_age=10.0, title="a burst")
+    starts = [WorkerStart(f"default-{n}", 2.0 + n / 10, 2.4 + n / 10, 2.5 + n / 10) for n in range(2, 9)]
+    path = draw(samples, decisions, tmp_path / "out" / "demo.png", target_age=10.0, title="a burst",
+                starts=starts + [WorkerStart("default-9", None, None, 4.0)], chain="burst 0s → ...")
     assert path == tmp_path / "out" / "demo.png"
     assert png_size(path) == (WIDTH, HEIGHT)
-    assert path.stat().st_size > 20_000  # three panels of lines and text, not an empty canvas
+    assert path.stat().st_size > 20_000  # four panels of lines and text, not an empty canvas
 
 
 def test_a_run_without_decisions_still_draws(tmp_path):
@@ -53,15 +55,22 @@ def test_a_run_without_decisions_still_draws(tmp_path):
 def test_a_scale_decision_is_read_from_its_journal_fields():
     entry = {"__REALTIME_TIMESTAMP": "1700000012500000", "FROM": "1", "TO": "8", "REASON": "ScaleUpAge",
              "MESSAGE": "flexiqd.daemon.controller: default 1 -> 8: ScaleUpAge: oldest job waits 12s (age=8)"}
-    decision = demo.decision_from(entry, start=1_700_000_000.0)
-    assert decision == ScaleDecision(at=12.5, previous=1, desired=8, reason="ScaleUpAge")
+    decision = demo.decision_from(entry, origin=1_700_000_000.0)
+    assert decision == ScaleDecision(at=12.5, previous=1, desired=8, reason="ScaleUpAge",
+                                     rationale="oldest job waits 12s (age=8)")
 
 
-def test_the_live_screen_shows_the_latest_samples_and_decisions_only():
-    samples, _ = burst(40)
-    lines = [f"  {n}s  decision {n}" for n in range(10)]
-    text = demo.screen("title", samples, lines, peak=8, rows=5).splitlines()
+def test_a_decision_before_the_burst_shows_its_own_negative_time():
+    assert demo.decision_row(ScaleDecision(at=-0.24, previous=0, desired=1, reason="ScaleUpMin")) == (
+        "  -0.2s  decision: 0 -> 1 ScaleUpMin")
+
+
+def test_the_live_screen_shows_the_latest_lines_of_the_timeline_decisions_among_the_samples():
+    samples, decisions = burst(40)
+    text = demo.screen("title", samples, decisions, peak=8, rows=5).splitlines()
     assert text[0] == "title" and "peak 8 workers, now 8" in text
-    table = [line for line in text if line.endswith("16.0")]
-    assert len(table) == 5 and table[-1] == demo.sample_row(samples[-1])
-    assert text[-6:] == lines[-6:]
+    assert text[-5:] == [*map(demo.sample_row, samples[-4:]), demo.decision_row(decisions[1])]
+    text = demo.screen("title", samples[:7], decisions, peak=8, rows=5).splitlines()
+    # The decision at 4.5 s between the rows at 4 s and 5 s; the one at 59.5 s after the last row.
+    assert text[-5:] == [demo.sample_row(samples[4]), demo.decision_row(decisions[0]), demo.sample_row(samples[5]),
+                         demo.sample_row(samples[6]), demo.decision_row(decisions[1])]
