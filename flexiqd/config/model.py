@@ -62,7 +62,8 @@ class PoolConfig:
                           lease_seconds=self.lease, store_url=store_url,
                           environment=dict(self.environment), memory_max=self.memory_max,
                           cpu_weight=self.cpu_weight, batch_size=self.batch_size,
-                          credentials=self.credentials)
+                          credentials=self.credentials,
+                          ready_ahead=self.policy.max_workers if self.policy is not None else 0)
 
 
 # Where flexiqd serves /metrics and /api/scaler unless told otherwise: loopback, on a port

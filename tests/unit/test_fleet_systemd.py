@@ -184,6 +184,23 @@ def test_a_start_sets_the_limits_before_starting_and_reloads_once_per_batch(tmp_
         ("SetUnitProperties", "flexiq-worker@p-2.service"), ("StartUnit", "flexiq-worker@p-2.service")]
 
 
+def test_a_configured_pool_starts_its_workers_without_a_reload(tmp_path):
+    # The drop-ins of every instance the pool may start are written at configure, with one
+    # Reload then: a scale-up does not wait ~100 ms for systemd to reload every unit.
+    systemd = RecordingSystemd({})
+    fleet = SystemdFleet(systemd, dropin_root=str(tmp_path))
+    spec = WorkerSpec(pool="p", app="a:q", queues=("q",), concurrency=1, drain_timeout=5,
+                      lease_seconds=30, store_url="sqlite:////x.db", ready_ahead=3)
+    fleet.configure([spec])
+    assert systemd.calls == [("Reload",)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"flexiq-worker@p-{i}.service.d" for i in (1, 2, 3)]
+    systemd.calls.clear()
+    fleet.start(spec, [1, 2, 3])
+    assert "Reload" not in [c[0] for c in systemd.calls]
+    fleet.start(spec, [4])  # beyond what was written ahead: written now, and reloaded
+    assert ("Reload",) in systemd.calls
+
+
 class TimedSystemd(RecordingSystemd):
     """Also answers the units' monotonic timestamps, and counts the reads of them."""
 
