@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import signal
 import tempfile
@@ -31,6 +32,7 @@ import yaml
 
 from .config import DaemonConfig, parse_config
 from .config.schema import autoscale_default
+from .daemon import pacing
 from .daemon.controller import Controller
 from .errors import ConfigError
 from .fleet.base import Fleet, WorkerState
@@ -221,6 +223,7 @@ class Autoscaler:
         self._daemon_config = daemon_config(config, queue.url)
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._woken = threading.Event()  # new work, or a stop: decide now
         self._thread: threading.Thread | None = None
         self._fleet: Fleet
         self.process_manager: ProcessManager | None = None
@@ -272,18 +275,37 @@ class Autoscaler:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                decision = self.tick()
-                log.info(LOG_FORMAT, decision.pending, decision.running, decision.current_workers,
-                         decision.desired_workers, decision.rationale)
-            except Exception:  # a bad tick must not end autoscaling; the next one retries
-                log.exception("autoscale: tick failed")
-            self._stop.wait(self.config.poll_interval)
+        # New work on the pool's queues wakes the loop (the daemon's pacing): a burst is
+        # answered at once, not at the next poll.
+        queues = self._daemon_config.pools[self.config.pool].queues
+        unsubscribe = self.queue.backend.subscribe(queues, self._woken.set)
+        last_new_work = -math.inf
+        follow_up: float | None = None
+        try:
+            while not self._stop.is_set():
+                last_tick = time.monotonic()
+                try:
+                    decision = self.tick()
+                    log.info(LOG_FORMAT, decision.pending, decision.running, decision.current_workers,
+                             decision.desired_workers, decision.rationale)
+                except Exception:  # a bad tick must not end autoscaling; the next one retries
+                    log.exception("autoscale: tick failed")
+                if follow_up is not None and follow_up <= last_tick:
+                    follow_up = None
+                due = pacing.due_at(self.controller.next_due, time.time(), time.monotonic())
+                deadline = pacing.next_tick(last_tick, self.config.poll_interval, due, follow_up)
+                if self._woken.wait(max(0.0, deadline - time.monotonic())) and not self._stop.is_set():
+                    self._woken.clear()
+                    at, follow_up = pacing.after_new_work(time.monotonic(), last_new_work)
+                    last_new_work = at
+                    self._stop.wait(max(0.0, at - time.monotonic()))
+        finally:
+            unsubscribe()
 
     def stop(self) -> None:
         """Stop ticking, then drain every worker (they finish or release their jobs) and wait."""
         self._stop.set()
+        self._woken.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None

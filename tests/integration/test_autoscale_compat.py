@@ -99,6 +99,21 @@ def test_tick_reports_flexiqs_decision_and_the_process_manager_runs_workers(app,
     assert set(starts.values()) == {1} and set(ends.values()) == {1} and len(starts) == 30
 
 
+def test_a_burst_wakes_the_autoscaler_long_before_its_next_poll(app, worker_env):
+    # A minute between polls: a scale-up within seconds of the burst was woken by it.
+    autoscaler = Autoscaler(app, app="counting_app:queue", min_workers=1, max_workers=4, concurrency=2,
+                            poll_interval=60, drain_timeout=10)
+    manager = autoscaler.process_manager
+    try:
+        autoscaler.start()
+        wait_for(lambda: manager.count_live() == 1, 20, "the first worker")
+        app.tasks["count"].map([(0.2,)] * 30)
+        wait_for(lambda: manager.count_live() >= 2, 20, "a scale-up on the burst's arrival")
+    finally:
+        autoscaler.stop()
+    assert manager.count_live() == 0
+
+
 def test_bad_options_are_refused_up_front(app):
     with pytest.raises(ConfigError, match="max_workers"):
         Autoscaler(app, app="counting_app:queue", min_workers=5, max_workers=2)
