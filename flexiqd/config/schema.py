@@ -62,7 +62,9 @@ _RATE_LIMIT = "{workers, percent, period}"
 SETTINGS: tuple[Setting, ...] = (
     _s("store", "store URL", "sqlite:////var/lib/flexiq/queue.db",
        "The job store: sqlite:///path on one machine, or postgresql://... shared by many machines."),
-    _s("tick", "duration", 1.0, "How often every pool is sized."),
+    _s("tick", "duration", 1.0,
+       "How often every pool is sized, at the latest: new work, a delayed job coming due and a worker's "
+       "change are decided on as they happen."),
     _s("heartbeat", "duration", 2.0,
        "How often each flexiqd records on a store shared by machines that its machine is alive."),
     _s("fleet", "choice", "systemd",
