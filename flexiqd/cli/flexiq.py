@@ -171,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     autoscale.add_argument("--pool", **_autoscaling("pool"))
 
     scaler = commands.add_parser(
-        "scaler", help="serve the KEDA endpoint (/api/scaler, /health) from the store, without the daemon")
+        "scaler", help="serve the KEDA endpoint and the queue metrics (/api/scaler, /metrics, /health) from the "
+                   "store, without the daemon")
     host, port = listen_default()
     scaler.add_argument("--host", default=host,
                         help=f"address to listen on (default {host}; a non-loopback one needs --token-file)")

@@ -8,13 +8,14 @@ yet, a start cost not measured) is left out rather than shown as 0.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterable, Iterator, Mapping
 
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily,
                                     InfoMetricFamily, Metric)
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
+from ..queue.types import Stats
 from .counters import QueueTally
 from .snapshot import Snapshot
 
@@ -29,7 +30,10 @@ def _counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> CounterMetric
     return CounterMetricFamily(name, doc, labels=list(labels))
 
 
-def queue_families(snapshot: Snapshot) -> list[Metric]:
+def queue_families(queues: Iterable[str], queue_stats: Mapping[str, Stats],
+                   counters: Mapping[str, QueueTally]) -> list[Metric]:
+    """The queue-level families, the daemon's and ``flexiq scaler``'s: ``queues`` served,
+    ``queue_stats`` as last read (a queue whose read failed has none), ``counters`` since start."""
     q = ("queue",)
     runnable = _gauge("flexiqd_queue_runnable_jobs", "Jobs that could run now and wait for a worker.", q)
     delayed = _gauge("flexiqd_queue_delayed_jobs", "Queued jobs whose run-at has not come (delayed, retry backoff).", q)
@@ -45,8 +49,8 @@ def queue_families(snapshot: Snapshot) -> list[Metric]:
     reruns = _counter("flexiqd_queue_crash_reruns_total", "Attempts lost with a worker that died; the job runs again.", q)
     durations = HistogramMetricFamily("flexiqd_job_duration_seconds", "Run time of successful attempts.",
                                       labels=["queue", "task"])
-    for name in sorted(set(snapshot.served_queues()) | set(snapshot.queue_stats)):
-        stats = snapshot.queue_stats.get(name)
+    for name in sorted(set(queues) | set(queue_stats)):
+        stats = queue_stats.get(name)
         if stats is not None:
             runnable.add_metric([name], stats.runnable)
             delayed.add_metric([name], stats.delayed)
@@ -55,7 +59,7 @@ def queue_families(snapshot: Snapshot) -> list[Metric]:
             age.add_metric([name], stats.oldest_runnable_age)
             if stats.time_to_drain is not None:
                 drain.add_metric([name], stats.time_to_drain)
-        tally = snapshot.counters.get(name, QueueTally())
+        tally = counters.get(name, QueueTally())
         arrivals.add_metric([name], tally.arrivals)
         completions.add_metric([name], tally.completions)
         failures.add_metric([name], tally.failures)
@@ -159,23 +163,28 @@ def daemon_families(snapshot: Snapshot) -> list[Metric]:
 
 
 def families(snapshot: Snapshot) -> list[Metric]:
-    return [*queue_families(snapshot), *pool_families(snapshot), *dependency_families(snapshot),
-            *daemon_families(snapshot)]
+    return [*queue_families(snapshot.served_queues(), snapshot.queue_stats, snapshot.counters),
+            *pool_families(snapshot), *dependency_families(snapshot), *daemon_families(snapshot)]
 
 
-class _SnapshotCollector:
-    def __init__(self, snapshot: Snapshot) -> None:
-        self.snapshot = snapshot
+class _Collector:
+    def __init__(self, metrics: list[Metric]) -> None:
+        self.metrics = metrics
 
     def describe(self) -> list[Metric]:
         return []  # nothing to check at registration: the registry is made per scrape
 
     def collect(self) -> Iterator[Metric]:
-        return iter(families(self.snapshot))
+        return iter(self.metrics)
+
+
+def exposition(metrics: list[Metric]) -> bytes:
+    """The Prometheus text exposition of ``metrics``, in a registry of its own (never the global one)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(metrics))
+    return generate_latest(registry)
 
 
 def render(snapshot: Snapshot) -> bytes:
-    """The Prometheus text exposition of ``snapshot``, in a registry of its own (never the global one)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_SnapshotCollector(snapshot))
-    return generate_latest(registry)
+    """The daemon's /metrics: everything ``snapshot`` holds."""
+    return exposition(families(snapshot))

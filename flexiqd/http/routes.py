@@ -12,6 +12,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from ..errors import QueueError
 from ..queue.backend import Backend
+from .counters import Counters
 from .scaler import scaler_answer, scaler_selection
 from .server import HttpError, Request, Response, Route, json_response
 from .snapshot import Snapshot
@@ -60,12 +61,36 @@ def daemon_routes(latest: Callable[[], Snapshot], target: int) -> dict[str, Rout
 def store_routes(backend: Backend, target: int, queues: Sequence[str] | None,
                  clock: Callable[[], float] = time.time) -> dict[str, Route]:
     """``flexiq scaler``'s routes: each answer read from the store on a thread of its own, so the
-    server keeps answering (and timing out slow clients) while a read waits on a lock."""
+    server keeps answering (and timing out slow clients) while a read waits on a lock.
+
+    /metrics has the daemon's queue-level families (same names, docs/metrics.md) for the
+    queues served -- ``queues``, or every queue the store has -- read at each scrape; its
+    counters start at zero when the scaler starts, as the daemon's do.
+    """
     reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flexiq-scaler")
+    counters = Counters()
 
     def read(names: list[str]) -> list:
         now = clock()
         return [backend.stats(name, now=now) for name in names]
+
+    def exposition_now() -> bytes:
+        from .metrics import exposition, queue_families
+
+        served = list(queues) if queues is not None else backend.queues()
+        now = clock()
+        stats = {name: backend.stats(name, now=now) for name in served}
+        counters.read(backend, served, now)
+        return exposition(queue_families(served, stats, counters.frozen()))
+
+    async def metrics(request: Request) -> Response:
+        if request.query:
+            raise HttpError(400, "/metrics takes no query parameters")
+        try:
+            body = await asyncio.get_running_loop().run_in_executor(reader, exposition_now)
+        except QueueError as exc:  # no answer beats a wrong one: the scrape fails, Prometheus says so
+            return json_response({"error": f"cannot read the queue stats: {exc}"}, 503)
+        return Response(200, body, CONTENT_TYPE_LATEST)
 
     async def scaler(request: Request) -> Response:
         loop = asyncio.get_running_loop()
@@ -83,4 +108,4 @@ def store_routes(backend: Backend, target: int, queues: Sequence[str] | None,
             return json_response({"error": f"cannot read the queue stats: {exc}"}, 503)
         return json_response(scaler_answer(stats, target=target, name=name, pool=pool))
 
-    return {"/api/scaler": Route(scaler), "/health": HEALTH}
+    return {"/metrics": Route(metrics), "/api/scaler": Route(scaler), "/health": HEALTH}

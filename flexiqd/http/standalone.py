@@ -1,4 +1,5 @@
-"""``flexiq scaler``: the KEDA endpoint served straight from the store, without the daemon."""
+"""``flexiq scaler``: the KEDA endpoint and the queue metrics served straight from the store,
+without the daemon."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ async def serve_scaler(options: ScalerOptions) -> None:
         loop.add_signal_handler(signum, stop.set)
     try:
         await server.start()
-        log.info("Serving /api/scaler for %s on %s:%d.", ", ".join(options.queues or ["every queue"]),
+        log.info("Serving /api/scaler and /metrics for %s on %s:%d.", ", ".join(options.queues or ["every queue"]),
                  options.host, server.port)
         await stop.wait()
     finally:
