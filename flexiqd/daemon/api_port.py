@@ -17,8 +17,11 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from ..errors import FlexiqdError
+from ..errors import ControlError, FlexiqdError, JobNotFound
+from ..queue.types import JobState
 from .documents import event_document, hosts_document, status_document
+from .job_queries import JobQuery, job_document, page_document
+from .samples import STEP
 
 if TYPE_CHECKING:
     from .service import Daemon
@@ -44,6 +47,24 @@ class ApiPort(Protocol):
 
     async def events_since(self, seq: int) -> list[dict[str, Any]]:
         """Event documents with a sequence number above ``seq``, oldest first."""
+
+    async def history(self, pool: str, since: float) -> dict[str, Any]:
+        """The pool's samples and scale events at or after ``since`` (docs/dbus-api.md, History)."""
+
+    # The jobs' own data (arguments, results, errors): for root and the flexiq group only, which
+    # the API checks before it asks.  ControlError for a bad query or an unknown job.
+
+    async def jobs(self, query: JobQuery) -> dict[str, Any]:
+        """A page of jobs, newest first (job_queries.page_document)."""
+
+    async def job(self, job_id: int) -> dict[str, Any]:
+        """One job whole, with its attempts (job_queries.job_document)."""
+
+    async def retry_dead(self, queue: str | None, job_ids: list[int] | None) -> int:
+        """Revive dead letters (of ``queue``; only ``job_ids`` when given); how many."""
+
+    async def purge_dead(self, queue: str | None, job_ids: list[int] | None) -> int:
+        """Delete dead letters (of ``queue``; only ``job_ids`` when given); how many."""
 
     # The requests below raise ControlError for a request that is wrong (an unknown pool,
     # a count out of range) and FlexiqdError for one that could not be done.  Each takes
@@ -99,7 +120,7 @@ class DaemonPort:
             hosts = (hosts_document(daemon.hosts, controller.global_caps(), now)
                      if daemon.hosts is not None else None)
             return status_document(controller.config, config_path, config_error, controller.views,
-                                   controller.operators.overrides, now, hosts)
+                                   controller.operators.overrides, now, hosts, controller.dependency_stats)
 
         return await daemon.io(build)
 
@@ -109,6 +130,54 @@ class DaemonPort:
             return []
         events = await self._daemon.io(controller.events.since, seq)
         return [event_document(e) for e in events]
+
+    async def history(self, pool: str, since: float) -> dict[str, Any]:
+        controller = self._controller()
+        if pool not in controller.config.pools:
+            raise ControlError(f"no pool {pool!r} (pools: {', '.join(sorted(controller.config.pools)) or 'none'})")
+
+        def read() -> dict[str, Any]:
+            events = [event_document(e) for e in controller.events.since(0) if e.pool == pool and e.at >= since]
+            policy = controller.config.pools[pool].policy
+            return {"pool": pool, "target_age": policy.targets.age, "step": STEP,
+                    "samples": controller.samples.since(pool, since), "events": events}
+
+        return await self._daemon.io(read, what="reading a pool's history")
+
+    async def jobs(self, query: JobQuery) -> dict[str, Any]:
+        backend = self._controller().backend
+        found = await self._daemon.io(lambda: backend.list_jobs(
+            queue=query.queue, state=query.state, task=query.task, tenant=query.tenant, before=query.before,
+            limit=query.limit), what="looking up jobs")
+        return page_document(found, query)
+
+    async def job(self, job_id: int) -> dict[str, Any]:
+        backend = self._controller().backend
+
+        def read() -> dict[str, Any]:
+            try:
+                return job_document(backend.get(job_id), backend.executions(job_id=job_id))
+            except JobNotFound:
+                raise ControlError(f"no job with id {job_id}") from None
+
+        return await self._daemon.io(read, what="reading a job")
+
+    async def retry_dead(self, queue: str | None, job_ids: list[int] | None) -> int:
+        backend = self._controller().backend
+        return await self._daemon.io(lambda: backend.retry_dead(queue=queue, job_ids=job_ids, now=time.time()),
+                                     what="retrying dead letters")
+
+    async def purge_dead(self, queue: str | None, job_ids: list[int] | None) -> int:
+        backend = self._controller().backend
+        return await self._daemon.io(lambda: backend.purge(states=[JobState.DEAD], finished_before=time.time() + 1,
+                                                           queue=queue, job_ids=job_ids),
+                                     what="purging dead letters")
+
+    def _controller(self):
+        controller = self._daemon.controller
+        if controller is None:
+            raise FlexiqdError("flexiqd is still starting")
+        return controller
 
     async def _control(self, name: str, *args: Any) -> None:
         controller = self._daemon.controller

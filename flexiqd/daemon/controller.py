@@ -38,8 +38,10 @@ from ..policy.economics import lead_time, start_cost_or_default
 from ..policy.types import DependencyObservation
 from ..queue.backend import Backend
 from ..queue.owners import process_exists, this_host
+from ..queue.types import DependencyStats
 from .events import EventLog
-from .intent import HistoryFile, IntentFile
+from .samples import Samples
+from .intent import HistoryFile, IntentFile, SamplesFile
 from .operators import OperatorIntent
 from .recovery import Recovery
 from .retiring import Retiring
@@ -48,6 +50,7 @@ from .startcost import StartCost, StartCosts
 log = logging.getLogger(__name__)
 
 HISTORY_SAVE_INTERVAL = 30.0  # seconds between saves of the histories while nothing changes
+SAMPLES_SAVE_INTERVAL = 60.0  # seconds between saves of the charts' samples
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,7 +106,7 @@ class Controller:
                  host: str | None = None, clock: Callable[[], float] = time.time,
                  pid_alive: Callable[[int], bool] = process_exists, events: EventLog | None = None,
                  intent: IntentFile | None = None, paused_path: str | None = None,
-                 history: HistoryFile | None = None) -> None:
+                 history: HistoryFile | None = None, samples: SamplesFile | None = None) -> None:
         self.config = config
         self.backend = backend
         self.fleet = fleet
@@ -113,6 +116,10 @@ class Controller:
         self.start_costs = StartCosts()
         self.history_file = history or HistoryFile(None)
         self._saved_at: float | None = None
+        self.samples_file = samples or SamplesFile(None)
+        #: The last hour of every pool, for charts (recorded after each tick, kept across restarts).
+        self.samples = Samples.from_document(self.samples_file.load(), config.pools)
+        self._samples_saved_at: float | None = None
         self.views: dict[str, PoolView] = {}
         self.events = events if events is not None else EventLog()
         #: What the tick is doing now (read by the daemon's loop to report a blocked tick).
@@ -120,6 +127,8 @@ class Controller:
         #: When the first delayed job of any pool comes due (epoch seconds), as the last tick
         #: read it: the daemon decides again then.  None: none delayed, or not known.
         self.next_due: float | None = None
+        #: Each limited dependency as the store saw it at the last tick (a failed read: absent).
+        self.dependency_stats: dict[str, DependencyStats] = {}
         self._cpu = CpuSampler()
         self._warned_p99: set[str] = set()
         self._binding_caps: dict[str, CapValue | None] = {}  # pool -> the cap that last bound its count
@@ -148,6 +157,7 @@ class Controller:
         """
         self.config = config
         self.histories = {name: h for name, h in self.histories.items() if name in config.pools}
+        self.samples.forget_others(config.pools)
         self._binding_caps = {name: c for name, c in self._binding_caps.items() if name in config.pools}
         self.start_costs.forget_pools(config.pools)
         self.recovery.reconfigure(config)
@@ -205,6 +215,7 @@ class Controller:
         self.recovery.stop_unconfigured(by_pool)
         self._measure_start_costs(workers, now)
 
+        self.dependency_stats = self._read_dependency_stats(now)
         observations, stats = {}, {}
         for pool in self.config.pools.values():
             mine = by_pool.get(pool.name, [])
@@ -259,19 +270,24 @@ class Controller:
             metrics = dataclasses.replace(metrics, cpu_utilisation=self._cpu.sample(pids))
         return metrics
 
+    def _read_dependency_stats(self, now: float) -> dict[str, DependencyStats]:
+        """Each limited dependency's figures (jobs inside, deferred, hold times), once per tick."""
+        found = {}
+        for name in self.config.dependency_limits:
+            self.activity = f"reading the figures of dependency {name}"
+            try:
+                found[name] = self.backend.dependency_stats(name, now=now)
+            except QueueError as exc:
+                log.warning("Cannot read the figures of dependency %s: %s", name, exc)
+        return found
+
     def _dependency_latencies(self, pool: PoolConfig, now: float) -> tuple[DependencyObservation, ...]:
         """For ``uses.<name>.max_latency``: the p95 time jobs held the (limited) dependency, measured
         by the store; a failed read is no information, so no cap."""
         seen = []
         for use in pool.policy.dependencies:
-            if use.max_latency is None:
-                continue
-            try:
-                held = self.backend.dependency_stats(use.dependency, now=now)
-            except QueueError as exc:
-                log.warning("Pool %s: cannot read the hold times of %s: %s", pool.name, use.dependency, exc)
-                continue
-            if held.hold_p95 is not None:
+            held = self.dependency_stats.get(use.dependency)
+            if use.max_latency is not None and held is not None and held.hold_p95 is not None:
                 seen.append(DependencyObservation(name=use.dependency, latency=held.hold_p95))
         return tuple(seen)
 
@@ -460,6 +476,8 @@ class Controller:
         self.views = {name: self._view(name, decisions.get(name), seen) for name in self.config.pools
                       if name in seen.observations}
         self._save_histories(now, force=any(d.changed for d in decisions.values()))
+        self.samples.record(self.views, now)
+        self._save_samples(now)
         self._fleet_report = self._report(decisions, seen)
 
     def _view(self, name: str, decision: Decision | None, seen: _Seen) -> PoolView:
@@ -480,9 +498,17 @@ class Controller:
         self.activity = "keeping the pools' histories"
         self.history_file.save(self.histories, self.start_costs.to_dict(), now)
 
+    def _save_samples(self, now: float, force: bool = False) -> None:
+        if not force and self._samples_saved_at is not None and now - self._samples_saved_at < SAMPLES_SAVE_INTERVAL:
+            return
+        self._samples_saved_at = now
+        self.activity = "keeping the pools' samples"
+        self.samples_file.save(self.samples.to_document())
+
     def save_state(self) -> None:
-        """Keep the histories now (the daemon is stopping)."""
+        """Keep the histories and the samples now (the daemon is stopping)."""
         self._save_histories(self.clock(), force=True)
+        self._save_samples(self.clock(), force=True)
 
     # -- between ticks ----------------------------------------------------------------------
 

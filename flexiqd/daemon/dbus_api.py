@@ -4,15 +4,17 @@
     objects    /org/flexiq/flexiqd1             org.flexiq.flexiqd1.Manager, ObjectManager
                /org/flexiq/flexiqd1/pool/<name> org.flexiq.flexiqd1.Pool (dbus_pools.py)
 
-Read-only members (``Status``, ``Events``, the properties) are for everyone;
-mutating ones (``Scale``, ``Unpin``, ``Pause``, ``Resume``, ``Drain``,
-``Reload``, on the manager and on each pool) for root and members of the
-``flexiq`` group.  The bus policy (``/usr/share/dbus-1/system.d/org.flexiq.flexiqd1.conf``)
-enforces that first; the daemon checks again with the caller's credentials as the
-bus reports them, so a missing or loosened policy file does not open the controls
-to every user.
+Read-only members about the pools (``Status``, ``Events``, ``History``, the
+properties) are for everyone; mutating ones (``Scale``, ``Unpin``, ``Pause``,
+``Resume``, ``Drain``, ``Reload``, on the manager and on each pool; ``RetryDead``,
+``PurgeDead``) and the reads of the jobs themselves (``Jobs``, ``Job``: their
+arguments and errors are data other local users cannot read from the store) for
+root and members of the ``flexiq`` group.  The bus policy
+(``/usr/share/dbus-1/system.d/org.flexiq.flexiqd1.conf``) enforces that first; the
+daemon checks again with the caller's credentials as the bus reports them, so a
+missing or loosened policy file does not open them to every user.
 
-A ``@method`` handler of dbus-fast does not see its caller, so mutating calls
+A ``@method`` handler of dbus-fast does not see its caller, so the checked calls
 are taken before dbus-fast dispatches them (``bus.add_message_handler``): ask
 the bus who sent it (``GetConnectionCredentials``), then run or refuse it.  The
 ``@method`` stubs exist for introspection only and refuse if ever reached.
@@ -43,12 +45,15 @@ from ..busnames import (BUS_NAME, DBUS_INTERFACE, DBUS_NAME, DBUS_PATH, ERROR_AC
 from ..errors import ControlError, FlexiqdError
 from .api_port import ApiPort
 from .dbus_pools import POOL_MUTATING, PoolInterface, PoolObjects
+from .job_queries import parse_query
 
 log = logging.getLogger(__name__)
 
 
-# Mutating members of the manager and their input signatures: the credentials check covers exactly these.
-MUTATING = {"Scale": "sud", "Unpin": "s", "Pause": "s", "Resume": "s", "Drain": "s", "Reload": ""}
+# Members of the manager for root and the flexiq group, and their input signatures: the credentials
+# check covers exactly these.
+CHECKED = {"Scale": "sud", "Unpin": "s", "Pause": "s", "Resume": "s", "Drain": "s", "Reload": "",
+           "Jobs": "s", "Job": "t", "RetryDead": "sat", "PurgeDead": "sat"}
 
 CONNECT_TIMEOUT = 10.0   # seconds to reach the bus and own the name at startup
 CLOSE_TIMEOUT = 2.0
@@ -69,15 +74,16 @@ def operator_gid() -> int | None:
         return None
 
 
-def mutating_request(msg: Message, pools: PoolObjects) -> tuple[str, list[Any]] | None:
-    """(member, arguments as the manager takes them) of a mutating call; None for any other message.
+def checked_request(msg: Message, pools: PoolObjects) -> tuple[str, list[Any]] | None:
+    """(member, arguments as the manager takes them) of a call only root and the flexiq group may
+    make; None for any other message.
 
     A pool object's call gets its pool as first argument: ``Pause()`` on
     ``.../pool/default`` is the manager's ``Pause("default")``.
     """
     if msg.message_type is not MessageType.METHOD_CALL:
         return None
-    if msg.path == OBJECT_PATH and msg.interface == INTERFACE and MUTATING.get(msg.member) == msg.signature:
+    if msg.path == OBJECT_PATH and msg.interface == INTERFACE and CHECKED.get(msg.member) == msg.signature:
         return msg.member, list(msg.body)
     pool = pool_from_path(msg.path or "")
     if (pool is not None and pool in pools and msg.interface == POOL_INTERFACE
@@ -134,6 +140,18 @@ class ManagerInterface(ServiceInterface):
     async def _events_json(self, since: int) -> str:
         return json.dumps(await self._port.events_since(since))
 
+    @method(name="History")
+    async def history(self, pool: "s", since: "d") -> "s":
+        try:
+            return await _answer("History", self._history_json(pool, since))
+        except ControlError as exc:
+            raise DBusError(ERROR_INVALID_ARGS, str(exc)) from None
+
+    async def _history_json(self, pool: str, since: float) -> str:
+        if math.isnan(since):
+            raise ControlError("since must be a time (seconds since the epoch), not NaN")
+        return json.dumps(await self._port.history(pool, since))
+
     @dbus_property(access=PropertyAccess.READ, name="Version")
     def version(self) -> "s":
         return __version__
@@ -176,6 +194,22 @@ class ManagerInterface(ServiceInterface):
     def reload(self):
         raise _unchecked()
 
+    @method(name="Jobs")
+    def jobs(self, query: "s") -> "s":
+        raise _unchecked()
+
+    @method(name="Job")
+    def job(self, job_id: "t") -> "s":
+        raise _unchecked()
+
+    @method(name="RetryDead")
+    def retry_dead(self, queue: "s", ids: "at") -> "u":
+        raise _unchecked()
+
+    @method(name="PurgeDead")
+    def purge_dead(self, queue: "s", ids: "at") -> "u":
+        raise _unchecked()
+
     # signals -----------------------------------------------------------------------------------
 
     @signal(name=SIGNAL_SCALE_EVENT)
@@ -188,12 +222,15 @@ class ManagerInterface(ServiceInterface):
 
 
 async def _answer(member: str, work: Awaitable[str]) -> str:
-    """The result of ``work``; a failure becomes one line for the caller and a traceback in the log.
+    """The result of ``work``; a failure becomes one line for the caller and a traceback in the log
+    (a ``ControlError``, the caller's mistake, is the caller's to turn into InvalidArgs).
 
     Without this dbus-fast would send the traceback itself to any caller.
     """
     try:
         return await work
+    except ControlError:
+        raise
     except Exception as exc:
         log.exception("%s failed.", member)
         raise DBusError(ERROR_FAILED, f"{member} failed inside flexiqd: {exc}") from None
@@ -328,7 +365,7 @@ class ApiService:
 
     def _intercept(self, msg: Message) -> bool | None:
         """bus message handler: take the mutating calls (True = handled, the reply comes later)."""
-        request = mutating_request(msg, self.pools)
+        request = checked_request(msg, self.pools)
         if request is None:
             return None
         self._spawn(self._checked_call(msg, *request))
@@ -337,10 +374,11 @@ class ApiService:
     async def _checked_call(self, msg: Message, member: str, args: list[Any]) -> None:
         try:
             uid, pid = await self._authorize(msg)
-            log.info("%s(%s) from uid %d (pid %s).", member, ", ".join(repr(a) for a in args), uid,
-                     pid if pid is not None else "?")
-            await self._perform(member, args)
-            reply = Message.new_method_return(msg)
+            # Every change is logged with its caller; a read of the jobs only when debugging.
+            log.log(logging.DEBUG if member in ("Jobs", "Job") else logging.INFO, "%s(%s) from uid %d (pid %s).",
+                    member, ", ".join(repr(a) for a in args), uid, pid if pid is not None else "?")
+            signature, body = await self._perform(member, args)
+            reply = Message.new_method_return(msg, signature, body)
         except DBusError as exc:
             reply = Message.new_error(msg, exc.type, exc.text)
         except asyncio.CancelledError:
@@ -374,12 +412,20 @@ class ApiService:
                         f"{msg.member} is for root and members of the {OPERATOR_GROUP} group "
                         f"(caller uid {uid})")
 
-    async def _perform(self, member: str, args: list[Any]) -> None:
-        """Carry out a checked call, in the manager's terms (the pool first)."""
+    async def _perform(self, member: str, args: list[Any]) -> tuple[str, list[Any]]:
+        """Carry out a checked call, in the manager's terms (the pool first); its reply's
+        signature and body."""
         port = self.port
         if member == "Reload":
             port.request_reload()
-            return
+            return "", []
+        if member in ("Jobs", "Job", "RetryDead", "PurgeDead"):
+            try:
+                return await self._jobs_call(member, args)
+            except ControlError as exc:
+                raise DBusError(ERROR_INVALID_ARGS, str(exc)) from None
+            except FlexiqdError as exc:
+                raise DBusError(ERROR_FAILED, f"{member}: {exc}") from None
         if member == "Scale":
             pool, workers, for_seconds = args
             if not math.isfinite(for_seconds):
@@ -394,6 +440,18 @@ class ApiService:
             raise DBusError(ERROR_INVALID_ARGS, str(exc)) from None
         except FlexiqdError as exc:
             raise DBusError(ERROR_FAILED, str(exc)) from None
+        return "", []
+
+    async def _jobs_call(self, member: str, args: list[Any]) -> tuple[str, list[Any]]:
+        """The checked reads and changes of the jobs themselves."""
+        port = self.port
+        if member == "Jobs":
+            return "s", [json.dumps(await port.jobs(parse_query(args[0])))]
+        if member == "Job":
+            return "s", [json.dumps(await port.job(args[0]))]
+        queue, ids = args[0] or None, list(args[1]) or None
+        action = port.retry_dead if member == "RetryDead" else port.purge_dead
+        return "u", [await action(queue, ids)]
 
 
 def _variant(mapping: Mapping[str, Any], key: str) -> Any:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .hosts import HostHeartbeat
     from .events import ScaleEvent
     from .overrides import Override
+    from ..queue.types import DependencyStats
 
 
 def pool_document(name: str, config: "DaemonConfig", view: "PoolView | None",
@@ -68,6 +69,10 @@ def pool_document(name: str, config: "DaemonConfig", view: "PoolView | None",
             "coming_due": metrics.coming_due,
             "coming_due_within": metrics.coming_due_within,
             "running_age_mean": metrics.running_age_mean,
+            # Queued jobs more workers would not start sooner: their tenant is at its cap, or
+            # a worker deferred them for a dependency at its limit.
+            "held_by_tenant_cap": sum(s.held_by_tenant_cap for s in view.stats),
+            "waiting_for_dependency": sum(s.waiting_for_dependency for s in view.stats),
         }
         slots = view.active * pool.concurrency
         # Busy slots of the active workers, as the policy's utilisation signal counts them.
@@ -75,11 +80,50 @@ def pool_document(name: str, config: "DaemonConfig", view: "PoolView | None",
     return document
 
 
+def dependency_use(config: "DaemonConfig", views: Mapping[str, "PoolView"]) -> dict[str, float]:
+    """What the pools' workers (running, starting or draining) hold of each declared dependency,
+    in its own unit."""
+    use = {name: 0.0 for name in config.dependencies}
+    for name, pool in config.pools.items():
+        view = views.get(name)
+        if view is None or pool.policy is None:
+            continue
+        workers = view.active + view.starting + view.draining
+        for uses in pool.policy.dependencies:
+            use[uses.dependency] = use.get(uses.dependency, 0.0) + workers * uses.per_worker
+    return use
+
+
+def dependencies_document(config: "DaemonConfig", views: Mapping[str, "PoolView"],
+                          held: Mapping[str, "DependencyStats"]) -> list[dict[str, Any]]:
+    """Each dependency declared (with a capacity) or limited: its capacity against what the pools'
+    workers hold of it, and its limit against the jobs inside it and deferred for it (``held``:
+    the store's figures of the limited ones, as the last tick read them)."""
+    use = dependency_use(config, views)
+    documents = []
+    for name in sorted(set(config.dependencies) | set(config.dependency_limits)):
+        declared = config.dependencies.get(name)
+        limit = config.dependency_limits.get(name)
+        figures = held.get(name)
+        documents.append({
+            "name": name,
+            "capacity": declared.capacity if declared is not None else None,
+            "reserved": declared.reserved if declared is not None else None,
+            "use": use.get(name) if declared is not None else None,
+            "limit": None if limit is None else {"concurrency": limit.concurrency, "rate": limit.rate},
+            "in_use": figures.in_use if figures is not None else None,
+            "waiting": figures.waiting if figures is not None else None,
+        })
+    return documents
+
+
 def status_document(config: "DaemonConfig | None", config_path: str, config_error: str | None,
                     views: Mapping[str, "PoolView"], overrides: Mapping[str, "Override"],
-                    now: float, hosts: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The whole Status document: the daemon, then every configured pool by name, then the
-    fleet of hosts sharing the store (``hosts``: a ``hosts_document``; None when not known)."""
+                    now: float, hosts: Mapping[str, Any] | None = None,
+                    held: Mapping[str, "DependencyStats"] | None = None) -> dict[str, Any]:
+    """The whole Status document: the daemon, then every configured pool by name, the
+    dependencies, then the fleet of hosts sharing the store (``hosts``: a ``hosts_document``;
+    None when not known)."""
     pools = {}
     if config is not None:
         for name in sorted(config.pools):
@@ -92,6 +136,7 @@ def status_document(config: "DaemonConfig | None", config_path: str, config_erro
         "tick": config.tick if config is not None else None,
         "generated_at": now,
         "pools": pools,
+        "dependencies": dependencies_document(config, views, held or {}) if config is not None else [],
         "hosts": hosts,
     }
 

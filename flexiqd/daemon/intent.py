@@ -19,6 +19,9 @@ forgets neither a rate limit's budget nor a window::
 (``policy: flexiq`` pools keep their windows in the same ``History``.)
 
 An unreadable one costs what a first start costs: the policy begins afresh.
+
+And ``samples.json`` keeps the last hour of every pool's samples (``samples.Samples``),
+the charts of the Cockpit page and of the D-Bus API's ``History``.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ log = logging.getLogger(__name__)
 
 INTENT_FILE = "intent.json"
 HISTORY_FILE = "history.json"
+SAMPLES_FILE = "samples.json"
 VERSION = 1
 PRIVATE_MODE = 0o600
 
@@ -145,3 +149,28 @@ class HistoryFile:
     def save(self, histories: Mapping[str, History], start_costs: Mapping[str, Any], now: float) -> None:
         if self.path:
             write_private_json(self.path, histories_document(histories, start_costs, now))
+
+
+class SamplesFile:
+    """Where the pools' samples are kept.  ``path`` None: nowhere."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+
+    def load(self) -> Any:
+        """The document a previous daemon kept (``Samples.from_document`` checks it); None when none."""
+        if not self.path:
+            return None
+        try:
+            with open(self.path, encoding="utf-8") as handle:
+                return json.load(handle)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            log.warning("Starting the pools' charts afresh: cannot read %s: %s", self.path,
+                        getattr(exc, "strerror", None) or exc)
+            return None
+
+    def save(self, document: Any) -> None:
+        if self.path:
+            write_private_json(self.path, document)

@@ -34,7 +34,7 @@ from . import pacing
 from .controller import Controller
 from .events import EventLog
 from .hosts import HostHeartbeat
-from .intent import HISTORY_FILE, INTENT_FILE, HistoryFile, IntentFile
+from .intent import HISTORY_FILE, INTENT_FILE, SAMPLES_FILE, HistoryFile, IntentFile, SamplesFile
 
 log = logging.getLogger(__name__)
 
@@ -214,15 +214,15 @@ class Daemon:
         backend = await self.io(open_backend, self.config.store, what="opening the store")
         self.fleet = await self.io(self._make_fleet, kind, what="connecting to systemd")
         folder = state_dir(self.options, self.config)
-        events_path = intent_path = history_path = None
+        events_path = intent_path = history_path = samples_path = None
         if folder:
             events_path, intent_path = os.path.join(folder, EVENTS_FILE), os.path.join(folder, INTENT_FILE)
-            history_path = os.path.join(folder, HISTORY_FILE)
+            history_path, samples_path = os.path.join(folder, HISTORY_FILE), os.path.join(folder, SAMPLES_FILE)
         events = EventLog(events_path)
         self.controller = await self.io(
             lambda: Controller(self.config, backend, self.fleet, events=events,
                                intent=IntentFile(intent_path), paused_path=self._published_path(PAUSED_FILE),
-                               history=HistoryFile(history_path)),
+                               history=HistoryFile(history_path), samples=SamplesFile(samples_path)),
             what="adopting the workers")
         # This host in the fleet: registered (and dead hosts' jobs rescued) before the first
         # tick, then beating on a thread of its own.

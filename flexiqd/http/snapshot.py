@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Mapping
 
-from ..daemon.documents import status_document
+from ..daemon.documents import dependency_use, status_document
 from ..queue.types import Stats
 from .counters import Histogram, QueueTally
 
@@ -64,14 +64,7 @@ class Snapshot:
 
 
 def dependency_figures(config: "DaemonConfig", views: Mapping[str, "PoolView"]) -> tuple[DependencyFigures, ...]:
-    use = {name: 0.0 for name in config.dependencies}
-    for name, pool in config.pools.items():
-        view = views.get(name)
-        if view is None:
-            continue
-        workers = view.active + view.starting + view.draining
-        for uses in pool.policy.dependencies:
-            use[uses.dependency] = use.get(uses.dependency, 0.0) + workers * uses.per_worker
+    use = dependency_use(config, views)
     return tuple(DependencyFigures(name, dep.capacity, dep.reserved, use.get(name, 0.0))
                  for name, dep in sorted(config.dependencies.items()))
 

@@ -130,9 +130,10 @@ class Backend(abc.ABC):
         """The job with this id, or ``JobNotFound``."""
 
     @abc.abstractmethod
-    def list_jobs(self, *, queue: str | None = None, state: JobState | None = None,
-                  limit: int = 50) -> list[Job]:
-        """Jobs, newest first, optionally filtered."""
+    def list_jobs(self, *, queue: str | None = None, state: JobState | None = None, task: str | None = None,
+                  tenant: str | None = None, before: int | None = None, limit: int = 50) -> list[Job]:
+        """Jobs, newest first, optionally filtered; ``before``: only ids below it (the next page
+        starts below the last id of this one)."""
 
     @abc.abstractmethod
     def retry_dead(self, *, queue: str | None = None, job_ids: Iterable[int] | None = None,
@@ -145,8 +146,9 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def purge(self, *, states: Sequence[JobState], finished_before: float,
-              queue: str | None = None, sweep: bool = False) -> int:
-        """Delete finished jobs (in ``states``) that finished before the given time.
+              queue: str | None = None, sweep: bool = False, job_ids: Iterable[int] | None = None) -> int:
+        """Delete finished jobs (in ``states``) that finished before the given time
+        (``job_ids``: only those of them; ``queue`` is then not looked at).
 
         ``sweep``: a periodic retention sweep, which a store shared by several
         daemons runs once per fleet -- one that finds another sweeping returns 0

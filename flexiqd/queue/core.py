@@ -408,10 +408,11 @@ class Store(Backend):
             raise JobNotFound(f"no job with id {job_id}")
         return job
 
-    def list_jobs(self, *, queue: str | None = None, state: JobState | None = None,
-                  limit: int = 50) -> list[Job]:
+    def list_jobs(self, *, queue: str | None = None, state: JobState | None = None, task: str | None = None,
+                  tenant: str | None = None, before: int | None = None, limit: int = 50) -> list[Job]:
         state = JobState(state) if state is not None else None
-        return self.database.read("list jobs", lambda tx: tx.jobs(queue, state, limit))
+        return self.database.read("list jobs", lambda tx: tx.jobs(queue, state, limit, task=task, tenant=tenant,
+                                                                  before=before))
 
     def retry_dead(self, *, queue: str | None = None, job_ids: Iterable[int] | None = None,
                    now: float) -> int:
@@ -433,7 +434,7 @@ class Store(Backend):
         return self.database.write("retry dead jobs", body)
 
     def purge(self, *, states: Sequence[JobState], finished_before: float,
-              queue: str | None = None, sweep: bool = False) -> int:
+              queue: str | None = None, sweep: bool = False, job_ids: Iterable[int] | None = None) -> int:
         wanted = []
         for state in states:
             state = JobState(state)
@@ -441,9 +442,15 @@ class Store(Backend):
                 raise QueueError(f"only finished jobs can be purged, not {state.value} ones")
             wanted.append(state)
 
+        ids = list(job_ids) if job_ids is not None else None
+        if ids is not None and not ids:
+            return 0
+
         def body(tx: Tx) -> int:
             if sweep and not tx.lead("maintenance"):
                 return 0  # another process of the fleet sweeps
+            if ids is not None:
+                return tx.delete_finished_ids(ids, wanted, finished_before)
             names = [queue] if queue is not None else tx.queues()
             # One index range (queue, state, finished_at) per queue and state.
             return sum(tx.delete_finished(name, state, finished_before) for name in names for state in wanted)

@@ -153,8 +153,10 @@ class Tx(abc.ABC):
         """The job, or None."""
 
     @abc.abstractmethod
-    def jobs(self, queue: str | None, state: JobState | None, limit: int) -> list[Job]:
-        """The newest jobs first, of ``queue`` and ``state`` when given."""
+    def jobs(self, queue: str | None, state: JobState | None, limit: int, *, task: str | None = None,
+             tenant: str | None = None, before: int | None = None) -> list[Job]:
+        """The newest jobs first, of ``queue``, ``state``, ``task`` and ``tenant`` when given, and
+        with an id below ``before`` (the next page)."""
 
     @abc.abstractmethod
     def revive_dead(self, now: float, queue: str | None, job_ids: Sequence[int] | None) -> list[tuple[str, str]]:
@@ -177,6 +179,10 @@ class Tx(abc.ABC):
     def delete_finished(self, queue: str, state: JobState, before: float) -> int:
         """Delete the jobs of ``queue`` in ``state`` finished before ``before``, with their
         executions; how many jobs."""
+
+    @abc.abstractmethod
+    def delete_finished_ids(self, job_ids: Sequence[int], states: Sequence[JobState], before: float) -> int:
+        """``delete_finished`` of the jobs ``job_ids`` that are in one of ``states``."""
 
     @abc.abstractmethod
     def executions(self, job_id: int | None, limit: int | None) -> list[tuple]:

@@ -390,8 +390,10 @@ class PostgresTx(Tx):
         row = self.conn.execute(f"SELECT {JOB_COLUMNS} FROM flexiq_jobs WHERE id = %s", (job_id,)).fetchone()
         return job_from_row(row) if row is not None else None
 
-    def jobs(self, queue: str | None, state: JobState | None, limit: int) -> list[Job]:
-        where, args = _where(queue=queue, state=state.value if state is not None else None)
+    def jobs(self, queue: str | None, state: JobState | None, limit: int, *, task: str | None = None,
+             tenant: str | None = None, before: int | None = None) -> list[Job]:
+        where, args = _where(queue=queue, state=state.value if state is not None else None, task=task,
+                             tenant=tenant, before=before)
         return [job_from_row(row) for row in self.conn.execute(
             f"SELECT {JOB_COLUMNS} FROM flexiq_jobs {where} ORDER BY id DESC LIMIT %s", (*args, limit))]
 
@@ -418,6 +420,14 @@ class PostgresTx(Tx):
         gone = [row[0] for row in self.conn.execute(
             "DELETE FROM flexiq_jobs WHERE queue = %s AND state = %s AND finished_at < %s RETURNING id",
             (queue, state.value, before))]
+        if gone:
+            self.conn.execute("DELETE FROM flexiq_executions WHERE job_id = ANY(%s)", (gone,))
+        return len(gone)
+
+    def delete_finished_ids(self, job_ids: Sequence[int], states: Sequence[JobState], before: float) -> int:
+        gone = [row[0] for row in self.conn.execute(
+            "DELETE FROM flexiq_jobs WHERE id = ANY(%s) AND state = ANY(%s) AND finished_at < %s RETURNING id",
+            (list(job_ids), [s.value for s in states], before))]
         if gone:
             self.conn.execute("DELETE FROM flexiq_executions WHERE job_id = ANY(%s)", (gone,))
         return len(gone)
@@ -606,10 +616,17 @@ class PostgresTx(Tx):
         return self.conn.execute("DELETE FROM flexiq_hosts WHERE name = %s", (host,)).rowcount > 0
 
 
-def _where(*, state: str | None = None, queue: str | None = None,
-           ids: Sequence[int] | None = None) -> tuple[str, list[Any]]:
+def _where(*, state: str | None = None, queue: str | None = None, ids: Sequence[int] | None = None,
+           task: str | None = None, tenant: str | None = None, before: int | None = None) -> tuple[str, list[Any]]:
     """A WHERE clause (empty when nothing is asked) and its arguments."""
     terms, args = [], []
+    for column, value in (("task", task), ("tenant", tenant)):
+        if value is not None:
+            terms.append(f"{column} = %s")
+            args.append(value)
+    if before is not None:
+        terms.append("id < %s")
+        args.append(before)
     if state is not None:
         terms.append("state = %s")
         args.append(state)

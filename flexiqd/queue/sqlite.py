@@ -259,8 +259,10 @@ class SQLiteTx(Tx):
         row = self.conn.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return job_from_row(row) if row is not None else None
 
-    def jobs(self, queue: str | None, state: JobState | None, limit: int) -> list[Job]:
-        where, args = _where(queue=queue, state=state.value if state is not None else None)
+    def jobs(self, queue: str | None, state: JobState | None, limit: int, *, task: str | None = None,
+             tenant: str | None = None, before: int | None = None) -> list[Job]:
+        where, args = _where(queue=queue, state=state.value if state is not None else None, task=task,
+                             tenant=tenant, before=before)
         return [job_from_row(row) for row in self.conn.execute(
             f"SELECT {JOB_COLUMNS} FROM jobs {where} ORDER BY id DESC LIMIT ?", (*args, limit))]
 
@@ -285,6 +287,15 @@ class SQLiteTx(Tx):
     def delete_finished(self, queue: str, state: JobState, before: float) -> int:
         gone = self.conn.execute("DELETE FROM jobs WHERE queue = ? AND state = ? AND finished_at < ? RETURNING id",
                                  (queue, state.value, before)).fetchall()
+        self.conn.executemany("DELETE FROM executions WHERE job_id = ?", gone)
+        return len(gone)
+
+    def delete_finished_ids(self, job_ids: Sequence[int], states: Sequence[JobState], before: float) -> int:
+        gone: list = []
+        for chunk in _chunks(list(job_ids)):
+            gone += self.conn.execute(
+                f"DELETE FROM jobs WHERE id IN ({_marks(chunk)}) AND state IN ({_marks(states)}) AND finished_at < ? "
+                f"RETURNING id", (*chunk, *(s.value for s in states), before)).fetchall()
         self.conn.executemany("DELETE FROM executions WHERE job_id = ?", gone)
         return len(gone)
 
@@ -486,10 +497,17 @@ class SQLiteTx(Tx):
 _REVIVE = "UPDATE jobs SET state = 'queued', delayed = 0, attempts = 0, run_at = ?, finished_at = NULL"
 
 
-def _where(*, state: str | None = None, queue: str | None = None,
-           ids: Sequence[int] | None = None) -> tuple[str, list[Any]]:
+def _where(*, state: str | None = None, queue: str | None = None, ids: Sequence[int] | None = None,
+           task: str | None = None, tenant: str | None = None, before: int | None = None) -> tuple[str, list[Any]]:
     """A WHERE clause (empty when nothing is asked) and its arguments."""
     terms, args = [], []
+    for column, value in (("task", task), ("tenant", tenant)):
+        if value is not None:
+            terms.append(f"{column} = ?")
+            args.append(value)
+    if before is not None:
+        terms.append("id < ?")
+        args.append(before)
     if state is not None:
         terms.append("state = ?")
         args.append(state)

@@ -301,8 +301,11 @@ def test_status_json_shows_the_pool_and_its_numbers(daemon, address):
     assert pool["desired"] == 1 and pool["paused"] is False and pool["pinned"] is None
     assert set(pool["metrics"]) == {"runnable", "delayed", "running", "oldest_runnable_age", "time_to_drain",
                                     "arrival_rate", "completion_rate", "duration_p50", "duration_p95",
-                                    "duration_p99", "coming_due", "coming_due_within", "running_age_mean"}
+                                    "duration_p99", "coming_due", "coming_due_within", "running_age_mean",
+                                    "held_by_tenant_cap", "waiting_for_dependency"}
     assert pool["metrics"]["runnable"] == 0 and pool["utilisation"] == 0.0
+    assert (pool["metrics"]["held_by_tenant_cap"], pool["metrics"]["waiting_for_dependency"]) == (0, 0)
+    assert document["dependencies"] == []  # none declared
     assert pool["start_cost"] is None  # its one worker was started with nothing waiting
     assert pool["decision"]["reason"] and pool["decision"]["rationale"].startswith("default ")
 
@@ -532,3 +535,88 @@ def test_serve_api_refuses_a_name_already_owned_and_an_unreachable_bus(daemon, a
     with pytest.raises(FlexiqdError, match="cannot connect to unix:path=/nonexistent"):
         asyncio.run(serve_api(stand_in, "unix:path=/nonexistent/flexiqd-test-bus"))
     assert stand_in.listeners == []
+
+
+# -- the pools' history and the jobs themselves -------------------------------------------------------
+
+def reply_string(result: subprocess.CompletedProcess) -> str:
+    """The one string a dbus-send --print-reply printed (between quotes it does not escape)."""
+    assert result.returncode == 0, result.stderr
+    text = result.stdout.split("string ", 1)[1].strip()
+    assert text[0] == text[-1] == '"', text
+    return text[1:-1]
+
+
+def test_history_gives_everyone_the_pools_samples_and_its_scale_events(daemon, address):
+    since = time.time() - 3600
+    wait_for(lambda: json.loads(reply_string(dbus_send(address, "History", "string:default", f"double:{since}",
+                                                       user=as_user())))["samples"], 10, "a first sample")
+    history = json.loads(reply_string(dbus_send(address, "History", "string:default", f"double:{since}",
+                                                user=as_user())))
+    assert (history["pool"], history["step"]) == ("default", 5.0)
+    assert history["target_age"] == 30.0  # the default age target
+    last = history["samples"][-1]
+    assert set(last) == {"t", "active", "starting", "draining", "desired", "runnable", "running", "delayed",
+                         "oldest_age"}
+    assert last["active"] + last["starting"] >= 1 and last["t"] <= time.time()
+    assert [e["pool"] for e in history["events"]] and {e["pool"] for e in history["events"]} == {"default"}
+    later = json.loads(reply_string(dbus_send(address, "History", "string:default", f"double:{time.time() + 60}")))
+    assert (later["samples"], later["events"]) == ([], [])
+    unknown = dbus_send(address, "History", "string:nope", "double:0")
+    assert "org.flexiq.flexiqd1.Error.InvalidArgs" in unknown.stderr and "no pool 'nope'" in unknown.stderr
+
+
+def test_jobs_and_job_are_for_the_flexiq_group_only_and_page_through_the_store(daemon, address):
+    from flexiqd.queue.types import NewJob
+    from flexiqd.queue.url import open_backend
+
+    backend = open_backend(f"sqlite:///{daemon.store}")
+    try:
+        ids = backend.enqueue([NewJob(task="report.build", payload={"secret": "s3"}, queue="reports", tenant="acme")
+                               for _ in range(3)], now=time.time())
+    finally:
+        backend.close()
+    query = json.dumps({"queue": "reports", "tenant": "acme", "limit": 2})
+    refused = dbus_send(address, "Jobs", f"string:{query}", user=as_user())
+    assert "org.freedesktop.DBus.Error.AccessDenied" in refused.stderr
+    assert "Jobs is for root and members of the flexiq group" in refused.stderr
+    assert "org.freedesktop.DBus.Error.AccessDenied" in dbus_send(address, "Job", f"uint64:{ids[0]}",
+                                                                   user=as_user()).stderr
+    operator = as_user(groups=[operator_group()])
+    first = json.loads(reply_string(dbus_send(address, "Jobs", f"string:{query}", user=operator)))
+    assert [job["id"] for job in first["jobs"]] == [ids[2], ids[1]] and first["next"] == ids[1]
+    assert "payload" not in first["jobs"][0]  # a list says what a job is, not its arguments
+    second = json.loads(reply_string(dbus_send(
+        address, "Jobs", "string:" + json.dumps({"queue": "reports", "limit": 2, "before": first["next"]}),
+        user=operator)))
+    assert [job["id"] for job in second["jobs"]] == [ids[0]] and second["next"] is None
+    whole = json.loads(reply_string(dbus_send(address, "Job", f"uint64:{ids[0]}", user=operator)))
+    assert whole["job"]["payload"] == {"secret": "s3"} and whole["attempts"] == []
+    bad = dbus_send(address, "Jobs", "string:" + json.dumps({"state": "lost"}), user=operator)
+    assert "org.flexiq.flexiqd1.Error.InvalidArgs" in bad.stderr and "state must be one of" in bad.stderr
+    missing = dbus_send(address, "Job", "uint64:999999", user=operator)
+    assert "org.flexiq.flexiqd1.Error.InvalidArgs" in missing.stderr and "no job with id 999999" in missing.stderr
+
+
+def test_dead_letters_are_retried_and_purged_by_operators_only(daemon, address):
+    from flexiqd.queue.types import ClaimRequest, JobState, NewJob, Outcome
+    from flexiqd.queue.url import open_backend
+
+    backend = open_backend(f"sqlite:///{daemon.store}")
+    try:
+        now = time.time()
+        revive, purge = backend.enqueue([NewJob(task="t", queue="letters", max_attempts=1) for _ in range(2)],
+                                        now=now)
+        backend.claim(ClaimRequest(owner="w", queues=("letters",), limit=2), now=now)
+        backend.settle("w", [Outcome.dead(revive, "boom"), Outcome.dead(purge, "boom")], now=now)
+        refused = dbus_send(address, "RetryDead", "string:letters", f"array:uint64:{revive}", user=as_user())
+        assert "org.freedesktop.DBus.Error.AccessDenied" in refused.stderr
+        operator = as_user(groups=[operator_group()])
+        retried = dbus_send(address, "RetryDead", "string:letters", f"array:uint64:{revive}", user=operator)
+        assert retried.returncode == 0 and "uint32 1" in retried.stdout, retried.stderr
+        purged = dbus_send(address, "PurgeDead", "string:letters", "array:uint64:", user=operator)
+        assert purged.returncode == 0 and "uint32 1" in purged.stdout, purged.stderr
+        assert backend.get(revive).state is JobState.QUEUED
+        assert [job.id for job in backend.list_jobs(queue="letters")] == [revive]
+    finally:
+        backend.close()

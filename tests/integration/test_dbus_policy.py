@@ -84,15 +84,18 @@ def test_everyone_may_read(bus, daemon):
             ("Get", ["string:org.flexiq.flexiqd1.Manager", "string:Version"], "org.freedesktop.DBus.Properties"),
             ("GetAll", ["string:org.flexiq.flexiqd1.Manager"], "org.freedesktop.DBus.Properties"),
             ("Introspect", [], "org.freedesktop.DBus.Introspectable"),
-            ("Ping", [], "org.freedesktop.DBus.Peer")):
+            ("Ping", [], "org.freedesktop.DBus.Peer"),
+            ("History", ["string:default", "double:0"], "org.flexiq.flexiqd1.Manager")):
         result = dbus_send(bus.address, member, *args, interface=interface, user=nobody)
         assert result.returncode == 0, f"{interface}.{member}: {result.stderr}"
 
 
 def test_everyone_else_is_refused_by_the_bus_itself(bus, daemon):
     nobody = as_user()
+    # The jobs' own data too: their arguments and errors are not other users' to read.
     for member, args in (("Scale", ["string:default", "uint32:2", "double:0"]), ("Pause", ["string:default"]),
-                         ("Unpin", ["string:default"]), ("Reload", [])):
+                         ("Unpin", ["string:default"]), ("Reload", []), ("Jobs", ["string:{}"]), ("Job", ["uint64:1"]),
+                         ("RetryDead", ["string:", "array:uint64:"]), ("PurgeDead", ["string:", "array:uint64:"])):
         result = dbus_send(bus.address, member, *args, user=nobody)
         assert "org.freedesktop.DBus.Error.AccessDenied" in result.stderr, result.stderr
         # dbus-daemon's wording, not flexiqd's: the call never reached the daemon.
@@ -121,6 +124,8 @@ def test_a_member_of_group_flexiq_may_steer(bus, daemon):
     assert status(bus.address)["pools"]["default"]["pinned"]["workers"] == 2
     assert flexiqctl(bus.address, "unpin", "default", user=operator).returncode == 0
     assert status(bus.address)["pools"]["default"]["pinned"] is None
+    jobs = dbus_send(bus.address, "Jobs", "string:{}", user=operator)
+    assert jobs.returncode == 0 and '"jobs": [' in jobs.stdout, jobs.stderr
 
 
 POOL_PATH = "/org/flexiq/flexiqd1/pool/default"

@@ -730,6 +730,30 @@ def test_list_jobs_newest_first_with_filters_and_queues(backend):
     assert backend.queues() == ["a", "b"]
 
 
+def test_list_jobs_by_task_and_tenant_page_by_page(backend):
+    mail = backend.enqueue([NewJob(task="mail", tenant="acme") for _ in range(5)], now=T0)
+    other = backend.enqueue([NewJob(task="mail", tenant="zeta"), NewJob(task="report", tenant="acme")], now=T0)
+    assert ids_of(backend.list_jobs(task="mail", tenant="acme")) == list(reversed(mail))
+    assert ids_of(backend.list_jobs(task="report")) == [other[1]]
+    first = backend.list_jobs(task="mail", tenant="acme", limit=2)
+    second = backend.list_jobs(task="mail", tenant="acme", limit=2, before=first[-1].id)
+    third = backend.list_jobs(task="mail", tenant="acme", limit=2, before=second[-1].id)
+    assert ids_of(first + second + third) == list(reversed(mail))
+    assert backend.list_jobs(task="mail", tenant="acme", before=third[-1].id) == []
+
+
+def test_purge_by_id_deletes_only_those_finished_jobs(backend):
+    dead_one, dead_two, running = enqueue(backend, 3, max_attempts=1)
+    claim(backend, "w1", limit=3)
+    backend.settle("w1", [Outcome.dead(dead_one, "x"), Outcome.dead(dead_two, "y")], now=T0 + 10)
+    assert backend.purge(states=[JobState.DEAD], finished_before=T0 + 50, job_ids=[dead_one, running]) == 1
+    with pytest.raises(JobNotFound):
+        backend.get(dead_one)
+    assert (backend.get(dead_two).state, backend.get(running).state) == (JobState.DEAD, JobState.RUNNING)
+    assert backend.executions(job_id=dead_one) == []
+    assert backend.purge(states=[JobState.DEAD], finished_before=T0 + 50, job_ids=[]) == 0
+
+
 def test_executions_record_who_ran_what(backend):
     acked, failed, released, lost = enqueue(backend, 4, max_attempts=2)
     claim(backend, "w1", limit=2, now=T0 + 1)
