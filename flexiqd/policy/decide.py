@@ -21,9 +21,10 @@ The stages, in order, each its own function:
                one worker while jobs wait or run) -> desired.
 
 The tolerance comes before the clamp, so it can never hold a pool below its
-minimum.  The windows record the capped count, not the one the tolerance
-held: a band that holds 11 workers while the signals want 10 must not keep
-asking for 11 for the next five minutes.  Likewise, once the backlog has been
+minimum; nor does it hold back growth to a cap that bounds what the signals
+want (a capped wish is not noise).  The windows record the capped count, not
+the one the tolerance held: a band that holds 11 workers while the signals
+want 10 must not keep asking for 11 for the next five minutes.  Likewise, once the backlog has been
 gone for ``DRAINED_BACKLOG_HOLD``, the down window counts only the sustained
 part of each recommendation: the workers added to drain a backlog have done
 that work, and keeping them for the rest of the window would keep a
@@ -185,7 +186,13 @@ def finish(
     down_view = down_window_view(history.recommendations, history.load, now)
     windowed, window_tag = stabilize(current, capped, history.recommendations, now, behavior, down_view)
     overloaded = obs.metrics.running > obs.active * obs.concurrency
-    stabilized = within_tolerance(windowed, current, behavior.tolerance, overloaded)
+    if cap_bound is not None and windowed > current:
+        # The band is for noise in the signals; a cap that holds their wish down is none.  Growth
+        # up to it is taken however small: staggered starts end in one step of a few workers
+        # (36 -> 38 -> 40), which the band would otherwise hold off as long as the wish lasts.
+        stabilized = windowed
+    else:
+        stabilized = within_tolerance(windowed, current, behavior.tolerance, overloaded)
     noisy = stage.winner is None or stage.winner.signal in NOISY_SIGNALS
     limits = behavior if noisy or stabilized <= current else replace(behavior, up_limit=None)
     limited, rate_tag = rate_limit(current, stabilized, history.changes, now, limits)

@@ -367,17 +367,27 @@ def saturation_signal(inputs: SignalInputs) -> SignalRecommendation | None:
     wait until the oldest job nears its target.  Doubling (the rate limit still
     applies) answers a burst at the next tick instead of after the first
     completion; once a throughput is known the age and drain signals size it.
+    Never fewer than the workers already asked for: those still starting are
+    what the waiting jobs need, so a pool whose workers are all still starting
+    is held as it is.
     """
     obs, metrics = inputs.obs, inputs.metrics
-    if inputs.throughput is not None or metrics.runnable_depth == 0 or obs.active == 0:
+    if inputs.throughput is not None or metrics.runnable_depth == 0 or obs.current == 0:
         return None
     if metrics.running < obs.active * obs.concurrency:
         return None
     # Double what is busy, not what is booting: workers still starting are the capacity
-    # already on its way, and doubling them too would answer a boot with more boots.
-    return SignalRecommendation(
-        "saturation", 2 * obs.active,
-        f"all {obs.active * obs.concurrency} slots busy, {metrics.runnable_depth} runnable, no throughput known yet")
+    # already on its way, and doubling them too would answer a boot with more boots.  Nor
+    # fewer than them: stopping a worker that is still starting throws its start away while
+    # the jobs it was started for wait (the down window is a start cost long, a boot on a
+    # busy host or behind a slow connection longer).
+    wanted = max(2 * obs.active, obs.current)
+    if obs.active == 0:
+        detail = f"{obs.starting} workers starting, {metrics.runnable_depth} runnable, no throughput known yet"
+    else:
+        detail = (f"all {obs.active * obs.concurrency} slots busy, {metrics.runnable_depth} runnable, "
+                  f"no throughput known yet")
+    return SignalRecommendation("saturation", wanted, detail)
 
 
 def coming_due_signal(inputs: SignalInputs) -> SignalRecommendation | None:

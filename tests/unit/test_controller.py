@@ -470,6 +470,23 @@ def test_a_pin_enters_the_history_as_the_change_it_made(backend, tmp_path):
     assert "Pinned: pinned at 5 by an operator (the policy wanted" in controller.events[-1].rationale
 
 
+def test_a_pin_that_grows_the_pool_starts_no_more_at_once_than_its_dependencys_start_burst(backend, tmp_path):
+    config = ("dependencies:\n  db: {capacity: 100, start_burst: 3}\n"
+              "pools:\n  default:\n    max_workers: 20\n    uses: {db: {per_worker: 1}}\n")
+    controller, fleet, clock = _history_controller(backend, tmp_path, config)
+    fleet.add("default", 1, started_at=clock.now - 100)
+    controller.operators.pin("default", 10, None)
+    decision = controller.tick()["default"]
+    assert (decision.current, decision.desired, decision.reason) == (1, 4, "Pinned")
+    assert "starting 3 now, as starting:db allows" in decision.message
+    clock.now += 1
+    assert controller.tick()["default"].desired == 4  # the three are still starting
+    for worker in fleet.list():
+        fleet.add(worker.pool, worker.index, WorkerState.ACTIVE, started_at=clock.now)
+    clock.now += 1
+    assert controller.tick()["default"].desired == 7  # ready: the next three start
+
+
 def test_a_pin_that_holds_the_count_records_no_change_the_policy_wanted(backend, tmp_path):
     controller, fleet, clock = _history_controller(backend, tmp_path)
     for index in (1, 2):

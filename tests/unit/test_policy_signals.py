@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from flexiqd.policy import Behavior, History, PoolPolicy, Targets, decide
+from flexiqd.policy import Behavior, Dependency, DependencyUse, History, PoolPolicy, Targets, decide, decide_fleet
+from flexiqd.policy.fleet import PoolInput
 from flexiqd.policy.signals import per_worker_throughput
 from flexiqd.policy.types import LoadSample
 
@@ -164,6 +165,50 @@ def test_saturation_doubles_the_busy_workers_not_the_ones_still_starting():
     decision = decide(booting, policy(), None, 0.0)
     assert recommendation(decision, "saturation") == 4   # 2 busy x 2: the 2 starting are that growth
     assert decision.desired == 4
+
+
+def test_a_cold_backlog_keeps_the_workers_still_starting_for_it():
+    # 8 workers asked for a burst, 1 up and busy, 7 still starting, nothing completed yet:
+    # stopping the 7 would throw their starts away while 399 jobs wait for them.
+    booting = observe(1, starting=7, concurrency=1, runnable_depth=399, running=1, oldest_runnable_age=1.0,
+                      completion_rate=0.0, duration_p50=None)
+    decision = decide(booting, policy(), None, 0.0)
+    assert recommendation(decision, "saturation") == 8
+    assert decision.desired == 8
+    # None up yet: the pool is held as it is, not given back to its floor.
+    nobody_up = observe(0, starting=8, concurrency=1, runnable_depth=400, oldest_runnable_age=1.0,
+                        completion_rate=0.0, duration_p50=None)
+    decision = decide(nobody_up, policy(), None, 0.0)
+    assert recommendation(decision, "saturation") == 8
+    assert decision.desired == 8
+    assert "8 workers starting, 400 runnable" in decision.message
+
+
+def test_staggered_starts_for_work_coming_due_are_not_given_back_while_they_boot():
+    # The daemon's 0 -> 40 on a dependency with start_burst 8, its workers slow to start: the
+    # due signal asks for 40, 8 start; the jobs become runnable before any worker is up.
+    db = Dependency(name="db", capacity=100, start_burst=8)
+    pool = policy(max_workers=40, min_workers=0, scale_to_zero=True, targets=Targets(age=10),
+                  behavior=Behavior(), dependencies=(DependencyUse(dependency="db", per_worker=2),))
+
+    def ticks():
+        due = dict(coming_due=400, coming_due_within=1.5)
+        yield 0.0, 0, 0, dict(due)
+        for now in (0.5, 1.0):
+            yield now, 0, 8, dict(due)
+        for now in (1.5, 2.0, 2.5, 3.0, 3.5, 4.0):  # runnable now; the 8 still boot
+            yield now, 0, 8, dict(runnable_depth=400, oldest_runnable_age=now - 1.5)
+        yield 4.5, 1, 7, dict(runnable_depth=399, running=1, oldest_runnable_age=3.0)
+
+    history, decisions = None, []
+    for now, active, starting, fields in ticks():
+        obs = observe(active, starting=starting, concurrency=1, completion_rate=0.0, duration_p50=None,
+                      duration_p95=None, duration_p99=None, **fields)
+        decision = decide_fleet([PoolInput(observation=obs, policy=pool, history=history)], [db], now)["default"]
+        history = decision.history
+        decisions.append(decision)
+    assert (decisions[0].desired, decisions[0].reason) == (8, "StartStaggered")
+    assert [d.desired for d in decisions[1:]] == [8] * (len(decisions) - 1)
 
 
 def test_time_to_drain_of_the_metrics():

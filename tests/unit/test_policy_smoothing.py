@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from flexiqd.policy import Behavior, History, PoolPolicy, RateLimit, Targets, compute_desired_workers, decide
+from flexiqd.policy import (Behavior, Dependency, DependencyUse, History, PoolPolicy, RateLimit, Targets,
+                            compute_desired_workers, decide, decide_fleet)
 from flexiqd.policy.config import DEFAULT_DOWN_LIMIT
 from flexiqd.policy.decide import DRAINED_BACKLOG_HOLD
+from flexiqd.policy.fleet import PoolInput
 from flexiqd.policy.smoothing import stabilize
 from flexiqd.policy.types import TimedCount
 
@@ -86,6 +88,28 @@ def test_tolerance_comes_before_the_clamp_so_it_cannot_hold_a_pool_below_min():
     decision = decide(wanting(10, 10), tolerant, None, 0.0)
     assert decision.desired == 11
     assert decision.reason == "RaisedToMinimum"
+
+
+def test_tolerance_does_not_hold_back_growth_to_a_cap_the_signals_want_beyond():
+    # The signals want 20; max_workers caps them at 11: one more worker is 10 %, inside the band,
+    # but it is the cap that makes the step small, not noise.
+    capped = PoolPolicy(max_workers=11, targets=BY_DEPTH, behavior=Behavior(down_window=0.0, **NO_LIMITS))
+    decision = decide(wanting(20, 10), capped, None, 0.0)
+    assert (decision.desired, decision.reason) == (11, "CappedByMax")
+    assert "tolerance" not in decision.smoothing
+    # Uncapped, the same small step is still held.
+    assert decide(wanting(11, 10), capped, None, 0.0).desired == 10
+
+
+def test_staggered_starts_reach_the_maximum_instead_of_stopping_inside_the_band():
+    # The last staggered step of a 0 -> 40 left 38 up and busy; the late backlog wants far more.
+    pool = PoolPolicy(max_workers=40, targets=Targets(age=10),
+                      dependencies=(DependencyUse(dependency="db", per_worker=2),))
+    late = observe(38, concurrency=1, runnable_depth=300, running=38, oldest_runnable_age=12.0,
+                   completion_rate=2.0, duration_p50=10.0, duration_p95=10.0)
+    db = Dependency(name="db", capacity=100, start_burst=8)
+    decision = decide_fleet([PoolInput(observation=late, policy=pool)], [db], 100.0)["default"]
+    assert (decision.desired, decision.reason) == (40, "CappedByMax")
 
 
 def test_an_overloaded_pool_bypasses_the_tolerance():
