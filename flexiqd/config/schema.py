@@ -148,7 +148,8 @@ SETTINGS: tuple[Setting, ...] = (
        "Scale down only to the highest recommendation of this window (none: give an idle worker back "
        "once holding it has cost as much as starting one again)."),
     _s("pools.<pool>.behavior.tolerance", "number", 0.1,
-       "No change while |wanted / current - 1| is at most this.", unit="fraction"),
+       "No change while |wanted / current - 1| is at most this (growth up to a cap that holds the wish "
+       "down is always taken).", unit="fraction"),
     _s("pools.<pool>.behavior.up_limit", _RATE_LIMIT, {"workers": 4, "percent": 100.0, "period": 15.0},
        "At most this many workers or percent more per period, whichever is larger, for the noisy signals "
        "(null: unlimited)."),
