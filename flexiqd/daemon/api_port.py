@@ -1,13 +1,14 @@
-"""What the D-Bus API needs from the daemon, and the daemon's side of it.
+"""What the daemon's faces need from it -- the D-Bus API and the HTTP endpoint -- and the
+daemon's side of it.
 
-The API service (dbus_api.py) sees the daemon only through ``ApiPort``: the
-documents it publishes, the operators' requests, and a stream of changes.  It
-never reaches into the controller, its thread or its options, so it can be
-tested with a fake port and no daemon at all.
+Both faces (flexiqd/dbus, flexiqd/http/daemon.py) see the daemon only through ``ApiPort``: the
+documents it publishes, the queues' stats and counters, the operators' requests, and a
+stream of changes.  They never reach into the controller, its thread or its options,
+so each can be tested with a fake port and no daemon at all.
 
 Changes a subscriber hears (always on the daemon's event loop):
 
-    ("tick", None)              a tick finished: the documents may have changed
+    ("tick", seconds)           a tick finished (it took that long): the documents may have changed
     ("scale", ScaleEvent)       a pool's desired count changed (the recorded event, with its seq)
     ("reload", (ok, message))   a reload finished, accepted or rejected
 """
@@ -18,12 +19,13 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..errors import ControlError, FlexiqdError, JobNotFound
-from ..queue.types import JobState
+from ..queue.types import JobState, Stats
 from .documents import event_document, hosts_document, status_document
 from .job_queries import JobQuery, job_document, page_document
 from .samples import STEP
 
 if TYPE_CHECKING:
+    from ..http.counters import Counters
     from .service import Daemon
 
 Listener = Callable[[str, Any], None]
@@ -44,6 +46,13 @@ class ApiPort(Protocol):
 
     async def status(self) -> dict[str, Any]:
         """The Status document (documents.status_document) as of the last tick."""
+
+    async def queue_stats(self) -> dict[str, Stats]:
+        """Each served queue's stats as the last tick read them (a queue whose read failed: absent)."""
+
+    async def count(self, counters: Counters) -> None:
+        """Bring ``counters`` up to date with the store, for the served queues (QueueError when it
+        cannot be read; the next call catches up)."""
 
     async def events_since(self, seq: int) -> list[dict[str, Any]]:
         """Event documents with a sequence number above ``seq``, oldest first."""
@@ -123,6 +132,19 @@ class DaemonPort:
                                    controller.operators.overrides, now, hosts, controller.dependency_stats)
 
         return await daemon.io(build)
+
+    async def queue_stats(self) -> dict[str, Stats]:
+        controller = self._daemon.controller
+        views = controller.views if controller is not None else {}
+        return {stats.queue: stats for view in views.values() for stats in view.stats or ()}
+
+    async def count(self, counters: "Counters") -> None:
+        daemon = self._daemon
+        controller = daemon.controller
+        if controller is None or daemon.config is None:
+            return
+        queues = sorted({q for pool in daemon.config.pools.values() for q in pool.queues})
+        await daemon.io(counters.read, controller.backend, queues, time.time(), what="reading the queue counters")
 
     async def events_since(self, seq: int) -> list[dict[str, Any]]:
         controller = self._daemon.controller

@@ -2,7 +2,7 @@
 
 Pure: built from the controller's state with the time as an argument, and used by
 every surface that shows them (the D-Bus API's JSON methods, the pool objects'
-typed properties -- dbus_pools.pool_properties reads this pool document -- and
+typed properties -- dbus.pools.pool_properties reads this pool document -- and
 whatever else reads the daemon's state).  The keys are documented in docs/dbus-api.md.
 """
 
@@ -31,9 +31,11 @@ def pool_document(name: str, config: "DaemonConfig", view: "PoolView | None",
         "concurrency": pool.concurrency,
         "min_workers": pool.policy.min_workers,
         "max_workers": pool.policy.max_workers,
+        "target_age": pool.policy.targets.age,
         "workers": None,
         "desired": None,
         "binding_cap": None,
+        "binding_cap_workers": None,
         "start_cost": None,
         "metrics": None,
         "utilisation": None,
@@ -52,6 +54,7 @@ def pool_document(name: str, config: "DaemonConfig", view: "PoolView | None",
         document["desired"] = view.decision.desired
         cap = view.decision.binding_cap
         document["binding_cap"] = cap.cap if cap is not None else None
+        document["binding_cap_workers"] = cap.workers if cap is not None else None
         document["decision"] = {"reason": view.decision.reason, "rationale": view.line}
     metrics = view.metrics
     if metrics is not None:

@@ -31,6 +31,7 @@ from ..logs import MessageId, journal
 from ..notify import Notifier, watchdog_interval
 from ..queue.url import open_backend, sqlite_path
 from . import pacing
+from .api_port import DaemonPort
 from .controller import Controller
 from .events import EventLog
 from .hosts import HostHeartbeat
@@ -102,6 +103,8 @@ class Daemon:
         self._watcher = None
         self.api = None                   # the D-Bus service, once serving
         self.http = None                  # the HTTP endpoint (/metrics), when configured
+        # The daemon as its two faces (the D-Bus API, the HTTP endpoint) see it.
+        self.port = DaemonPort(self)
         self.hosts: HostHeartbeat | None = None  # this host's heartbeat in the store
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flexiqd-io")
         self._running: tuple[float, str] | None = None   # (monotonic start, what) of the I/O thread's job
@@ -114,7 +117,7 @@ class Daemon:
         self._unsubscribe: Callable[[], None] | None = None
         self._watched_queues: tuple[str, ...] = ()
         self._reload_requested = False
-        # Told ("tick", None), ("scale", ScaleEvent), ("reload", (ok, message)): e.g. the D-Bus service.
+        # Told ("tick", seconds), ("scale", ScaleEvent), ("reload", (ok, message)): the faces, through the port.
         self.listeners: list[Callable[[str, Any], None]] = []
 
     # -- requests (from signal handlers or the D-Bus API) --------------------------------------
@@ -247,15 +250,14 @@ class Daemon:
             from ..http.daemon import HttpEndpoint
 
             try:
-                self.http = await HttpEndpoint.start(self)
+                self.http = await HttpEndpoint.start(self.port, self.config.http)
             except FlexiqdError as exc:  # as with D-Bus: scaling goes on without the endpoint
                 log.error("Not serving /metrics and /api/scaler: %s", exc)
         if self.options.serve_api:
-            from .api_port import DaemonPort
-            from .dbus_api import serve_api
+            from ..dbus.service import serve_api
 
             try:
-                self.api = await serve_api(DaemonPort(self), self.options.bus_address)
+                self.api = await serve_api(self.port, self.options.bus_address)
             except FlexiqdError as exc:
                 log.warning("Not offering the D-Bus API (flexiqctl will not reach this daemon): %s", exc)
         pools = ", ".join(f"{v.pool} ({v.active + v.starting} running)" for v in self.controller.views.values())
@@ -331,9 +333,7 @@ class Daemon:
             self._set_status(status)
             for event in events:
                 self._emit("scale", event)
-            self._emit("tick", None)
-            if self.http is not None:
-                await self.http.ticked(loop.time() - last_tick)
+            self._emit("tick", loop.time() - last_tick)
 
     def _tick_events(self) -> list:
         """One tick (on the I/O thread); the scale events it recorded, each with its sequence number."""

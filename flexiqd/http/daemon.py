@@ -1,12 +1,14 @@
 """The daemon's HTTP endpoint: publishes a snapshot after each tick and serves it.
 
 Requests never wait on the daemon: they read the last published snapshot on the
-event loop.  The counters are read from the store on the daemon's I/O thread,
-after the tick, as part of the tick's own I/O.
+event loop.  After each tick the endpoint asks the daemon's port (the one the D-Bus
+API uses) for its Status document and the queues' stats, and has it bring the
+counters up to date from the store on the daemon's I/O thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import dataclasses
 import logging
@@ -23,7 +25,7 @@ from .snapshot import DaemonFigures, Snapshot, build_snapshot
 
 if TYPE_CHECKING:
     from ..config.model import HttpConfig
-    from ..daemon.service import Daemon
+    from ..daemon.api_port import ApiPort
 
 log = logging.getLogger(__name__)
 
@@ -47,35 +49,40 @@ def read_token(path: str | None) -> bytes | None:
 
 
 class HttpEndpoint:
-    """``/metrics``, ``/api/scaler`` and ``/health`` of one daemon.  Runs on the daemon's loop."""
+    """``/metrics``, ``/api/scaler`` and ``/health`` of one daemon, which it sees through its
+    ``ApiPort`` as the D-Bus API does.  Runs on the daemon's loop."""
 
-    def __init__(self, daemon: "Daemon", config: "HttpConfig", token: bytes | None) -> None:
-        self.daemon = daemon
+    def __init__(self, port: "ApiPort", config: "HttpConfig", token: bytes | None) -> None:
+        self.port = port
         self.counters = Counters()
         self.scale_events: collections.Counter = collections.Counter()
         self.figures = DaemonFigures(version=__version__, tick_durations=Histogram(TICK_BUCKETS))
-        self._views_seen: Any = None
         self.snapshot: Snapshot | None = None
         self.server = HttpServer(config.host, config.port,
                                  daemon_routes(lambda: self.snapshot, config.scaler_target), token=token)
+        self._refresh: asyncio.Task | None = None
+        self._pending: list[float] = []  # durations of the ticks not published yet
 
     @classmethod
-    async def start(cls, daemon: "Daemon") -> "HttpEndpoint":
+    async def start(cls, port: "ApiPort", config: "HttpConfig") -> "HttpEndpoint":
         """Listen (``FlexiqdError`` when it cannot), with a first snapshot and the counters' baseline."""
-        config = daemon.config.http
-        endpoint = cls(daemon, config, read_token(config.token_file))
+        endpoint = cls(port, config, read_token(config.token_file))
         await endpoint._read_counters()
-        endpoint.publish()
+        await endpoint.publish()
         await endpoint.server.start()
-        daemon.listeners.append(endpoint.on_event)
+        port.subscribe(endpoint.on_event)
         log.info("Serving /metrics and /api/scaler on %s:%d.", config.host, endpoint.server.port)
         return endpoint
 
     async def close(self) -> None:
+        self.port.unsubscribe(self.on_event)
+        if self._refresh is not None:
+            self._refresh.cancel()
         await self.server.close()
 
     def on_event(self, kind: str, payload: Any) -> None:
-        """Count scale events and reloads (a daemon listener; called on the loop)."""
+        """The port's listener (called on the loop): count scale events and reloads, and after a
+        tick catch up the counters and publish a new snapshot (one refresh at a time)."""
         if kind == "scale":
             direction = "up" if payload.desired > payload.previous else "down"
             self.scale_events[(payload.pool, direction, payload.reason)] += 1
@@ -83,40 +90,36 @@ class HttpEndpoint:
             applied = payload[0]
             self.figures = dataclasses.replace(self.figures, last_reload_ok=applied,
                                                config_generation=self.figures.config_generation + applied)
+        elif kind == "tick":
+            self._pending.append(float(payload or 0.0))
+            if self._refresh is None or self._refresh.done():
+                self._refresh = asyncio.get_running_loop().create_task(self._after_ticks())
 
-    async def ticked(self, seconds: float) -> None:
-        """After each tick: catch up the counters, then publish a new snapshot."""
-        controller = self.daemon.controller
-        views = controller.views if controller is not None else {}
-        # A new views mapping with every pool's stats means this tick read them all.
-        read_ok = views is not self._views_seen and all(v.stats is not None for v in views.values())
-        self._views_seen = views
-        durations = self.figures.tick_durations.copy()
-        durations.observe(seconds)
-        now = time.time()
-        self.figures = dataclasses.replace(
-            self.figures, ticks=self.figures.ticks + 1, last_tick_at=now, tick_durations=durations,
-            last_stats_read_at=now if read_ok else self.figures.last_stats_read_at,
-            stats_read_failures=self.figures.stats_read_failures + (0 if read_ok else 1))
-        await self._read_counters()
-        self.publish()
+    async def _after_ticks(self) -> None:
+        while self._pending:
+            durations = self.figures.tick_durations.copy()
+            for seconds in self._pending:
+                durations.observe(seconds)
+            ticks, self._pending = len(self._pending), []
+            self.figures = dataclasses.replace(self.figures, ticks=self.figures.ticks + ticks,
+                                               last_tick_at=time.time(), tick_durations=durations)
+            await self._read_counters()
+            await self.publish(ticked=True)
 
     async def _read_counters(self) -> None:
-        controller = self.daemon.controller
-        if controller is None:
-            return
-        queues = sorted({q for pool in self.daemon.config.pools.values() for q in pool.queues})
         try:
-            await self.daemon.io(self.counters.read, controller.backend, queues, time.time(),
-                                 what="reading the queue counters")
+            await self.port.count(self.counters)
         except QueueError as exc:
             log.warning("Cannot read the queue counters for /metrics (retried next tick): %s", exc)
 
-    def publish(self) -> None:
-        daemon, controller = self.daemon, self.daemon.controller
-        self.snapshot = build_snapshot(
-            daemon.config, daemon.options.config_path, daemon.config_error,
-            controller.views if controller is not None else {},
-            controller.operators.overrides if controller is not None else {},
-            counters=self.counters.frozen(), scale_events=self.scale_events,
-            daemon=self.figures, now=time.time())
+    async def publish(self, ticked: bool = False) -> None:
+        status = await self.port.status()
+        if ticked:
+            # A tick that read every pool's stats has metrics for each.
+            read_ok = all(pool["metrics"] is not None for pool in status["pools"].values())
+            now = time.time()
+            self.figures = dataclasses.replace(
+                self.figures, last_stats_read_at=now if read_ok else self.figures.last_stats_read_at,
+                stats_read_failures=self.figures.stats_read_failures + (0 if read_ok else 1))
+        self.snapshot = build_snapshot(status, await self.port.queue_stats(), counters=self.counters.frozen(),
+                                       scale_events=self.scale_events, daemon=self.figures, now=time.time())

@@ -1,23 +1,17 @@
-"""The immutable state the daemon publishes after each tick, for the HTTP endpoint to read.
+"""The immutable state the HTTP endpoint publishes after each tick, for its requests to read.
 
-Built on the daemon's loop from the controller's views (pure: everything is an
-argument); never changed once built, so a request reads it without a lock while
-the next tick runs.
+Built on the daemon's loop from what the daemon's port gives (the Status document,
+the queues' stats: pure, everything is an argument); never changed once built, so a
+request reads it without a lock while the next tick runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
-from ..daemon.documents import dependency_use, status_document
 from ..queue.types import Stats
 from .counters import Histogram, QueueTally
-
-if TYPE_CHECKING:
-    from ..config.model import DaemonConfig
-    from ..daemon.controller import PoolView
-    from ..daemon.overrides import Override
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,26 +57,21 @@ class Snapshot:
         return sorted({q for pool in self.status["pools"].values() for q in pool["queues"]})
 
 
-def dependency_figures(config: "DaemonConfig", views: Mapping[str, "PoolView"]) -> tuple[DependencyFigures, ...]:
-    use = dependency_use(config, views)
-    return tuple(DependencyFigures(name, dep.capacity, dep.reserved, use.get(name, 0.0))
-                 for name, dep in sorted(config.dependencies.items()))
+def dependency_figures(status: Mapping) -> tuple[DependencyFigures, ...]:
+    """The declared dependencies (those with a capacity) of a Status document."""
+    return tuple(DependencyFigures(entry["name"], entry["capacity"], entry["reserved"], entry["use"])
+                 for entry in status.get("dependencies", ()) if entry["capacity"] is not None)
 
 
-def build_snapshot(config: "DaemonConfig", config_path: str, config_error: str | None,
-                   views: Mapping[str, "PoolView"], overrides: Mapping[str, "Override"], *,
-                   counters: Mapping[str, QueueTally], scale_events: Mapping[tuple[str, str, str], int],
-                   daemon: DaemonFigures, now: float) -> Snapshot:
-    status = status_document(config, config_path, config_error, views, overrides, now)
-    queue_stats: dict[str, Stats] = {}
-    caps: dict[str, tuple[str, int]] = {}
-    for name, view in views.items():
-        for stats in view.stats or ():
-            queue_stats[stats.queue] = stats
-        cap = view.decision.binding_cap if view.decision is not None else None
-        if cap is not None:
-            caps[name] = (cap.cap, cap.workers)
-    return Snapshot(taken_at=now, status=status, queue_stats=queue_stats, binding_caps=caps,
-                    dependencies=dependency_figures(config, views), counters=counters,
+def build_snapshot(status: Mapping, queue_stats: Mapping[str, Stats], *, counters: Mapping[str, QueueTally],
+                   scale_events: Mapping[tuple[str, str, str], int], daemon: DaemonFigures,
+                   now: float) -> Snapshot:
+    """A snapshot of what the daemon's port gave after a tick: its Status document and each
+    served queue's last stats (a queue whose read failed has none)."""
+    pools = status["pools"]
+    caps = {name: (pool["binding_cap"], pool["binding_cap_workers"]) for name, pool in pools.items()
+            if pool.get("binding_cap") is not None}
+    return Snapshot(taken_at=now, status=status, queue_stats=dict(queue_stats), binding_caps=caps,
+                    dependencies=dependency_figures(status), counters=counters,
                     scale_events=dict(scale_events), daemon=daemon,
-                    target_ages={name: pool.policy.targets.age for name, pool in config.pools.items()})
+                    target_ages={name: pool["target_age"] for name, pool in pools.items()})

@@ -509,7 +509,7 @@ def test_flexiqctl_without_a_daemon_exits_3_and_says_how_to_start_it(bus):
 
 
 def test_serve_api_refuses_a_name_already_owned_and_an_unreachable_bus(daemon, address):
-    from flexiqd.daemon.dbus_api import serve_api
+    from flexiqd.dbus.service import serve_api
     from flexiqd.errors import FlexiqdError
 
     class StandIn:

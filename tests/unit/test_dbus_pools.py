@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from flexiqd.daemon.dbus_pools import (POOL_PROPERTIES, PoolInterface, changed_properties, pool_properties)
+from flexiqd.dbus.pools import (POOL_PROPERTIES, PoolInterface, changed_properties, pool_properties)
 
 NOW = 1_700_000_000.0
 

@@ -17,9 +17,9 @@ from dbus_fast import Message, MessageType, RequestNameReply, Variant
 from dbus_fast.service import ServiceInterface
 
 from flexiqd.busnames import ERROR_ACCESS_DENIED, ERROR_FAILED, ERROR_INVALID_ARGS, INTERFACE, OBJECT_PATH
-from flexiqd.daemon import dbus_api
-from flexiqd.daemon.dbus_api import ApiService
-from flexiqd.daemon.dbus_pools import pool_properties
+from flexiqd.dbus import service as dbus_api
+from flexiqd.dbus.service import ApiService
+from flexiqd.dbus.pools import pool_properties
 from flexiqd.daemon.events import ScaleEvent
 from flexiqd.errors import ControlError, FlexiqdError
 

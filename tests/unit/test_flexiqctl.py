@@ -193,7 +193,7 @@ def test_status_document_from_the_controllers_view(tmp_path):
 
 
 def test_only_root_and_the_operators_group_may_steer():
-    from flexiqd.daemon.dbus_api import caller_allowed
+    from flexiqd.dbus.service import caller_allowed
 
     assert caller_allowed(0, [], None)
     assert caller_allowed(1000, [27, 990], 990)

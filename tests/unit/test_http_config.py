@@ -10,6 +10,7 @@ from flexiqd.daemon.controller import PoolView
 from flexiqd.daemon.service import restart_needed
 from flexiqd.errors import ConfigError
 from flexiqd.http.daemon import read_token
+from flexiqd.daemon.documents import status_document
 from flexiqd.http.snapshot import DaemonFigures, build_snapshot
 
 from test_http_metrics import stats
@@ -90,11 +91,14 @@ pools:
                              stats=[stats("a", runnable=4), stats("b")]),
              "batch": PoolView("batch", active=2, starting=0, draining=0, failed=0, max_workers=10,
                                decision=None, stats=None)}
-    snapshot = build_snapshot(config, "/etc/flexiqd/flexiqd.yaml", None, views, {}, counters={},
-                              scale_events={}, daemon=DaemonFigures(version="1"), now=5.0)
+    status = status_document(config, "/etc/flexiqd/flexiqd.yaml", None, views, {}, 5.0)
+    queue_stats = {s.queue: s for view in views.values() for s in view.stats or ()}
+    snapshot = build_snapshot(status, queue_stats, counters={}, scale_events={}, daemon=DaemonFigures(version="1"),
+                              now=5.0)
     uses = {d.name: (d.capacity, d.reserved, d.use) for d in snapshot.dependencies}
     assert uses == {"db": (40.0, 10.0, 5 * 4 + 2 * 1.0), "api": (5.0, 0.0, 0.0)}
     assert sorted(snapshot.queue_stats) == ["a", "b"] and snapshot.queue_stats["a"].runnable == 4
     assert snapshot.pool_queues("web") == ("a", "b") and snapshot.pool_queues("nope") is None
     assert snapshot.served_queues() == ["a", "b", "c"]
     assert snapshot.status["pools"]["web"]["workers"]["failed"] == 2
+    assert snapshot.target_ages == {"web": 30.0, "batch": 30.0} and snapshot.binding_caps == {}

@@ -2,7 +2,7 @@
 
     bus name   org.flexiq.flexiqd1
     objects    /org/flexiq/flexiqd1             org.flexiq.flexiqd1.Manager, ObjectManager
-               /org/flexiq/flexiqd1/pool/<name> org.flexiq.flexiqd1.Pool (dbus_pools.py)
+               /org/flexiq/flexiqd1/pool/<name> org.flexiq.flexiqd1.Pool (pools.py)
 
 Read-only members about the pools (``Status``, ``Events``, ``History``, the
 properties) are for everyone; mutating ones (``Scale``, ``Unpin``, ``Pause``,
@@ -19,7 +19,7 @@ are taken before dbus-fast dispatches them (``bus.add_message_handler``): ask
 the bus who sent it (``GetConnectionCredentials``), then run or refuse it.  The
 ``@method`` stubs exist for introspection only and refuse if ever reached.
 
-The service sees the daemon only through ``ApiPort`` (api_port.py).  It lives on
+The service sees the daemon only through ``ApiPort`` (daemon/api_port.py).  It lives on
 the daemon's event loop and is not thread-safe.  docs/dbus-api.md describes every
 member and the ``Status`` document.
 """
@@ -43,9 +43,9 @@ from ..busnames import (BUS_NAME, DBUS_INTERFACE, DBUS_NAME, DBUS_PATH, ERROR_AC
                         POOL_INTERFACE, POOL_PATH_PREFIX, SIGNAL_CONFIG_RELOADED, SIGNAL_SCALE_EVENT,
                         pool_from_path)
 from ..errors import ControlError, FlexiqdError
-from .api_port import ApiPort
-from .dbus_pools import POOL_MUTATING, PoolInterface, PoolObjects
-from .job_queries import parse_query
+from ..daemon.api_port import ApiPort
+from .pools import POOL_MUTATING, PoolInterface, PoolObjects
+from ..daemon.job_queries import parse_query
 
 log = logging.getLogger(__name__)
 
