@@ -27,6 +27,17 @@ def _stop(daemon) -> None:
     assert daemon.wait(timeout=60) == 0
 
 
+def _kill(daemon) -> None:
+    """A daemon the test gave up on, and its workers with it (they would outlive it)."""
+    import psutil
+
+    if daemon.poll() is None:
+        for child in psutil.Process(daemon.pid).children(recursive=True):
+            child.kill()
+        daemon.kill()
+        daemon.wait()
+
+
 def test_a_burst_wakes_the_daemon_long_before_its_tick(tmp_path, store, app, workers):
     daemon, _, log = start_daemon(tmp_path, store, workers.marks, extra=SLOW_TICK)
     try:
@@ -38,8 +49,7 @@ def test_a_burst_wakes_the_daemon_long_before_its_tick(tmp_path, store, app, wor
         wait_for(lambda: len(worker_pids(daemon.pid)) >= 2, SOON, "the new workers")
         _stop(daemon)
     finally:
-        if daemon.poll() is None:
-            daemon.kill()
+        _kill(daemon)
 
 
 def test_delayed_jobs_wake_the_daemon_when_they_come_due(tmp_path, store, app, workers):
@@ -51,5 +61,4 @@ def test_delayed_jobs_wake_the_daemon_when_they_come_due(tmp_path, store, app, w
         wait_for(lambda: scale_ups(log), SOON, "a scale-up when the delayed jobs came due")
         _stop(daemon)
     finally:
-        if daemon.poll() is None:
-            daemon.kill()
+        _kill(daemon)
