@@ -45,6 +45,7 @@ from ..busnames import (BUS_NAME, DBUS_INTERFACE, DBUS_NAME, DBUS_PATH, ERROR_AC
 from ..errors import ControlError, FlexiqdError
 from ..daemon.api_port import ApiPort
 from .pools import POOL_MUTATING, PoolInterface, PoolObjects
+from .writer import install_patient_writer
 from ..daemon.job_queries import parse_query
 
 log = logging.getLogger(__name__)
@@ -95,12 +96,17 @@ def checked_request(msg: Message, pools: PoolObjects) -> tuple[str, list[Any]] |
 # -- the bus -----------------------------------------------------------------------------------------
 
 class ApiBus(MessageBus):
-    """A MessageBus whose ObjectManager signals come from the manager object, as the specification says.
+    """A MessageBus whose ObjectManager signals come from the manager object, as the specification
+    says, and that a full socket does not throw off the bus (writer.py).
 
     dbus-fast emits InterfacesAdded/InterfacesRemoved from the added object's own
     path, where a client following the manager (sd-bus, GDBus, ``busctl monitor
     --match path=/org/flexiq/flexiqd1``) does not look.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        install_patient_writer(self)
 
     def _emit_interface_added(self, path: str, interface: ServiceInterface) -> None:
         if self._disconnected or not isinstance(interface, PoolInterface):
