@@ -170,7 +170,9 @@ def test_install_pulls_only_debian_packages_and_starts_the_daemon(debian: Debian
                if name != "flexiqd" and not origin.startswith("Debian")]
     assert not foreign, f"packages from outside Debian: {foreign}"
 
-    debian.apt("install", deb)
+    # Recommends: cockpit would bring a web console and ~180 packages (docs/cockpit.md); the
+    # page's own files and its chart library come with the package whatever.
+    debian.apt("install", deb, "cockpit-")
 
     assert installed_version(debian) == "install ok installed 0.1.0"
     # Nothing from PyPI: no pip, nothing in /usr/local.
@@ -191,6 +193,17 @@ def test_install_pulls_only_debian_packages_and_starts_the_daemon(debian: Debian
     for page in ("man1/flexiq.1.gz", "man1/flexiqctl.1.gz", "man5/flexiqd.yaml.5.gz", "man8/flexiqd.8.gz"):
         debian.run(["test", "-f", f"/usr/share/man/{page}"])
     debian.wait_for(lambda: active_workers(debian), 30, what="the minimum worker")
+
+
+def test_the_cockpit_page_and_its_chart_library_links_are_installed(debian: DebianMachine):
+    # The links must resolve: libjs-dygraphs came along as a dependency (docs/cockpit.md).
+    page = "/usr/share/cockpit/flexiqd"
+    debian.run(["python3", "-m", "json.tool", f"{page}/manifest.json"])
+    for name in ("index.html", "flexiqd.js", "flexiqd.css"):
+        debian.run(["test", "-f", f"{page}/{name}", "-a", "!", "-L", f"{page}/{name}"])
+    for name in ("dygraph.min.js", "dygraph.min.css"):
+        target = debian.run(["readlink", "-e", f"{page}/{name}"]).stdout.strip()
+        assert target == f"/usr/share/javascript/dygraphs/{name}", target
 
 
 def test_the_units_exposure_is_no_worse_than_documented(debian: DebianMachine):
@@ -252,7 +265,7 @@ def test_an_upgrade_keeps_the_config_edit_the_queued_jobs_and_the_workers(debian
     fleet = {unit: debian.unit_property(unit, "MainPID") for unit in active_workers(debian)}
     assert fleet
 
-    debian.apt("install", packages.inside(packages.upgrade_deb))
+    debian.apt("install", packages.inside(packages.upgrade_deb), "cockpit-")
 
     assert installed_version(debian) == f"install ok installed {UPGRADE_VERSION}"
     debian.run(["grep", "-q", "^    max_workers: 7$", CONFIG])
