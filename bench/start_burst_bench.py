@@ -19,7 +19,7 @@ workers, worker connections opened within one second, client connections on the
 server), the time from the daemon's first scale-up decision (its scale event) to the
 40th unit active (systemd's ActiveEnterTimestamp, i.e. READY=1), the server's connection
 count over time, and what went wrong (``too many clients`` and other FATAL lines in the
-server's log, worker units that failed).  Not a test: numbers go to bench/start_burst.md.
+server's log, worker units that failed).  Not a test: numbers go to bench/README.md (start bursts).
 """
 
 from __future__ import annotations

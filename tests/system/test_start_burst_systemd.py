@@ -36,7 +36,7 @@ A connecting worker is a starting one, so the server's count can only exceed the
 when systemd's does.  Without staggering systemd's count fails at once (36-40 of 40
 starting); the server's may not: on two cores 40 interpreters importing at once reach
 their first connection one after another, and the connection takes milliseconds, so
-6-10 of them overlapped in the bench (bench/start_burst.md).
+6-10 of them overlapped in the bench (bench/README.md, start bursts).
 
 Both ways a pool grows are checked: the policy's scale-up and an operator's pin
 (``daemon/overrides.staggered_start``), each staggered by the start allowance.
