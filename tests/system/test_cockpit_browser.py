@@ -10,7 +10,9 @@ history each (the time is reported, not asserted).
 
 Both users log in through Cockpit's login page (PAM, passwords set with chpasswd) in
 a Chromium of their own, started on the host and reaching Cockpit through a port
-forwarded into the container (cockpit_browser.py).  Screenshots go to docs/img/.
+forwarded into the container (cockpit_browser.py).  Screenshots go to a folder under the
+temporary directory, or to $FLEXIQ_SCREENSHOTS (``FLEXIQ_SCREENSHOTS=docs/img`` renews the
+documentation's): a test run leaves the checkout as it found it.
 
 Parts that need a D-Bus method flexiqd may not have yet (History, Jobs, Job,
 RetryDead, PurgeDead: issue 17) skip, naming the method, until it exists.
@@ -19,10 +21,13 @@ RetryDead, PurgeDead: issue 17) skip, naming the method, until it exists.
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -35,7 +40,7 @@ from .sandbox import Sandbox
 
 MEMBER, MEMBER_PASSWORD = "cockpit-op", "Op-pass-4-cockpit"
 OUTSIDER, OUTSIDER_PASSWORD = "cockpit-guest", "Guest-pass-4-cockpit"
-IMG = REPO / "docs" / "img"
+IMG = Path(os.environ.get("FLEXIQ_SCREENSHOTS") or Path(tempfile.gettempdir()) / "flexiq-cockpit-screenshots")
 BUS_NAME = "org.flexiq.flexiqd1"
 MANAGER_PATH = "/org/flexiq/flexiqd1"
 MANAGER = "org.flexiq.flexiqd1.Manager"
