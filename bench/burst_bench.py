@@ -20,7 +20,8 @@ bench/burst.md; every number: bench/results-burst.json (each part replaces its o
 2. process: no systemd; min 1 / max 8 workers of 4 slots; 400 jobs of 0.2 s each burst.
    flexiqd's `flexiq autoscale --policy flexiqd` against flexiq 2.1.0's `flexiq autoscale`
    at its default poll (5 s) and at its fastest (1 s), the three alternated run by run,
-   each run on a fresh store, the burst at the same random phase for all three.  Both
+   each run on a fresh store, the burst at the same phase of flexiq's 5 s poll for all
+   three (the runs' phases spread evenly over it).  Both
    apps write `start <job> <attempt> <pid> <epoch>` when a job starts
    (tests/apps/chaos_app.py, bench/apps/recovery_flexiq.py): the time is from the commit
    to the first start mark of a pid that was not a worker before the burst.
@@ -208,8 +209,8 @@ def deb_part(runs: int) -> dict:
             idle_after = idle_footprint(machine)
             configure(machine, DEB_CONFIG + "tick: 1m\n")
             idle_long_tick = idle_footprint(machine)
-            # The daemon's heartbeat (2 s) is a write to the store, which its own watch and
-            # every worker's hear: once a minute too, and nothing wakes the watch at idle.
+            # The daemon's heartbeat writes the store every 2 s, and its own watch and every
+            # worker's hear each write; with a 60 s heartbeat nothing writes it at idle.
             configure(machine, DEB_CONFIG + "tick: 1m\nheartbeat: 60s\n")
             idle_quiet = idle_footprint(machine)
             for name, figures in (("tick 1m", idle_long_tick), ("tick 1m, heartbeat 60s", idle_quiet)):
@@ -287,7 +288,7 @@ def process_run(tool: str, run_dir: Path, phase: float) -> dict:
         deadline = time.monotonic() + 30
         while not controller.children() and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(phase)  # the minimum worker is up; the burst lands at a random phase of the poll
+        time.sleep(phase)  # the minimum worker is up; the burst lands at this run's phase of the poll
         workers = controller.children()
         if len(workers) != 1:
             raise RuntimeError(f"{tool}: {len(workers)} workers before the burst, not 1 (see {run_dir})")
@@ -387,9 +388,8 @@ def process_part(runs: int) -> dict:
             log(f"  run {n + 1} {tool:>15}: {fmt(run['reaction_s'])} s" + (chain if tool == "flexiqd" else ""))
     medians = {tool: statistics.median(r["reaction_s"] for r in results if r["tool"] == tool and r["reaction_s"])
                for tool in TOOLS}
-    return {**start, **ended(), "burst": {"jobs": BURST, "job_seconds": JOB_S, "slots_per_worker": SLOTS,
-                                   "min_workers": 1, "max_workers": 8},
-            "runs": results, "reaction_median_s": medians,
+    burst = {"jobs": BURST, "job_seconds": JOB_S, "slots_per_worker": SLOTS, "min_workers": 1, "max_workers": 8}
+    return {**start, **ended(), "burst": burst, "runs": results, "reaction_median_s": medians,
             "ratio_flexiqd_to_flexiq": medians["flexiqd"] / medians["flexiq"],
             "ratio_flexiqd_to_flexiq_poll_1s": medians["flexiqd"] / medians["flexiq-poll-1s"],
             "rss_median_mib": {tool: {k: statistics.median(r[k] for r in results if r["tool"] == tool)

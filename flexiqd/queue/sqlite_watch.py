@@ -22,10 +22,12 @@ from .file_watch import FolderWatch, WatchUnavailable
 log = logging.getLogger(__name__)
 
 # How long a commit may take from its first -wal write to being visible (an fsync on a
-# slow disk), and the first pause between looks (doubling up to the last).
+# slow disk), and the first pause between looks (doubling up to the last).  A write that is
+# no commit (a checkpoint restarting the -wal) is looked at for that long too: about ten
+# looks, not one every few milliseconds.
 LANDS_WITHIN = 0.5
 FIRST_PAUSE = 0.001
-LONGEST_PAUSE = 0.02
+LONGEST_PAUSE = 0.1
 
 
 class DueLook:
