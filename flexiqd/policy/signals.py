@@ -362,11 +362,13 @@ def cpu_signal(inputs: SignalInputs) -> SignalRecommendation | None:
 def saturation_signal(inputs: SignalInputs) -> SignalRecommendation | None:
     """Double a saturated pool while nothing tells how fast it works (a cold start).
 
-    Every slot busy and jobs waiting means the pool is too small; until a job
-    completes there is no throughput to size it with, and the age signal would
-    wait until the oldest job nears its target.  Doubling (the rate limit still
-    applies) answers a burst at the next tick instead of after the first
-    completion; once a throughput is known the age and drain signals size it.
+    More jobs waiting than free slots means the pool is too small: once the
+    workers have claimed, every slot is busy and jobs still wait.  It is known
+    at the burst's commit, before any claim; until a job completes there is no
+    throughput to size the pool with, and the age signal would wait until the
+    oldest job nears its target.  Doubling (the rate limit still applies)
+    answers a burst at once instead of after the first completion; once a
+    throughput is known the age and drain signals size it.
     Never fewer than the workers already asked for: those still starting are
     what the waiting jobs need, so a pool whose workers are all still starting
     is held as it is.
@@ -374,8 +376,9 @@ def saturation_signal(inputs: SignalInputs) -> SignalRecommendation | None:
     obs, metrics = inputs.obs, inputs.metrics
     if inputs.throughput is not None or metrics.runnable_depth == 0 or obs.current == 0:
         return None
-    if metrics.running < obs.active * obs.concurrency:
-        return None
+    slots = obs.active * obs.concurrency
+    if metrics.runnable_depth <= slots - metrics.running:
+        return None  # the free slots take every waiting job
     # Double what is busy, not what is booting: workers still starting are the capacity
     # already on its way, and doubling them too would answer a boot with more boots.  Nor
     # fewer than them: stopping a worker that is still starting throws its start away while
@@ -385,7 +388,7 @@ def saturation_signal(inputs: SignalInputs) -> SignalRecommendation | None:
     if obs.active == 0:
         detail = f"{obs.starting} workers starting, {metrics.runnable_depth} runnable, no throughput known yet"
     else:
-        detail = (f"all {obs.active * obs.concurrency} slots busy, {metrics.runnable_depth} runnable, "
+        detail = (f"{metrics.runnable_depth} runnable for {max(0, slots - metrics.running)} free slots of {slots}, "
                   f"no throughput known yet")
     return SignalRecommendation("saturation", wanted, detail)
 

@@ -153,11 +153,17 @@ def test_a_saturated_pool_doubles_at_once_when_nothing_has_completed_yet():
     assert decision.desired == 4 and decision.reason == "ScaleUpSaturation"
 
 
-def test_saturation_has_no_opinion_once_throughput_is_known_or_slots_are_free():
+def test_saturation_has_no_opinion_once_throughput_is_known_or_free_slots_take_every_waiting_job():
     known = observe(2, runnable_depth=30, running=8, oldest_runnable_age=0.5, **{"completion_rate": 8.0})
     assert recommendation(decide(known, policy(), None, 0.0), "saturation") is None
-    free = observe(2, runnable_depth=30, running=5, completion_rate=0.0, duration_p50=None)
+    free = observe(2, runnable_depth=3, running=5, completion_rate=0.0, duration_p50=None)
     assert recommendation(decide(free, policy(), None, 0.0), "saturation") is None
+
+
+def test_a_burst_is_saturation_at_its_commit_before_any_worker_claimed():
+    # 30 jobs just committed, 8 free slots, nothing running yet: once claimed, 22 still wait.
+    burst = observe(2, runnable_depth=30, running=0, completion_rate=0.0, duration_p50=None)
+    assert recommendation(decide(burst, policy(), None, 0.0), "saturation") == 4
 
 
 def test_saturation_doubles_the_busy_workers_not_the_ones_still_starting():
