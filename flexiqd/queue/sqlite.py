@@ -501,19 +501,13 @@ def _where(*, state: str | None = None, queue: str | None = None, ids: Sequence[
            task: str | None = None, tenant: str | None = None, before: int | None = None) -> tuple[str, list[Any]]:
     """A WHERE clause (empty when nothing is asked) and its arguments."""
     terms, args = [], []
-    for column, value in (("task", task), ("tenant", tenant)):
+    for column, value in (("state", state), ("queue", queue), ("task", task), ("tenant", tenant)):
         if value is not None:
             terms.append(f"{column} = ?")
             args.append(value)
     if before is not None:
         terms.append("id < ?")
         args.append(before)
-    if state is not None:
-        terms.append("state = ?")
-        args.append(state)
-    if queue is not None:
-        terms.append("queue = ?")
-        args.append(queue)
     if ids is not None:
         terms.append(f"id IN ({_marks(ids)})")
         args.extend(ids)
