@@ -23,7 +23,7 @@ from ..durations import parse_duration
 from ..errors import ConfigError, StoreUnavailable
 from ..fleet.base import POOL_NAME, Credential
 from ..queue.limits import DependencyLimit, LimitError, TenantCaps, limit_from_mapping, tenant_caps_from_mapping
-from ..queue.url import check_url
+from ..queue.url import check_url, safe_url
 from .model import (DEFAULT_HTTP_HOST, DEFAULT_HTTP_PORT, DEFAULT_STORE, DaemonConfig, FlexiqOptions, HttpConfig,
                     PoolConfig)
 from .schema import SETTINGS, children, default, setting
@@ -148,7 +148,8 @@ def _daemon(data: Any, path: str, fleet_override: str | None, policies: bool = T
     _known(data, TOP_KEYS, "")
     store = data.get("store", DEFAULT_STORE)
     if not isinstance(store, str) or "://" not in store and not store.startswith("sqlite:"):
-        raise _fail("store", f"must be a store URL such as {DEFAULT_STORE}, got {_show(store)}")
+        shown = repr(safe_url(store)) if isinstance(store, str) else _show(store)
+        raise _fail("store", f"must be a store URL such as {DEFAULT_STORE}, got {shown}")
     try:
         check_url(store)
     except StoreUnavailable as exc:

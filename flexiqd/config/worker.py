@@ -23,6 +23,7 @@ from ..errors import ConfigError, FlexiqdError
 from ..fleet.base import parse_instance
 from ..queue.limits import DependencyLimit, TenantCaps
 from ..queue.owners import owner_name
+from ..queue.url import URL_ENV
 from ..worker.settings import WorkerConfig
 from .load import load_config
 from .model import DEFAULT_CONFIG_PATH, PoolConfig
@@ -43,7 +44,7 @@ class WorkerSetup:
     """Everything a worker process needs to start: what to run, where, and how."""
 
     app: str
-    store_url: str | None       # None: the app's own (``Queue(url)``, else $FLEXIQ_URL)
+    store_url: str | None       # None: the app's own (``Queue(url)``, else the packaged default)
     config: WorkerConfig
     pool: str | None = None     # the pool it belongs to (--instance), for the paused-pools file
     config_path: str | None = None  # where a drain re-reads its budget (None: the budget is fixed)
@@ -95,6 +96,10 @@ def worker_setup(*, app: str | None, url: str | None, instance: str | None, conf
     elif config or os.environ.get(CONFIG_ENV):
         path = config_path(config)  # --app given: the file is asked for the limits (and, with
         # --instance, for the pool's drain budget)
+    if url is None:
+        # --app without --url: $FLEXIQ_URL (how a fleet without a config file names the
+        # store), else the application's own Queue(url).
+        url = os.environ.get(URL_ENV) or None
     limits_path = path
     if instance is None:
         path = None  # no pool to read a drain budget for

@@ -29,7 +29,7 @@ from ..errors import ConfigError, FlexiqdError
 from ..fleet.base import Fleet
 from ..logs import MessageId, journal
 from ..notify import Notifier, watchdog_interval
-from ..queue.url import open_backend, sqlite_path
+from ..queue.url import open_backend, safe_url, sqlite_path
 from . import pacing
 from .api_port import DaemonPort
 from .controller import Controller
@@ -59,10 +59,15 @@ def blocked_status(seconds: float, activity: str | None, last_status: str) -> st
 
 def restart_needed(old: DaemonConfig, new: DaemonConfig) -> str | None:
     """Why ``new`` cannot be applied by a reload, or None when it can."""
-    for key in ("store", "fleet", "http"):
+    # Shown to every local user (ConfigError, Status, STATUS=, the journal): a store URL
+    # only without its password.
+    shown = {"store": safe_url, "fleet": str, "http": lambda http: "off" if http is None else "on"}
+    for key, show in shown.items():
         before, after = getattr(old, key), getattr(new, key)
         if after != before:
-            return (f"'{key}' changed from {before} to {after}: that takes a restart of flexiqd "
+            change = (f"from {show(before)} to {show(after)}" if show(before) != show(after)
+                      else "its settings")
+            return (f"'{key}' changed {change}: that takes a restart of flexiqd "
                     f"(systemctl restart flexiqd)")
     return None
 

@@ -21,6 +21,7 @@ import time
 from typing import Iterable, Mapping, Sequence
 
 from ..config.runtime import PAUSED_FILE_ENV
+from ..queue.url import URL_ENV
 from .base import Fleet, WorkerInfo, WorkerSpec, WorkerState, instance_name
 from .dropin import CONFIG_ENV
 
@@ -54,7 +55,9 @@ def worker_command(spec: WorkerSpec, index: int, config_path: str | None = None)
     if config_path:
         return [sys.executable, "-m", "flexiqd.cli.flexiq", "worker", "--instance", instance,
                 "--config", config_path]
-    return [sys.executable, "-m", "flexiqd.cli.flexiq", "--url", spec.store_url, "worker",
+    # The store's URL (it may hold a password) goes in the environment, which only the
+    # worker's user can read, never on a command line that every user sees.
+    return [sys.executable, "-m", "flexiqd.cli.flexiq", "worker",
             "--app", spec.app, "--queues", ",".join(spec.queues),
             "--concurrency", str(spec.concurrency), "--lease", f"{spec.lease_seconds:g}",
             "--drain-timeout", f"{spec.drain_timeout:g}", "--instance", instance,
@@ -111,6 +114,8 @@ class ProcessFleet(Fleet):
         env.pop("WATCHDOG_USEC", None)
         if self.config_path:
             env[CONFIG_ENV] = self.config_path
+        else:
+            env[URL_ENV] = spec.store_url
         if self.paused_path:
             env[PAUSED_FILE_ENV] = self.paused_path
         output = None

@@ -27,6 +27,7 @@ class Queue:
         self.clock = clock
         self.tasks: dict[str, Task] = {}
         self._backend: Backend | None = None
+        self._owns_backend = True
         self._lock = threading.Lock()
 
     @property
@@ -38,21 +39,29 @@ class Queue:
         with self._lock:
             if self._backend is None:
                 self._backend = open_backend(self.url)
+                self._owns_backend = True
             return self._backend
 
-    def use(self, url: str) -> None:
-        """Point this queue at another store (closing the one it had open)."""
+    def use(self, url: str, *, backend: Backend | None = None) -> None:
+        """Point this queue at another store (closing the one it had open).
+
+        ``backend``: that store already open, shared with its owner, who closes it (a
+        worker hands its own, so a task's follow-up jobs go where the worker claims and
+        take no connection of their own).
+        """
         with self._lock:
-            if self._backend is not None:
+            if self._backend is not None and self._owns_backend:
                 self._backend.close()
-                self._backend = None
+            self._backend = backend
+            self._owns_backend = backend is None
             self._url = url
 
     def close(self) -> None:
         with self._lock:
-            if self._backend is not None:
+            if self._backend is not None and self._owns_backend:
                 self._backend.close()
-                self._backend = None
+            self._backend = None
+            self._owns_backend = True
 
     # -- tasks -----------------------------------------------------------------------------
 

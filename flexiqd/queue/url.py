@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
@@ -19,6 +20,8 @@ URL_ENV = "FLEXIQ_URL"
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 # flexiqd's own options of a postgresql:// URL; every other query parameter is libpq's.
 POSTGRES_OPTIONS = ("password_file", "password_credential", "listen", "prepare")
+# user:password@ -- the password runs to the last "@" before the path (an unescaped "@" in it).
+_USERINFO_PASSWORD = re.compile(r"(?P<user>[^:/@?#\s]*):[^/?#\s]*@")
 _SWITCH = {"on": True, "true": True, "yes": True, "1": True,
            "off": False, "false": False, "no": False, "0": False}
 
@@ -32,7 +35,7 @@ def sqlite_path(url: str) -> str:
     """The file of a ``sqlite:///relative`` or ``sqlite:////absolute`` URL."""
     rest = url[len("sqlite:///"):].split("?", 1)[0]
     if not rest:
-        raise StoreUnavailable(f"{url}: a sqlite URL needs a path, as in sqlite:////var/lib/flexiq/queue.db")
+        raise StoreUnavailable(f"{safe_url(url)}: a sqlite URL needs a path, as in sqlite:////var/lib/flexiq/queue.db")
     return rest
 
 
@@ -45,40 +48,40 @@ def check_url(url: str) -> dict[str, str]:
     if scheme in POSTGRES_SCHEMES:
         return _postgres_options(url)
     if scheme != "sqlite":
-        raise StoreUnavailable(f"{url}: unknown store scheme {scheme or '(none)'!r}: no backend of this "
+        raise StoreUnavailable(f"{safe_url(url)}: unknown store scheme {scheme or '(none)'!r}: no backend of this "
                                f"version serves it; use SQLite, as in {DEFAULT_URL}, or "
                                f"postgresql://user@host/database")
     if not url.startswith("sqlite:///"):
         raise StoreUnavailable(
-            f"{url}: a sqlite URL has three slashes before a relative path and four before "
+            f"{safe_url(url)}: a sqlite URL has three slashes before a relative path and four before "
             f"an absolute one, as in {DEFAULT_URL}")
     sqlite_path(url)
     # keep_blank_values: "?busy_timeout=" or a bare "?synchronus" must be refused, not dropped.
     options = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
     unknown = set(options) - {"synchronous", "busy_timeout"}
     if unknown:
-        raise StoreUnavailable(f"{url}: unknown option {sorted(unknown)[0]!r} "
+        raise StoreUnavailable(f"{safe_url(url)}: unknown option {sorted(unknown)[0]!r} "
                                f"(known: synchronous, busy_timeout)")
     try:
         busy = float(options.get("busy_timeout", 5.0))
     except ValueError:
         busy = math.nan
     if not 0 <= busy < math.inf:
-        raise StoreUnavailable(f"{url}: busy_timeout must be seconds, got "
+        raise StoreUnavailable(f"{safe_url(url)}: busy_timeout must be seconds, got "
                                f"{options['busy_timeout']!r}")
     return options
 
 
 def safe_url(url: str) -> str:
     """``url`` with any password in it (``user:password@`` or libpq's ``?password=``) replaced
-    by ``***``: the form shown in messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is not None:
-        host = parts.netloc.rsplit("@", 1)[1]
-        parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")
-    query = "&".join("password=***" if unquote(piece.split("=", 1)[0]) == "password" else piece
-                     for piece in parts.query.split("&"))
-    return urlunsplit(parts._replace(query=query))
+    by ``***``: the form shown in messages and logs.  Text, not a parse: a malformed URL
+    (``postgresql:/user:secret@host``) is hidden as well, and anything else is left as written."""
+    shown = _USERINFO_PASSWORD.sub(r"\g<user>:***@", url, count=1)
+    head, question, query = shown.partition("?")
+    if question:
+        query = "&".join("password=***" if unquote(piece.split("=", 1)[0]) == "password" else piece
+                         for piece in query.split("&"))
+    return head + question + query
 
 
 def _postgres_options(url: str) -> dict[str, str]:

@@ -20,7 +20,7 @@ import threading
 from ..config.runtime import PAUSED_FILE_ENV, is_paused
 from ..config.worker import LimitsReader, TenantCapsReader, WorkerSetup, drain_timeout_now
 from ..errors import StoreUnavailable
-from ..queue.url import open_backend
+from ..queue.url import open_backend, safe_url
 from .exit import become_subreaper, exit_now, kill_descendants
 from .loader import load_app
 from .runtime import EXIT_UNAVAILABLE, Worker
@@ -44,6 +44,12 @@ def run_worker(setup: WorkerSetup, signals: WorkerSignals | None = None) -> int:
     except StoreUnavailable as exc:
         log.error("Worker %s cannot start: %s", setup.config.name, exc)
         return EXIT_UNAVAILABLE
+    if app.url != store_url:
+        log.info("Worker %s: the application's Queue names %s; its tasks enqueue into the pool's "
+                 "store %s, where this worker claims.", setup.config.name, safe_url(app.url),
+                 safe_url(store_url))
+    # A task's own .enqueue() (a follow-up job) must reach the store the workers claim from.
+    app.use(store_url, backend=backend)
     worker = Worker(app, backend, setup.config, drain_budget=lambda: drain_timeout_now(setup),
                     dependency_limits=LimitsReader(setup), tenant_caps=TenantCapsReader(setup))
     if setup.pool and is_paused(os.environ.get(PAUSED_FILE_ENV), setup.pool):

@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 from flexiqd.queue.types import JobState
 
@@ -130,3 +131,32 @@ def test_a_pause_sent_while_a_worker_starts_waits_for_it_instead_of_killing_it(t
     finally:
         fleet.leave()
     assert fleet.list() == []  # drained and exited cleanly: not failed
+
+
+def test_a_process_fleet_worker_gets_its_store_password_out_of_its_command_line(tmp_path, pg_server, workers):
+    from pg_server import DATABASE, PASSWORD, PASSWORD_ROLE
+
+    from flexiqd.fleet.base import WorkerSpec
+    from flexiqd.fleet.process import ProcessFleet
+    from flexiqd.queue import NewJob, open_backend
+
+    schema = f"pw{os.getpid()}"
+    pg_server.admin(f"DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema} AUTHORIZATION "
+                    f"{PASSWORD_ROLE}", database=DATABASE)
+    url = pg_server.url(user=f"{PASSWORD_ROLE}:{PASSWORD}", schema=schema)
+    backend = open_backend(url)
+    [job_id] = backend.enqueue([NewJob(task="count")], now=time.time())
+    fleet = ProcessFleet(log_dir=str(tmp_path))
+    spec = WorkerSpec(pool="p", app="counting_app:queue", queues=("default",), concurrency=1,
+                      drain_timeout=5, lease_seconds=30, store_url=url,
+                      environment={"PYTHONPATH": os.pathsep.join([str(APPS), str(REPO)]),
+                                   "FLEXIQ_TEST_MARKS": str(workers.marks)})
+    fleet.start(spec, [1])
+    try:
+        [worker] = fleet.list()
+        with open(f"/proc/{worker.pid}/cmdline", "rb") as handle:
+            assert PASSWORD.encode() not in handle.read()  # what `ps` shows every user
+        wait_for(lambda: backend.get(job_id).state is JobState.DONE, 30, "the job done by the worker")
+    finally:
+        fleet.leave()
+        backend.close()

@@ -11,16 +11,11 @@ import pytest
 
 from .flexiqd_install import BIN, CONFIG, DAEMON, STORE, install, marks, workers
 from .sandbox import Sandbox
+from .sandbox_postgres import DATABASE, PASSWORD, start_postgres
 
-PASSWORD = "credential-s3cret"
-DATABASE = "flexiq_sbx"
 SECRET = "/etc/flexiqd/db.password"  # root's alone: systemd hands it to the units
 STORE_URL = f"postgresql://flexiq@127.0.0.1:5432/{DATABASE}?password_credential=flexiq-db"
 CLI_URL = f"postgresql://flexiq@127.0.0.1:5432/{DATABASE}?password_file={SECRET}"
-
-
-def psql(sbx: Sandbox, sql: str) -> None:
-    sbx.run(["runuser", "-u", "postgres", "--", "psql", "-q", "-v", "ON_ERROR_STOP=1", "-c", sql])
 
 
 def flexiq(sbx: Sandbox, *args: str) -> str:
@@ -29,17 +24,7 @@ def flexiq(sbx: Sandbox, *args: str) -> str:
 
 @pytest.fixture
 def postgres(sandbox: Sandbox) -> Sandbox:
-    """The sandbox's PostgreSQL with a fresh database owned by a role that logs in with a password."""
-    started = sandbox.run("systemctl start postgresql@15-main", check=False)
-    if started.returncode != 0:
-        pytest.fail(f"the sandbox's PostgreSQL did not start: {started.stderr}", pytrace=False)
-    sandbox.wait_for(lambda: sandbox.run("pg_isready -q -h 127.0.0.1 -p 5432", check=False).returncode == 0,
-                     60, what="PostgreSQL in the sandbox to accept connections")
-    sandbox.run(f"systemctl stop {DAEMON} 'flexiq-worker@*' 2>/dev/null; true")
-    psql(sandbox, f"DROP DATABASE IF EXISTS {DATABASE}")
-    psql(sandbox, "DROP ROLE IF EXISTS flexiq")
-    psql(sandbox, f"CREATE ROLE flexiq LOGIN PASSWORD '{PASSWORD}'")
-    psql(sandbox, f"CREATE DATABASE {DATABASE} OWNER flexiq")
+    start_postgres(sandbox)
     sandbox.write_file(SECRET, PASSWORD + "\n", mode=0o600)
     yield sandbox
     sandbox.run(f"systemctl stop {DAEMON} 'flexiq-worker@*' 2>/dev/null; true")

@@ -8,7 +8,7 @@ import pytest
 
 from flexiqd.config import parse_config
 from flexiqd.daemon.controller import Controller, choose_victims, free_indices
-from flexiqd.errors import QueueError
+from flexiqd.errors import ConfigError, QueueError
 from flexiqd.fleet.base import WorkerInfo, WorkerState
 from flexiqd.queue.types import ClaimRequest, NewJob
 from flexiqd.queue.url import open_backend
@@ -333,6 +333,40 @@ def test_a_reload_that_changes_the_store_or_the_fleet_needs_a_restart():
     why = restart_needed(old, parse_config("store: sqlite:////b.db\n", "x"))
     assert "'store' changed from sqlite:////a.db to sqlite:////b.db" in why and "restart" in why
     assert "'fleet' changed" in restart_needed(old, parse_config("store: sqlite:////a.db\nfleet: process\n", "x"))
+
+
+def test_a_refused_store_change_shows_neither_password():
+    from flexiqd.daemon.service import restart_needed
+
+    old = parse_config("store: postgresql://flexiq:old-s3cret@db/flexiq\n", "x")
+    new = parse_config("store: postgresql://flexiq@db2/flexiq?password=new-s3cret\n", "x")
+    why = restart_needed(old, new)
+    assert "postgresql://flexiq:***@db/flexiq" in why and "password=***" in why
+    assert "s3cret" not in why
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("postgresql://u:pw@h/db", "postgresql://u:***@h/db"),
+    ("postgresql://u:p@ss@h:5432/db", "postgresql://u:***@h:5432/db"),  # an unescaped "@" in it
+    ("postgresql://u:pw@[::1]:5432/db", "postgresql://u:***@[::1]:5432/db"),
+    ("postgresql://u@h/db?sslmode=require&password=pw", "postgresql://u@h/db?sslmode=require&password=***"),
+    ("postgresql:/u:pw@h/db", "postgresql:/u:***@h/db"),  # malformed: hidden all the same
+    ("mysql://u:pw@h/db", "mysql://u:***@h/db"),
+    ("u:pw@h/db", "u:***@h/db"),
+    ("sqlite:////var/lib/flexiq/queue.db?busy_timeout=5", "sqlite:////var/lib/flexiq/queue.db?busy_timeout=5"),
+    ("postgresql://u@[::1]:5432/db", "postgresql://u@[::1]:5432/db"),
+])
+def test_safe_url_hides_a_password_however_the_url_is_written(url, shown):
+    from flexiqd.queue.url import safe_url
+
+    assert safe_url(url) == shown
+
+
+@pytest.mark.parametrize("store", ["mysql://u:pw-s3cret@h/db", "postgresql:/u:pw-s3cret@h/db"])
+def test_a_rejected_store_url_is_shown_without_its_password(store):
+    with pytest.raises(ConfigError) as caught:
+        parse_config(f"store: '{store}'\n", "x")
+    assert "pw-s3cret" not in str(caught.value) and "***" in str(caught.value)
 
 
 def test_a_blocked_tick_is_reported_with_what_it_waits_for():
