@@ -18,6 +18,15 @@ class DependencyObservation:
     latency: float
 
 
+def merge_series(per_queue: Sequence[Any]) -> tuple[tuple[int, int], ...]:
+    """The queues' ``completion_series`` added up second by second."""
+    total: dict[int, int] = {}
+    for stats in per_queue:
+        for second, count in getattr(stats, "completion_series", ()):
+            total[second] = total.get(second, 0) + count
+    return tuple(sorted(total.items()))
+
+
 @dataclass(frozen=True, kw_only=True)
 class PoolMetrics:
     """The queue's side of an observation.  Counts are of one pool's queue.
@@ -35,7 +44,9 @@ class PoolMetrics:
     (None: none running) -- a lower bound on their duration before any completes.
     ``recent_duration_p50`` / ``recent_completions``: the jobs that finished in
     the last ``recent_window`` seconds (None: not reported) -- the durations of
-    now, for the knee.
+    now, for the knee.  ``completion_series``: (whole second, jobs completed in it)
+    over the recent window, oldest first (seconds without completions left
+    out): the knee counts completions between any two instants with it.
     """
 
     runnable_depth: int
@@ -55,6 +66,7 @@ class PoolMetrics:
     recent_duration_p50: float | None = None
     recent_completions: int = 0
     recent_window: float | None = None
+    completion_series: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.runnable_depth < 0 or self.running < 0:
@@ -93,6 +105,7 @@ class PoolMetrics:
             recent_duration_p50=getattr(stats, "recent_duration_p50", None),
             recent_completions=getattr(stats, "recent_completions", 0),
             recent_window=getattr(stats, "recent_window", None),
+            completion_series=tuple(getattr(stats, "completion_series", ())),
         )
 
     @classmethod
@@ -119,7 +132,7 @@ class PoolMetrics:
             coming_due_within=min(s.coming_due_within for s in per_queue),
             running_age_mean=sum(a * n for a, n in ages) / running if running else None,
             recent_duration_p50=busiest.recent_duration_p50, recent_completions=busiest.recent_completions,
-            recent_window=busiest.recent_window)
+            recent_window=busiest.recent_window, completion_series=merge_series(per_queue))
 
     @property
     def time_to_drain(self) -> float | None:

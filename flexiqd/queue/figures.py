@@ -62,6 +62,7 @@ class StatsRows:
     running: tuple[int, float]
     next_due: float | None = None
     unfolded: int = 0  # count changes read that are not folded into their totals yet
+    completions_by_second: dict[int, int] = dataclasses.field(default_factory=dict)  # the recent window's
 
 
 def durations_of(sample: Sequence[tuple[str, float, float]], *, now: float) -> Durations:
@@ -121,7 +122,8 @@ def stats_from_rows(queue: str, rows: StatsRows, *, now: float, window: float, d
                                next_due=rows.next_due,
                                running_age_mean=max(0.0, total / count) if count else None,
                                recent_duration_p50=rows.durations.recent_p50,
-                               recent_completions=rows.durations.recent)
+                               recent_completions=rows.durations.recent,
+                               completion_series=tuple(sorted(rows.completions_by_second.items())))
 
 
 def hold_capped(per_tenant: dict[str, Stats], caps: TenantCaps, running: Mapping[str, int]) -> dict[str, Stats]:

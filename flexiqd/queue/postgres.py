@@ -130,7 +130,7 @@ queued AS (SELECT tenant FROM counts WHERE state = 'queued'),
 caps AS (SELECT tenant, max_running FROM flexiq_tenant_caps WHERE EXISTS (SELECT 1 FROM queued))
 SELECT
     EXISTS (SELECT 1 FROM flexiq_jobs WHERE {_DELAYED} AND run_at <= %(now)s), c.*, e.*, d.*, t.*, rd.*, q.*,
-    k.*, r.*,
+    k.*, r.*, ps.*,
     CASE WHEN %(within)s > 0 AND EXISTS (SELECT 1 FROM counts WHERE state = 'delayed') THEN (
         SELECT count(*) FROM (SELECT 1 FROM flexiq_jobs WHERE {_DELAYED} AND waiting_for IS NULL
                               AND queue = %(queue)s AND run_at <= %(until)s LIMIT {COMING_DUE_LIMIT}) AS coming)
@@ -160,7 +160,13 @@ FROM (SELECT array_agg(state), array_agg(tenant), array_agg(n) FROM counts) AS c
              SELECT tenant, n FROM flexiq_counts WHERE state = 'running' AND tenant <> ''
              UNION ALL
              SELECT tenant, n FROM flexiq_count_changes WHERE state = 'running' AND tenant <> ''
-         ) AS parts WHERE EXISTS (SELECT 1 FROM caps) GROUP BY tenant HAVING sum(n) > 0) AS running) AS r"""
+         ) AS parts WHERE EXISTS (SELECT 1 FROM caps) GROUP BY tenant HAVING sum(n) > 0) AS running) AS r,
+     (SELECT array_agg(second ORDER BY second), array_agg(n ORDER BY second) FROM (
+         SELECT second, sum(completions)::bigint AS n FROM (
+             SELECT second, completions FROM flexiq_rates WHERE queue = %(queue)s AND second > %(recent)s
+             UNION ALL
+             SELECT second, completions FROM flexiq_rate_changes WHERE queue = %(queue)s AND second > %(recent)s
+         ) AS parts GROUP BY second HAVING sum(completions) > 0) AS seconds) AS ps"""
 # Tenants at most whose heads a capped claim reads (see the SQLite dialect's).
 _HEADS_MAX = 64
 # A revived job: queued again, due now, no attempt used yet.
@@ -478,7 +484,8 @@ class PostgresTx(Tx):
             "within": float(due_within), "until": now + due_within}, binary=True).fetchone()
         (due, states, tenants, counted, event_tenants, arrivals, completions, failures, overall,
          share_tenants, shares, recent_p50, recent, first_tenants, firsts, cap_tenants, caps,
-         running_tenants, running_counts, coming, next_due, running, unfolded) = row
+         running_tenants, running_counts, series_seconds, series_counts, coming, next_due, running,
+         unfolded) = row
         if unless_due and due:
             return None
         counts: dict[str, dict[str, int]] = {}
@@ -497,7 +504,8 @@ class PostgresTx(Tx):
             running_by_tenant=dict(zip(running_tenants or (), running_counts or ())),
             coming_due=coming or 0,
             running=(int(running[0]), float(running[1])) if running else (0, 0.0),
-            next_due=next_due, unfolded=unfolded)
+            next_due=next_due, unfolded=unfolded,
+            completions_by_second=dict(zip(series_seconds or (), series_counts or ())))
 
     # -- dependency limits -----------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from .limits import TenantCaps
 from .rows import JOB_COLUMNS, NEW_JOB_COLUMNS, in_claim_order, job_from_row
 from .shares import Share
 from .sqlite_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
-from .types import Job, JobState
+from .types import RECENT_WINDOW, Job, JobState
 
 T = TypeVar("T")
 
@@ -346,9 +346,15 @@ class SQLiteTx(Tx):
                 (queue, *READ_BUCKETS)):
             counts.setdefault(tenant, {})[state] = n
         events: dict[str, tuple[int, int, int]] = {}
-        for tenant, arrivals, completions, failures in self.conn.execute(  # summed here: no sort
-                "SELECT tenant, arrivals, completions, failures FROM rates WHERE queue = ? AND second > ?",
-                (queue, now - window)):
+        by_second: dict[int, int] = {}
+        recent = now - RECENT_WINDOW
+        for second, tenant, arrivals, completions, failures in self.conn.execute(  # summed here: no sort
+                "SELECT second, tenant, arrivals, completions, failures FROM rates WHERE queue = ? AND second > ?",
+                (queue, min(now - window, recent))):
+            if completions and second > recent:
+                by_second[second] = by_second.get(second, 0) + completions
+            if second <= now - window:
+                continue
             before = events.get(tenant, (0, 0, 0))
             events[tenant] = (before[0] + arrivals, before[1] + completions, before[2] + failures)
         sample = []
@@ -386,7 +392,7 @@ class SQLiteTx(Tx):
         return StatsRows(counts=counts, events=events, durations=durations_of(sample, now=now),
                          first_run_at=first_run_at, caps=caps,
                          running_by_tenant=running_by_tenant, coming_due=coming, running=tuple(running),
-                         next_due=next_due)
+                         next_due=next_due, completions_by_second=by_second)
 
     # -- dependency limits -----------------------------------------------------------------
 

@@ -210,8 +210,11 @@ class Stats:
     (None: none running).  ``recent_duration_p50`` and ``recent_completions``:
     the p50 duration and the count of the jobs of the duration sample that
     finished in the last ``RECENT_WINDOW`` seconds -- the durations of now,
-    where the p50 above spans minutes.  All of the whole queue, not given per
-    tenant.
+    where the p50 above spans minutes.  ``completion_series``: (second, jobs
+    completed in it) over the same seconds, oldest first, seconds without
+    completions left out -- what lets a reader count the completions between
+    any two instants of the last few seconds (the knee's evidence).  All of
+    the whole queue, not given per tenant.
 
     ``waiting_for_dependency``: queued jobs a worker deferred because a
     dependency they use was at its limit (``Backend.admit``), until a worker
@@ -256,6 +259,7 @@ class Stats:
     recent_window: float = RECENT_WINDOW
     waiting_for_dependency: int = 0
     held_by_tenant_cap: int = 0
+    completion_series: tuple[tuple[int, int], ...] = ()
 
     @property
     def time_to_drain(self) -> float | None:

@@ -38,7 +38,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
-from .metrics import EventCounter, RecentDurations, RunResult, TimelinePoint, percentile, summarise
+from .metrics import RECENT_WINDOW, EventCounter, RecentDurations, RunResult, TimelinePoint, percentile, summarise
 from .trace import Trace, Workload
 
 STARTING, ACTIVE, DRAINING = 0, 1, 2
@@ -93,8 +93,8 @@ class Snapshot:
     ``running_age_mean``: how long the running jobs have run so far, on average
     (None: none running).  ``start_cost``: seconds from a start decision to the
     worker's first claim (the trace's ``cold_start``; 0 for instant starts).
-    ``recent_duration_p50``, ``recent_completions``: of the completions in the
-    last ``RECENT_WINDOW`` seconds.
+    ``recent_duration_p50``, ``recent_completions``, ``completion_series``: of the
+    completions in the last ``RECENT_WINDOW`` seconds.
     """
 
     now: float
@@ -121,6 +121,7 @@ class Snapshot:
     start_cost: float | None = None
     recent_duration_p50: float | None = None
     recent_completions: int = 0
+    completion_series: tuple[tuple[int, int], ...] = ()
 
 
 class Worker:
@@ -344,6 +345,7 @@ class Simulation:
             start_cost=self.cold_start,
             recent_duration_p50=percentile(recent, 0.50),
             recent_completions=len(recent),
+            completion_series=self.completions.series(now, RECENT_WINDOW),
         )
 
     def _cpu(self, cutoff: float) -> float:

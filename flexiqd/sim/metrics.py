@@ -57,6 +57,12 @@ class EventCounter:
             buckets.popleft()
         return int(sum(bucket[1] for bucket in buckets))
 
+    def series(self, now: float, window: float) -> tuple[tuple[int, int], ...]:
+        """(second, events) of the buckets after ``now - window``, oldest first (as the store's
+        ``completion_series``)."""
+        return tuple((int(second), int(count)) for second, count in self.buckets
+                     if second > now - window and count)
+
     def copy(self) -> "EventCounter":
         return EventCounter(deque([list(bucket) for bucket in self.buckets]))
 

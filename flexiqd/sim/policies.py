@@ -272,6 +272,7 @@ def observation_from(snapshot: Snapshot, trace: Trace) -> Observation:
         recent_duration_p50=snapshot.recent_duration_p50,
         recent_completions=snapshot.recent_completions,
         recent_window=RECENT_WINDOW,
+        completion_series=snapshot.completion_series,
     )
     return Observation(
         pool=trace.name, active=snapshot.active, starting=snapshot.starting, draining=snapshot.draining,

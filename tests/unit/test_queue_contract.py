@@ -906,6 +906,20 @@ def test_the_recent_p50_is_of_the_jobs_finished_in_the_last_seconds(backend):
     assert (later.recent_completions, later.recent_duration_p50) == (0, None)
 
 
+def test_the_completion_series_counts_each_recent_second(backend):
+    ids = enqueue(backend, 12)
+    assert len(claim(backend, "w1", limit=12, now=T0)) == 12
+    second = int(T0) + 100
+    backend.settle("w1", [Outcome.ack(job_id) for job_id in ids[:2]], now=second - 40.5)  # long ago
+    backend.settle("w1", [Outcome.ack(job_id) for job_id in ids[2:5]], now=second + 1.2)
+    backend.settle("w1", [Outcome.ack(job_id) for job_id in ids[5:9]], now=second + 3.7)
+    backend.settle("w1", [Outcome.dead(ids[9], "x")], now=second + 3.8)  # no completion
+    backend.settle("w1", [Outcome.ack(ids[10])], now=second + 5.1)
+    stats = backend.stats("default", now=second + 6.0, window=30)
+    assert stats.completion_series == ((second + 1, 3), (second + 3, 4), (second + 5, 1))
+    assert stats.completion_rate * 30 == pytest.approx(8)  # the series leaves the window's rate alone
+
+
 def test_time_to_drain_is_runnable_over_completion_rate(backend):
     ids = enqueue(backend, 20)
     claim(backend, "w1", limit=5)
