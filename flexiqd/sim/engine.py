@@ -174,6 +174,7 @@ class Simulation:
         self.journal: list[tuple[float, str, int, int]] | None = None
         # Accumulated outcome of the run.
         self.waits: list[float] = []
+        self.turnarounds: list[float] = []  # each completed job: runnable -> done, seconds
         self.completed = 0
         self.killed = 0
         self.requeue_pending = 0  # killed jobs waiting out the re-queue delay
@@ -446,6 +447,7 @@ class Simulation:
         worker = self.workers[entry[0]]
         worker.jobs.discard(job)
         self.completed += 1
+        self.turnarounds.append(self.now - self.workload.runnable_at[job])
         self.completions.add(self.now)
         self.durations.add(self.now, self.now - entry[2])
         if self.journal is not None:

@@ -125,6 +125,9 @@ class RunResult:
     Waits are ages at start (a re-run of a killed job counts from its first
     run-at).  ``slo_seconds``: time the oldest runnable job was older than the
     age target.  ``worker_seconds``: booting, active and draining workers.
+    ``completion_p95``: the p95 of the completed jobs' time from runnable to done (what a
+    waiting user sees: a job claimed by a worker that cannot make progress waits on, where
+    the age of the oldest runnable job no longer shows it).
     ``inflation_*``: request-path latency over its unloaded latency
     (time-weighted), None without a dependency.  ``flaps``: direction changes
     within ``FLAP_WINDOW`` of the previous change.  The job counts at the end
@@ -151,6 +154,7 @@ class RunResult:
     requeue_pending: int
     delayed: int
     timeline: tuple[TimelinePoint, ...] = ()
+    completion_p95: float = 0.0
 
     def as_dict(self, *, timeline: bool = False) -> dict[str, Any]:
         data = asdict(self)
@@ -176,6 +180,7 @@ def summarise(sim: "Simulation", policy: str, timeline: tuple[TimelinePoint, ...
         over_capacity_seconds=sim.over_capacity_seconds,
         inflation_p95=time_weighted_percentile(sim.inflation, 0.95) if sim.trace.dependency else None,
         inflation_mean=mean if sim.trace.dependency else None,
+        completion_p95=percentile(sorted(sim.turnarounds), 0.95) or 0.0,
         scale_events=sim.scale_events,
         flaps=sim.flaps,
         killed=sim.killed,

@@ -30,6 +30,22 @@ def test_every_enqueued_job_is_accounted_for_under_every_policy(index):
     assert result.completed > 0
 
 
+def test_a_jobs_completion_time_counts_its_wait_and_its_run():
+    from flexiqd.sim.engine import Simulation
+
+    trace = small_trace()
+    workload = realise(trace)
+    policy = KedaDepth()
+    result = run(trace, workload, policy)
+    # Each completed job waited, then ran: done comes no sooner than its start.
+    assert result.completed > 0 and result.completion_p95 > 0
+    assert result.completion_p95 >= result.wait_p95
+    sim = Simulation(trace, workload, policy.fleet(trace), 1)
+    sim.run_until(trace.duration)
+    assert len(sim.turnarounds) == sim.completed
+    assert all(done >= 0 for done in sim.turnarounds)
+
+
 def test_a_run_is_deterministic():
     trace = small_trace()
     workload = realise(trace)
