@@ -109,6 +109,7 @@
         CappedByLatency: "Capped: a dependency's latency is above its max_latency",
         CappedByKnee: "Capped at the knee: more workers stopped adding throughput",
         StartStaggered: "Starting in steps (start_burst)",
+        WaitingForStopping: "Waiting for stopping workers to exit (they still count against the caps)",
         RateLimited: "Held back by the rate limit on changes",
         DesiredWithinRange: "Kept the count: the signals agree with it",
         ScaleUpStabilized: "Held by the up window (stabilisation)",

@@ -293,7 +293,11 @@ class Autoscaler:
                 if follow_up is not None and follow_up <= last_tick:
                     follow_up = None
                 due = pacing.due_at(self.controller.next_due, time.time(), time.monotonic())
-                deadline = pacing.next_tick(last_tick, self.config.poll_interval, due, follow_up)
+                soon = follow_up
+                if self.controller.waits_on_stopping:
+                    # Growth waits for stopping workers to exit: look again soon, not a poll later.
+                    soon = pacing.stopping_follow_up(last_tick, follow_up)
+                deadline = pacing.next_tick(last_tick, self.config.poll_interval, due, soon)
                 if self._woken.wait(max(0.0, deadline - time.monotonic())) and not self._stop.is_set():
                     self._woken.clear()
                     at, follow_up = pacing.after_new_work(time.monotonic(), last_new_work)

@@ -49,12 +49,13 @@ class PoolConfig:
     credentials: tuple[Credential, ...] = ()
 
     def decision_input(self, observation: Observation, history: History | None,
-                       fleet_grants: Mapping[str, int] | None = None) -> PoolInput:
-        """This pool's arguments to ``policy.decide_fleet``."""
+                       fleet_grants: Mapping[str, int] | None = None, stopping: int = 0) -> PoolInput:
+        """This pool's arguments to ``policy.decide_fleet`` (``stopping``: its workers asked to
+        stop whose processes have not exited yet)."""
         from ..policy.fleet import PoolInput
 
         return PoolInput(observation=observation, policy=self.policy, history=history, kind=self.policy_kind,
-                         flexiq=self.flexiq, fleet_grants=fleet_grants)
+                         flexiq=self.flexiq, fleet_grants=fleet_grants, stopping=stopping)
 
     def worker_spec(self, store_url: str) -> WorkerSpec:
         return WorkerSpec(pool=self.name, app=self.app, queues=self.queues,

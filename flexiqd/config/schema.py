@@ -123,7 +123,8 @@ SETTINGS: tuple[Setting, ...] = (
     _s("pools.<pool>.min_workers", "whole number", 1,
        "The fewest workers the pool runs (at least 1 unless scale_to_zero).", unit="workers"),
     _s("pools.<pool>.max_workers", "whole number, or {count: N, global: true} for the whole fleet", 10,
-       "The most workers the pool runs on this machine.", unit="workers"),
+       "The most workers the pool runs on this machine, stopping ones included (each counts until "
+       "its process has exited).", unit="workers"),
     _s("pools.<pool>.scale_to_zero", "boolean", False,
        "Let an idle pool go down to min_workers even when that is 0."),
     _s("pools.<pool>.cpu_bound", "boolean", False, "Use the workers' CPU as a signal too (CPU-bound jobs only)."),

@@ -4,9 +4,10 @@
              removed pools' workers) -> first claims -> queue stats -> one Observation per pool
     decide:  policy.decide_fleet (every pool, every policy, every cap) -> operators' overrides
              (``decide_and_steer``)
-    apply:   fleet.start (retiring workers resumed first) / stop idle victims, pause busy ones
-             (``retiring.Retiring``) -> stop retiring workers that became idle -> hold paused
-             pools paused
+    apply:   fleet.start (retiring workers resumed first; no more new ones than the room that
+             live workers -- stopping ones too -- leave: ``room.StartRoom``) / stop idle
+             victims, pause busy ones (``retiring.Retiring``) -> stop retiring workers that
+             became idle -> hold paused pools paused
 
 systemd (or the process fleet) is asked every tick which workers exist; the
 controller keeps the policies' histories, the pools' measured start costs and
@@ -43,8 +44,10 @@ from .events import EventLog
 from .samples import Samples
 from .intent import HistoryFile, IntentFile, SamplesFile
 from .operators import OperatorIntent
+from .overrides import is_stopping
 from .recovery import Recovery
 from .retiring import Retiring
+from .room import StartRoom
 from .startcost import StartCost, StartCosts
 
 log = logging.getLogger(__name__)
@@ -79,6 +82,7 @@ class _Seen:
     busy: dict[str, int] | None   # running jobs per instance; None: the lease read failed
     failed: collections.Counter
     stats: dict[str, list | None]
+    stopping: dict[str, int] = dataclasses.field(default_factory=dict)  # asked to stop, not exited
 
 
 def choose_victims(workers: Iterable[WorkerInfo], count: int, busy: dict[str, int]) -> list[WorkerInfo]:
@@ -127,6 +131,9 @@ class Controller:
         #: When the first delayed job of any pool comes due (epoch seconds), as the last tick
         #: read it: the daemon decides again then.  None: none delayed, or not known.
         self.next_due: float | None = None
+        #: Pools whose growth waits, at the last tick, for stopping workers to exit: the loop
+        #: decides again soon when no unit change will wake it (``waits_on_stopping``).
+        self.waiting_for_stopping: set[str] = set()
         #: Each limited dependency as the store saw it at the last tick (a failed read: absent).
         self.dependency_stats: dict[str, DependencyStats] = {}
         self._cpu = CpuSampler()
@@ -186,7 +193,7 @@ class Controller:
         seen = self._observe(now)
         if seen is None:
             return {}
-        decisions = self.decide_and_steer(seen.observations, now)
+        decisions = self.decide_and_steer(seen.observations, now, seen.stopping)
         self._apply(decisions, seen, now)
         self._record(decisions, seen, now)
         return decisions
@@ -233,7 +240,9 @@ class Controller:
                 start_cost=start_cost, tick=self.config.tick)
         self.next_due = min((s.next_due for per_queue in stats.values() for s in per_queue or ()
                              if s.next_due is not None), default=None)
-        return _Seen(observations=observations, workers=dict(by_pool), busy=busy, failed=failed, stats=stats)
+        stopping = {name: _count(mine, WorkerState.DRAINING) for name, mine in by_pool.items()}
+        return _Seen(observations=observations, workers=dict(by_pool), busy=busy, failed=failed, stats=stats,
+                     stopping=stopping)
 
     def _measure_start_costs(self, workers: list[WorkerInfo], now: float) -> None:
         """Read the first claims of workers started for waiting work that became ready."""
@@ -305,16 +314,24 @@ class Controller:
 
     # -- decide -----------------------------------------------------------------------------
 
-    def decide_and_steer(self, observations: dict[str, Observation], now: float) -> dict[str, Decision]:
+    def decide_and_steer(self, observations: dict[str, Observation], now: float,
+                         stopping: dict[str, int] | None = None) -> dict[str, Decision]:
         """What the fleet should do for every observed pool: the policy's decisions under the
         operators' overrides.  Keeps each pool's new history, so not idempotent: ``tick`` calls it
         once per tick, between observing and applying."""
-        return {name: self._steer(decision, now) for name, decision in self.decide(observations, now).items()}
+        return {name: self._steer(decision, now)
+                for name, decision in self.decide(observations, now, stopping).items()}
 
-    def decide(self, observations: dict[str, Observation], now: float) -> dict[str, Decision]:
-        """The policy's decision for every observed pool (before operators' overrides).  Keeps nothing."""
+    def decide(self, observations: dict[str, Observation], now: float,
+               stopping: dict[str, int] | None = None) -> dict[str, Decision]:
+        """The policy's decision for every observed pool (before operators' overrides).  Keeps nothing.
+
+        ``stopping``: per pool, its draining workers that were asked to stop (not the retiring
+        ones): they count against its caps until they exit."""
         grants = self._fleet_caps(observations, now) or {}
-        inputs = [pool.decision_input(observations[name], self.histories.get(name), grants.get(name))
+        stopping = stopping or {}
+        inputs = [pool.decision_input(observations[name], self.histories.get(name), grants.get(name),
+                                      min(stopping.get(name, 0), observations[name].draining))
                   for name, pool in self.config.pools.items() if name in observations]
         return decide_fleet(inputs, list(self.config.dependencies.values()), now)
 
@@ -382,11 +399,21 @@ class Controller:
 
     def _apply(self, decisions: dict[str, Decision], seen: _Seen, now: float) -> None:
         """Resize every pool as decided, pool by pool (each pool's lines together in the log)."""
+        alive = {name: len(workers) for name, workers in seen.workers.items()}
+        room = StartRoom(self.config, alive, seen.stopping, self._fleet_caps(seen.observations, now))
+        self.waiting_for_stopping = {name for name, decision in decisions.items()
+                                     if decision.binding_cap is not None and is_stopping(decision.binding_cap)}
         for name, decision in decisions.items():
             self._note_binding_cap(decision, seen.observations[name])
-            self._apply_pool(self.config.pools[name], decision, seen, now)
+            self._apply_pool(self.config.pools[name], decision, seen, now, room)
 
-    def _apply_pool(self, pool: PoolConfig, decision: Decision, seen: _Seen, now: float) -> None:
+    @property
+    def waits_on_stopping(self) -> bool:
+        """Whether a pool's growth waited, at the last tick, for workers still stopping: they
+        give their room back only as they exit, which the process fleet reports to no one."""
+        return bool(self.waiting_for_stopping)
+
+    def _apply_pool(self, pool: PoolConfig, decision: Decision, seen: _Seen, now: float, room: StartRoom) -> None:
         workers = seen.workers.get(pool.name, [])
         self.activity = f"resizing pool {pool.name}"
         # An operator's drain empties the pool within the stop timeout, as a `systemctl stop` does:
@@ -403,7 +430,7 @@ class Controller:
             self.events.record(now, pool.name, decision.current, decision.desired, decision.reason, line)
             try:
                 if decision.desired > decision.current:
-                    self._grow(pool, workers, decision.desired - decision.current, seen, now)
+                    self._grow(pool, workers, decision.desired - decision.current, seen, now, room)
                 else:
                     self._shrink(workers, decision.current - decision.desired, seen.busy, retire=not drained)
             except FleetError as exc:
@@ -419,12 +446,23 @@ class Controller:
             log.error("Pool %s: could not stop its retired workers (retried next tick): %s", pool.name, exc)
         self.operators.hold_pause(pool.name, workers)
 
-    def _grow(self, pool: PoolConfig, workers: list[WorkerInfo], count: int, seen: _Seen, now: float) -> None:
+    def _grow(self, pool: PoolConfig, workers: list[WorkerInfo], count: int, seen: _Seen, now: float,
+              room: StartRoom) -> None:
         """Take retiring workers back first (they are ready now, and no job waits on a start),
-        then start new units for the rest."""
+        then start new units for the rest -- as many as the live workers leave room for (a
+        stopping worker counts until it has exited); the others at the next ticks."""
         count -= self.retiring.take_back(workers, count, seen.busy)
         if count <= 0:
             return
+        allowed = room.allow(pool.name, count)
+        if allowed.held:
+            log.info("%s", allowed.sentence(pool.name))
+            if allowed.stopping:
+                self.waiting_for_stopping.add(pool.name)
+        count = allowed.allowed
+        if count <= 0:
+            return
+        room.started(pool.name, count)
         indices = free_indices({w.index for w in workers}, count)
         self.fleet.start(pool.worker_spec(self.config.store), indices)
         metrics = seen.observations[pool.name].metrics

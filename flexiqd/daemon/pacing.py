@@ -3,7 +3,9 @@
 The tick is for the signals that need time (rates, averages) and the fallback; what a
 decision must answer at once wakes it: new work committed to a pool's queue (the
 store's wake-up, ``Backend.subscribe``), a delayed job coming due, a worker unit that
-changed state.  Wake-ups are rate-bounded, so a stream of commits or unit changes
+changed state; and, while a pool's growth waits for workers still stopping and no unit
+change will say when they have exited (the process fleet), a look every ``STOPPING_GAP``.
+Wake-ups are rate-bounded, so a stream of commits or unit changes
 costs a few decisions a second, not one each.  Pure: times are given, in seconds of
 one clock.
 """
@@ -20,6 +22,9 @@ UNIT_CHANGE_GAP = 0.2
 # decided on again this long after, whatever comes: the first look sees a burst before
 # the running workers took their share, when whether they are enough is not known yet.
 NEW_WORK_GAP = 0.2
+# While a pool's growth waits for stopping workers to exit, decide again this soon after the
+# last decision when nothing reports their exit (an idle worker takes about 0.3 s to exit).
+STOPPING_GAP = 0.25
 # A delayed job coming due is decided on at its run-at, but never sooner than this
 # after the last decision (retries backing off come due in a scatter).
 COMING_DUE_GAP = 0.2
@@ -34,6 +39,12 @@ def next_tick(last_tick: float, tick: float, due_at: float | None, follow_up: fl
     if follow_up is not None:
         at = min(at, follow_up)
     return at
+
+
+def stopping_follow_up(last_tick: float, follow_up: float | None) -> float:
+    """``follow_up`` brought forward to a look at the stopping workers ``STOPPING_GAP`` after the last tick."""
+    at = last_tick + STOPPING_GAP
+    return at if follow_up is None else min(follow_up, at)
 
 
 def after_new_work(now: float, last_new_work_tick: float) -> tuple[float, float]:

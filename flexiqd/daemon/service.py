@@ -352,8 +352,12 @@ class Daemon:
         due = pacing.due_at(self.controller.next_due, time.time(), loop.time())
         if self._follow_up is not None and self._follow_up <= last_tick:
             self._follow_up = None  # the decision it asked for was made
+        follow_up = self._follow_up
+        if self.controller.waits_on_stopping and self._watcher is None:
+            # Growth waits for stopping workers, and no unit change will say they exited.
+            follow_up = pacing.stopping_follow_up(last_tick, follow_up)
         while not self._stop.is_set():
-            remaining = pacing.next_tick(last_tick, self.config.tick, due, self._follow_up) - loop.time()
+            remaining = pacing.next_tick(last_tick, self.config.tick, due, follow_up) - loop.time()
             if remaining <= 0:
                 return
             waiters = [asyncio.create_task(self._wake.wait()), asyncio.create_task(self._stop.wait())]

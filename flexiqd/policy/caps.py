@@ -5,7 +5,11 @@ a declared dependency (see ``sharing``); ``latency:<name>`` holds the pool at
 its current count while that dependency is slower than the pool's
 ``max_latency`` for it; ``starting:<name>`` keeps the workers of a
 dependency's users that start at once within its ``start_burst`` (see
-``starting_allowance``); ``knee`` is the discovered ceiling (see ``knee``).
+``starting_allowance``); ``knee`` is the discovered ceiling (see ``knee``);
+``stopping`` and ``stopping:<name>`` hold growth while workers that were asked to
+stop have not exited yet: they still count against max_workers and hold what
+one worker uses of each dependency (the pool's ``DependencyCap.stopping``, set
+by ``fleet.decide_fleet``).
 Caps are applied to the signals' recommendation and again after smoothing,
 so a stabilisation window can never keep a pool above a ceiling.
 """
@@ -24,6 +28,7 @@ CAP_REASONS = {
     "latency": "CappedByLatency",
     "knee": "CappedByKnee",
     "starting": "StartStaggered",
+    "stopping": "WaitingForStopping",
 }
 
 
@@ -47,6 +52,7 @@ def collect_caps(
     caps.extend(CapValue(f"starting:{name}", obs.current + allowed) for name, allowed in start_allowances)
     if dependency_cap is not None:
         caps.extend(CapValue(f"dependency:{name}", workers) for name, workers in dependency_cap.per_dependency)
+        caps.extend(CapValue(name, workers) for name, workers in dependency_cap.stopping)
     if obs.metrics is not None:
         for use in policy.dependencies:
             latency = obs.metrics.dependency_latency(use.dependency)

@@ -11,7 +11,10 @@ caps -- its grants of the fleet's caps, and the declared dependencies.  It
    replaces the global entries by the fleet's grants;
 3. hands out each dependency's ``start_burst`` among its users, in pool
    order, so that no more of their workers start at once than it allows;
-4. caps, smooths and clamps each pool (``decide.finish``).
+4. hands out, in pool order, the room that stopping workers leave: a worker
+   asked to stop counts against max_workers and every dependency until its
+   process has exited (``_Stopping``: caps ``stopping``, ``stopping:<name>``);
+5. caps, smooths and clamps each pool (``decide.finish``).
 
 The daemon's controller and the simulator's ``Flexiqd`` policy call nothing
 else, so what the benchmarks measure is what the product runs.  Pure.
@@ -20,6 +23,7 @@ else, so what the benchmarks measure is what the product runs.  Pure.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -44,6 +48,11 @@ class PoolInput:
     ``flexiq``: the flexiq options (``config.FlexiqOptions``) when ``kind`` is
     ``"flexiq"``.  ``fleet_grants``: this host's share of each global cap
     (cap name -> workers), when hosts share them; None when the host is alone.
+    ``stopping``: those of the observation's ``draining`` workers that were asked
+    to stop and whose processes have not exited yet (a retiring worker, paused
+    but not stopped, can be taken back and is not one of them).  They still
+    hold their connections, so they count against max_workers and every
+    dependency cap until they exit: growth waits for them.
     """
 
     observation: Observation
@@ -52,8 +61,12 @@ class PoolInput:
     kind: str = FLEXIQD
     flexiq: Any = None
     fleet_grants: Mapping[str, int] | None = None
+    stopping: int = 0
 
     def __post_init__(self) -> None:
+        if not 0 <= self.stopping <= self.observation.draining:
+            raise ValueError(f"pool {self.observation.pool}: stopping must be within 0..draining "
+                             f"({self.observation.draining}), got {self.stopping}")
         if self.kind not in (FLEXIQD, FLEXIQ):
             raise ValueError(f"pool {self.observation.pool}: kind must be {FLEXIQD!r} or {FLEXIQ!r}, got {self.kind!r}")
         if self.kind == FLEXIQ and self.flexiq is None:
@@ -89,18 +102,23 @@ def decide_fleet(pools: Sequence[PoolInput], dependencies: Sequence[Dependency],
             shares[item.name] = with_fleet_grants(shares.get(item.name), item.name, item.fleet_grants)
 
     starts = _StartBursts(dependencies, pools)
+    stopping = _Stopping(dependencies, pools)
     decisions: dict[str, Decision] = {}
     for item in pools:
         stage = stages.get(item.name)
         if stage is None:
             decisions[item.name] = _held(item, now)
+            stopping.grant(item, decisions[item.name].desired - item.observation.current)
             continue
         allowances = starts.allowances(item)
+        share = _with_stopping(shares.get(item.name), item.name, stopping.caps(item))
         if isinstance(stage, Combined):
-            decision = finish(stage, shares.get(item.name), allowances)
+            decision = finish(stage, share, allowances)
         else:
-            decision = _flexiq_under_caps(item, stage, shares.get(item.name), allowances, now)
+            decision = _flexiq_under_caps(item, stage, share, allowances, now)
+        decision = stopping.explain(item, decision)
         starts.grant(item, max(0, decision.desired - item.observation.current))
+        stopping.grant(item, decision.desired - item.observation.current)
         decisions[item.name] = _with_creation(item, decision, now)
     return decisions
 
@@ -127,6 +145,83 @@ class _StartBursts:
     def grant(self, item: PoolInput, started: int) -> None:
         for name in self._used(item):
             self.granted[name] += started
+
+
+class _Stopping:
+    """What stopping workers still hold, and the growth it leaves room for, pool by pool.
+
+    A worker asked to stop holds its connections until its process has exited, so
+    until then it counts against max_workers and every dependency cap.  Caps, never
+    below a pool's current count (stopping workers hold growth back; they never
+    shrink a pool):
+
+    - ``stopping``: max_workers less the pool's stopping workers;
+    - ``stopping:<global cap>``: this host's grant of it less the same (the grant
+      counts every worker the pool runs: its claim includes them);
+    - ``stopping:<dependency>``, while workers of its users are stopping: the
+      current count, the retiring workers the pool can take back (they start no
+      process) and what the capacity left leaves room for: the dependency's
+      available capacity less what every live worker of its users holds (running,
+      starting, retiring, stopping) and what the pools decided before this one
+      start this tick.
+    """
+
+    def __init__(self, dependencies: Sequence[Dependency], pools: Sequence[PoolInput]) -> None:
+        self.free = {dep.name: float(dep.available) for dep in dependencies}
+        self.stopping = {name: 0 for name in self.free}
+        for item in pools:
+            obs = item.observation
+            for use in self._local(item):
+                self.free[use.dependency] -= (obs.current + obs.draining) * use.per_worker
+                self.stopping[use.dependency] += item.stopping
+
+    def _local(self, item: PoolInput) -> list:
+        """The declared dependencies the pool uses whose capacity is this host's (not a grant)."""
+        grants = item.fleet_grants or {}
+        return [use for use in item.policy.dependencies if use.dependency in self.free and use.dependency not in grants]
+
+    def caps(self, item: PoolInput) -> tuple[tuple[str, int], ...]:
+        obs, current = item.observation, item.observation.current
+        caps = []
+        if item.stopping:
+            caps.append(("stopping", max(current, item.policy.max_workers - item.stopping)))
+            caps.extend((f"stopping:{name}", max(current, granted - item.stopping))
+                        for name, granted in sorted((item.fleet_grants or {}).items()))
+        retiring = obs.draining - item.stopping
+        for use in self._local(item):
+            if self.stopping[use.dependency]:
+                room = math.floor(max(0.0, self.free[use.dependency]) / use.per_worker + 1e-9)
+                caps.append((f"stopping:{use.dependency}", current + retiring + room))
+        return tuple(caps)
+
+    def grant(self, item: PoolInput, grown: int) -> None:
+        """The pool grows by ``grown``: what it starts (beyond the retiring workers it takes back)
+        is no longer free for the pools after it."""
+        started = max(0, grown - (item.observation.draining - item.stopping))
+        for use in self._local(item):
+            self.free[use.dependency] -= started * use.per_worker
+
+    def explain(self, item: PoolInput, decision: Decision) -> Decision:
+        """A decision that stopping workers hold back says so, and how many of them."""
+        cap = decision.binding_cap
+        if cap is None or not (cap.cap == "stopping" or cap.cap.startswith("stopping:")):
+            return decision
+        name = cap.cap.partition(":")[2]
+        local = name and name in self.stopping and name not in (item.fleet_grants or {})
+        count = self.stopping[name] if local else item.stopping
+        held = f"{count} workers still stopping hold {name}" if local else f"{count} workers still stopping"
+        grown = max(0, decision.desired - decision.current)
+        return dataclasses.replace(decision, message=f"{decision.message}; {held}: starting {grown} now, "
+                                                     f"the rest as they exit")
+
+
+def _with_stopping(share: DependencyCap | None, pool: str,
+                   stopping: tuple[tuple[str, int], ...]) -> DependencyCap | None:
+    if not stopping:
+        return share
+    if share is None:
+        return DependencyCap(pool=pool, workers=None, dependency=None, stopping=stopping)
+    return dataclasses.replace(share, stopping=stopping)
 
 
 def _with_creation(item: PoolInput, decision: Decision, now: float) -> Decision:

@@ -35,13 +35,17 @@ class DependencyCap:
 
     ``workers`` is the smallest cap over its dependencies (None: it declares
     none); ``dependency`` names the one that binds; ``per_dependency`` lists
-    every ``(name, cap)``.
+    every ``(name, cap)``.  ``stopping``: ``(cap, workers)`` for each ceiling that
+    stopping workers (asked to stop, their processes not yet exited) hold lower
+    than it will be once they are gone: they still hold what one worker uses
+    (see ``policy.fleet``).
     """
 
     pool: str
     workers: int | None
     dependency: str | None
     per_dependency: tuple[tuple[str, int], ...] = ()
+    stopping: tuple[tuple[str, int], ...] = ()
 
 
 def water_fill(capacity: float, demands: Mapping[str, float], weights: Mapping[str, float]) -> dict[str, float]:
