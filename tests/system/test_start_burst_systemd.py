@@ -53,7 +53,8 @@ import pytest
 
 from .flexiqd_install import BIN, DAEMON, install
 from .sandbox import Sandbox
-from .test_postgres_systemd import CLI_URL, DATABASE, PASSWORD, SECRET, STORE_URL, psql
+from .sandbox_postgres import psql
+from .test_postgres_systemd import CLI_URL, DATABASE, PASSWORD, SECRET, STORE_URL
 
 POOL = "burst"
 TARGET = 40
