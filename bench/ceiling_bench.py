@@ -200,11 +200,19 @@ def _fmt(value, digits=1):
     return f"{int(value):,}" if isinstance(value, (int, float)) else str(value)
 
 
+def _n(count, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def _code(code: str, commit: str, dirty) -> str:
+    if code.startswith("commit"):
+        return f"flexiqd at commit `{commit}` (exported with git archive: the working tree's uncommitted changes left out)"
+    return f"the working tree's flexiqd at commit `{commit}`" + (
+        f" with uncommitted changes in {', '.join(dirty)}" if dirty else "")
+
+
 def render(data: dict) -> str:
-    lines = [f"Recorded {data['recorded']}; code: {data.get('code', 'the working tree')} at commit `{data['commit']}`"
-             + (f" (uncommitted changes in {', '.join(data['dirty'])})" if data.get("dirty") else "")
-             + f"{' — the baseline: the policy as it is today' if data.get('baseline') else ''}.",
-             "", f"Machine: {data['machine']}.", f"Store: {data['store']}.",
+    lines = [f"Machine: {data['machine']}.", "", f"Store: {data['store']}.", "",
              f"Settings: {data['settings_text']}.", ""]
     for kind in KINDS:
         entry = data["kinds"].get(kind)
@@ -213,16 +221,17 @@ def render(data: dict) -> str:
         sweep = entry["sweep"]
         knee = sweep["knee"]
         lines += [f"### `{kind}`, capacity {entry['capacity']:g}", "",
-                  f"Recorded {entry.get('recorded', data['recorded'])} ({entry['seconds'] / 60:.1f} min), "
-                  f"{entry.get('code', data.get('code', 'the working tree'))} at `{entry.get('commit', data['commit'])}`"
-                  + (" — **the baseline**" if entry.get("baseline") else "") + ".", "",
+                  ("**Baseline** (the policy as it was at that commit): " if entry.get("baseline") else "")
+                  + f"recorded {entry.get('recorded', data['recorded'])} in {entry['seconds'] / 60:.1f} min; "
+                  + _code(entry.get("code", data.get("code", "")), entry.get("commit", data["commit"]),
+                          entry.get("dirty", data.get("dirty"))) + ".", "",
                   f"Dependency: {entry['dependency']['description']}. Unloaded: a job's operation "
                   f"{entry['dependency']['details'].get('job_unloaded_ms')} ms, a request "
                   f"{entry['dependency']['details'].get('probe_unloaded_ms')} ms (request path at rest: p50 "
                   f"{_fmt(entry['request_idle']['p50_ms'])} ms, p95 {_fmt(entry['request_idle']['p95_ms'])} ms).", "",
-                  f"Knee sweep ({sweep['seconds']:.0f} s): **knee = {knee} workers** (the fewest within 5 % of the "
-                  f"best, {_fmt(sweep['best_jobs_per_s'])} jobs/s); {entry['dependency']['slots']} slots / "
-                  f"concurrency 2 → {sweep['expected_knee']} expected.", "",
+                  f"Knee sweep ({sweep['seconds']:.0f} s): **knee = {_n(knee, 'worker')}** (the fewest within 5 % "
+                  f"of the best, {_fmt(sweep['best_jobs_per_s'])} jobs/s); {_n(entry['dependency']['slots'], 'slot')} / "
+                  f"concurrency {data['settings']['concurrency']} → {sweep['expected_knee']} expected.", "",
                   "| workers | " + " | ".join(str(p["workers"]) for p in sweep["points"]) + " |",
                   "|---|" + "---:|" * len(sweep["points"]),
                   "| jobs/s | " + " | ".join(_fmt(p["jobs_per_s"]) for p in sweep["points"]) + " |",
@@ -305,10 +314,15 @@ def main(argv=None) -> int:
     parser.add_argument("--baseline", action="store_true", help="label the record as the baseline (today's policy)")
     parser.add_argument("--code-at", metavar="COMMIT",
                         help="run this commit's flexiqd (git archive), not the working tree's")
+    parser.add_argument("--render", action="store_true",
+                        help=f"only rewrite {REPORT.relative_to(REPO)}'s results from the JSON")
     parser.add_argument("--keep", action="store_true", help="keep bench/.work/ceilings/ (logs, marks)")
     parser.add_argument("--json", type=pathlib.Path, help=f"where to write (default {RESULTS.relative_to(REPO)})")
     args = parser.parse_args(argv)
     args.policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if args.render:
+        write_report(json.loads((args.json or RESULTS).read_text()))
+        return 0
     kinds = args.kind or (["connections"] if args.quick else list(KINDS))
     if args.capacity is not None and len(kinds) != 1:
         parser.error("--capacity needs exactly one --kind")
@@ -363,6 +377,7 @@ def main(argv=None) -> int:
             entry["recorded"] = data["recorded"]
             entry["commit"] = commit
             entry["code"] = data["code"]
+            entry["dirty"] = dirty
             entry["baseline"] = args.baseline
             data["kinds"][kind] = entry
             out.parent.mkdir(parents=True, exist_ok=True)
