@@ -58,9 +58,9 @@ def collect_caps(
             latency = obs.metrics.dependency_latency(use.dependency)
             if use.max_latency is not None and latency is not None and latency > use.max_latency:
                 caps.append(CapValue(f"latency:{use.dependency}", obs.current))
-    discovered = knee_cap(knee, policy.knee, now, late)
+    discovered = knee_cap(knee, policy.knee, now, late, obs, policy.targets.age)
     if discovered is not None:
-        caps.append(CapValue("knee", discovered))
+        caps.append(CapValue("knee", discovered[0]))
     return tuple(caps)
 
 

@@ -134,16 +134,17 @@ class Behavior:
 
 @dataclass(frozen=True, kw_only=True)
 class KneeConfig:
-    """Ceiling discovery: stop adding workers that no longer add throughput.
+    """Ceiling discovery: stop adding workers that no longer add throughput (see ``knee``).
 
-    Once the pool has had a backlog for ``settle_time`` seconds (so its
-    completion rate shows what it can do), each decision samples the
-    completion rate and p50 duration against the workers busy on average.
-    When more workers complete less than ``min_throughput_gain`` more than the
-    best sample at fewer workers while p50 rose more than
-    ``max_duration_rise``, the pool is held at that count; after
-    ``reprobe_interval`` seconds it may try one more.  Samples older than
-    ``sample_max_age`` are not compared.
+    While jobs wait, the pool grows in steps judged on the completions the
+    store counts; a step whose workers add less than half their share holds
+    the pool at the count of the best throughput measured.  Counts that
+    differ by less than ``min_throughput_gain`` are equally good (the fewer
+    workers win).  The knee is re-probed a quarter higher after
+    ``reprobe_interval`` (after ``2 x settle_time`` while the oldest job is
+    late) and forgotten after ``sample_max_age`` without a sample.
+    ``max_duration_rise`` is not used: durations stretch at a ceiling, so
+    they decide nothing.
     """
 
     enabled: bool = default("pools.<pool>.knee.enabled")

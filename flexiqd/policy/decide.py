@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 from .caps import apply_caps, cap_reason, collect_caps, tightest
 from .config import PoolPolicy
 from .economics import down_hold, reversal, start_cost
-from .knee import update_knee
+from .knee import describe, knee_cap, update_knee
 from .sharing import DependencyCap
 from .signals import backlog_is_late, record_load, recommend_all, signal_inputs, sustained_need
 from .smoothing import rate_limit, record, record_change, stabilize
@@ -115,7 +115,8 @@ def combine_signals(obs: Observation, policy: PoolPolicy, history: History, now:
     """Stages 1 and 2: signals, the largest wins."""
     assert obs.metrics is not None
     load = record_load(history.load, now, obs)
-    history = replace(history, load=load, knee=update_knee(history.knee, obs, policy.knee, now, load))
+    history = replace(history, load=load,
+                      knee=update_knee(history.knee, obs, policy.knee, now, load, policy.targets.age))
     inputs = signal_inputs(obs, policy, load)
     recommendations = recommend_all(inputs)
     raw, winner = combine(recommendations)
@@ -271,7 +272,11 @@ def _explain(stage: Combined, out: _Outcome) -> tuple[str, str]:
     if out.cap is not None and out.desired == out.cap.workers and (
         out.desired < out.limited or out.capped < stage.raw
     ):
-        return cap_reason(out.cap), f"{why}; signals want {stage.raw}, {out.cap.cap} caps at {out.cap.workers}"
+        rule = ""
+        if out.cap.cap == "knee":
+            found = knee_cap(stage.history.knee, stage.policy.knee, stage.now, stage.late, obs, stage.policy.targets.age)
+            rule = f" ({describe(stage.history.knee, found[1], found[0])})" if found else ""
+        return cap_reason(out.cap), f"{why}; signals want {stage.raw}, {out.cap.cap} caps at {out.cap.workers}{rule}"
     if out.limited != out.stabilized:
         return "RateLimited", f"{why}; {out.stabilized} wanted, the rate limit allows {out.limited} now"
     if out.stabilized != out.windowed:

@@ -27,7 +27,7 @@ def history_to_dict(history: History) -> dict[str, Any]:
         "load": [list(s) for s in history.load],
         "knee": {"samples": [list(s) for s in history.knee.samples],
                  "backlog_since": history.knee.backlog_since, "held_at": history.knee.held_at,
-                 "held_since": history.knee.held_since},
+                 "held_since": history.knee.held_since},  # a step under way is not kept: judged afresh
     }
 
 

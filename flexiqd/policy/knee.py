@@ -1,37 +1,36 @@
 """Ceiling discovery: find the worker count past which more workers stop adding throughput.
 
-Some ceilings are declared (a dependency's capacity); others are found only by
-trying.  A ceiling here is a measurement, never an inference from durations
-alone (they change with the job mix):
+Some ceilings are declared (a dependency's capacity); most are not, and are
+found by measuring.  The evidence is throughput alone: the jobs completed per
+second against the workers busy, whatever happens to the durations.  At a
+ceiling durations stretch -- that is what a ceiling does -- so a longer p50
+is no sign of a new job mix and no reason to doubt the count.
 
-- While the pool is saturated (at least as many jobs wait as run, so its
-  completion rate measures what it can do rather than what arrives), each decision samples
-  the completion rate against the number of workers that were busy on
-  average over the same span (``signals.busy_and_rate``): for short jobs over
-  the last few seconds, as soon as a backlog has lasted that long; for long
-  ones over the rate window, once the backlog has lasted ``settle_time`` and
-  the busy count held steady (a ramp's completions lag its starts).
-- A sample at ``n`` workers whose completions rose less than half as much as
-  the extra workers would add at a smaller count ``m``'s pace (and less than
-  ``min_throughput_gain``, if that is more) -- by more than the counting noise
-  of either -- while the jobs that finished took more than
-  ``max_duration_rise`` longer (their p50: a slower dependency slows every
-  job; a batch of slow jobs among quick ones cuts completions before any of
-  them finishes), shows that the extra workers only queue on something shared.  The pool is then held at the count
-  of the best throughput measured, never below it (the knee).
-- ``reprobe_interval`` seconds later it may try a quarter more workers (at
-  least one); while the oldest job is over its target, as soon as a new
-  sample can settle (twice ``settle_time``).  A sample there that does better
-  moves the knee up to it, and the next step may be tried at once; one that
-  does not confirms the knee.  A knee with no sample for ``sample_max_age`` is
-  forgotten: whatever was shared may have changed since.
+- A **sample** is the completion rate of a saturated pool (jobs waiting at
+  every tick, its slots busy) at a steady count of working workers, counted
+  from the store's per-second completions (``PoolMetrics.completion_series``)
+  once the jobs started before the count settled have had the time to end
+  (one mean duration, Little's law).
+- The pool grows in **probing steps**.  While a backlog waits and the count
+  now can be measured within the probe budget (a share of the age target),
+  growth waits for its sample; a step from ``n`` to ``m`` workers is then
+  judged on the sample at ``m``: it **pays** when completions rose by at least
+  ``EFFICIENCY`` of what the extra workers would add at ``n``'s pace, and then
+  the next step may double the pool.  One that does not (beyond the counting
+  noise) shows the extra workers only queue on something shared: the pool is
+  held at the count of the best measured throughput (the knee) and shrinks
+  back to it.
+- Where a step cannot be judged within the budget (long jobs, few
+  completions) growth is not held: the safety net and the signals size the
+  pool, and samples taken later at steady counts still show a ceiling.
+- A knee is **re-probed** rarely and in small steps: ``reprobe_interval``
+  seconds after it was found or confirmed (sooner, ``2 x settle_time``, while
+  the oldest job is late) a quarter more workers (at least one) are tried.  A
+  step that pays moves the knee up; one that does not confirms it.  A knee
+  with no sample for ``sample_max_age`` is forgotten: whatever was shared may
+  have changed since.
 
-Completions measure capacity only while the jobs are alike: where their
-durations spread widely (p95 over ``MAX_SPREAD`` x p50) a batch of slow jobs
-among quick ones cuts completions as a ceiling would, so no knee is looked
-for there (a declared dependency still caps).  Without any shared dependency
-completions keep rising with workers, so no knee is found, and a false one
-(noise) is re-probed and lifted.
+Pure: time is an argument, nothing is read or remembered outside ``KneeState``.
 """
 
 from __future__ import annotations
@@ -40,62 +39,148 @@ import math
 from dataclasses import replace
 
 from .config import KneeConfig
-from .signals import busy_and_rate
-from .types import KneeState, LoadSample, Observation, ThroughputSample
-
-# A sample counts only over a rate window with at least this many completions: the
-# rate of a few dozen long jobs swings by more than any gain worth measuring.
-MIN_COMPLETIONS = 50
-
-# The busy count is steady when its lowest sample in the window is at least this
-# share of its highest.
-STEADY_SHARE = 0.85
-
-# How many standard deviations of the completion counts (Poisson) a shortfall
-# must exceed to count as evidence.
-NOISE_SIGMAS = 2.0
+from .types import KneeProbe, KneeState, LoadSample, Observation, ThroughputSample
 
 # Extra workers that add less than this share of what they would at a smaller
-# count's pace show a ceiling.
+# count's pace show a ceiling; at least this share, the step paid.
 EFFICIENCY = 0.5
 
-# Jobs whose p95 is more than this many times their p50 are too unlike each other for a
-# completion count to tell a ceiling from a change of mix: no knee is looked for.
-MAX_SPREAD = 4.0
+# How many standard deviations of the completion counts (Poisson) a shortfall
+# must exceed to count as evidence of a ceiling.
+NOISE_SIGMAS = 2.0
 
-# Over the recent window, jobs must be this many times shorter than the window: a
-# ramp's completions lag its starts by about one duration.
-LAG_SHARE = 5.0
+# A sample needs this many completions over at least this many whole seconds.
+MIN_COMPLETIONS = 20
+MIN_SPAN = 1
 
-# Over the recent window, the finished jobs' p50 must rise by at least this much.
-FAST_RISE = 0.5
+# Working slots at least this share busy: the workers are all at work.
+BUSY_SHARE = 0.8
+
+# Growth waits for a sample at most this share of the age target (and never when
+# that is less than two ticks: a step could not be judged in time).
+PROBE_BUDGET_SHARE = 0.3
 
 # A re-probe tries this share more workers than the knee (at least one more).
 REPROBE_STEP = 0.25
 
+# A step's verdict counts at most this many completions (it waits no longer than its window).
+MAX_VERDICT_COMPLETIONS = 400
 
-def steady(load: tuple[LoadSample, ...], window: float) -> bool:
-    """Whether the running count stayed within ``STEADY_SHARE`` over the last ``window`` seconds."""
-    now = load[-1].at
-    running = [s.running for s in load if s.at >= now - window]
-    return len(running) >= 2 and min(running) >= STEADY_SHARE * max(running) > 0
+# A step's count lasts at most this long (the store's series covers the recent window).
+RECENT_WINDOW_CAP = 13.0
 
-
-def _noise(rate: float, window: float) -> float:
-    """One standard deviation of a completion rate counted over ``window`` seconds."""
-    return math.sqrt(max(rate, 0.0) * window) / window
+# A step that paid lets the next one go up to this many times the count.
+STEP_GROWTH = 2.0
 
 
-def ceiling_shown(sample: ThroughputSample, smaller: ThroughputSample, config: KneeConfig, window: float,
-                  rise: float | None = None) -> bool:
-    """Whether ``sample`` (more workers) shows no throughput gain over ``smaller``, beyond noise,
-    while its finished jobs took more than ``rise`` (default ``config.max_duration_rise``) longer."""
-    margin = NOISE_SIGMAS * math.hypot(_noise(sample.completion_rate, window), _noise(smaller.completion_rate, window))
-    expected = max(config.min_throughput_gain, EFFICIENCY * (sample.workers - smaller.workers) / smaller.workers)
-    gained = sample.completion_rate - smaller.completion_rate * (1 + expected)
-    rise = config.max_duration_rise if rise is None else rise
-    slower = sample.duration_p50 > smaller.duration_p50 * (1 + rise)
-    return gained + margin < 0 and slower
+def steady_since(load: tuple[LoadSample, ...], slots_per_worker: int) -> float | None:
+    """Since when the pool has been saturated at its current working count: jobs waiting and
+    its slots busy at every sample (``load`` ends with this tick's).  None when it is not now."""
+    if not load:
+        return None
+    current = load[-1].active
+
+    def saturated(sample: LoadSample) -> bool:
+        # At least as many jobs waiting as running: only then do completions measure what the
+        # workers can do rather than what arrives.
+        return (sample.active == current and sample.runnable >= max(1, sample.running)
+                and sample.running >= BUSY_SHARE * current * slots_per_worker)
+
+    if current <= 0 or not saturated(load[-1]):
+        return None
+    since = load[-1].at
+    for sample in reversed(load[:-1]):
+        if not saturated(sample):
+            break
+        since = sample.at
+    return since
+
+
+def completions_between(series: tuple[tuple[int, int], ...], start: float,
+                        now: float) -> tuple[int, int] | None:
+    """(completions, whole seconds) counted from the first whole second at or after ``start`` to
+    the last second that has ended by ``now``; None when no whole second lies between."""
+    first, last = math.ceil(start), math.floor(now)
+    if last - first < MIN_SPAN:
+        return None
+    return sum(count for second, count in series if first <= second < last), last - first
+
+
+def mean_duration(load: tuple[LoadSample, ...], metrics) -> float | None:
+    """The jobs' mean duration by Little's law over the recent samples (running / completions),
+    else their recent p50; None before anything completed."""
+    if metrics.recent_completions and metrics.recent_window:
+        window = metrics.recent_window
+        now = load[-1].at
+        running = [s.running for s in load if s.at > now - window]
+        rate = metrics.recent_completions / window
+        if running and rate > 0:
+            return sum(running) / len(running) / rate
+    return metrics.recent_duration_p50 or metrics.duration_p50
+
+
+def probe_budget(obs: Observation, target_age: float) -> float:
+    """How long growth may wait for a sample: a share of the age target, 0 when two ticks do not fit."""
+    budget = PROBE_BUDGET_SHARE * target_age
+    return budget if budget >= 2 * (obs.tick or 1.0) else 0.0
+
+
+def measure(obs: Observation, load: tuple[LoadSample, ...], now: float,
+            lag: float | None) -> ThroughputSample | None:
+    """The completion rate of the pool at its current steady count, counted from ``lag`` seconds
+    after the count settled (the jobs started before then have ended); None when it cannot tell."""
+    metrics = obs.metrics
+    since = steady_since(load, obs.concurrency)
+    if metrics is None or since is None or lag is None:
+        return None
+    window = metrics.recent_window or 0.0
+    start = max(since + lag, math.floor(now) - window + 1)
+    counted = completions_between(metrics.completion_series, start, now)
+    if counted is None or counted[0] < MIN_COMPLETIONS:
+        return None
+    completions, seconds = counted
+    return ThroughputSample(load[-1].active, completions / seconds, lag, now, completions)
+
+
+def wanted_rate(smaller: ThroughputSample, workers: int) -> float:
+    """What ``workers`` must complete for their step from ``smaller`` to pay: ``EFFICIENCY`` of
+    what the extra workers would add at ``smaller``'s pace."""
+    return smaller.completion_rate * (1 + EFFICIENCY * (workers - smaller.workers) / smaller.workers)
+
+
+def noise(sample: ThroughputSample) -> float:
+    """``NOISE_SIGMAS`` standard deviations of a completion rate counted from ``sample.completions``."""
+    count = max(sample.completions, 1)
+    return NOISE_SIGMAS * math.sqrt(count) * sample.completion_rate / count
+
+
+def paid(sample: ThroughputSample, smaller: ThroughputSample) -> bool:
+    """A step's verdict: whether ``sample`` completes what its step from ``smaller`` must (the
+    counts are as good as the step's own window makes them)."""
+    return sample.completion_rate >= wanted_rate(smaller, sample.workers)
+
+
+def clearly_paid(sample: ThroughputSample, smaller: ThroughputSample) -> bool:
+    """Whether ``sample`` completes what its step from ``smaller`` must, beyond the counting noise."""
+    margin = math.hypot(noise(sample), noise(smaller))
+    return sample.completion_rate - margin >= wanted_rate(smaller, sample.workers)
+
+
+def shows_ceiling(sample: ThroughputSample, smaller: ThroughputSample) -> bool:
+    """Whether ``sample`` (more workers, measured apart from any step) falls short of what it
+    should complete over ``smaller`` beyond the counting noise of both."""
+    margin = math.hypot(noise(sample), noise(smaller))
+    return sample.completion_rate + margin < wanted_rate(smaller, sample.workers)
+
+
+def verdict_completions(probe: KneeProbe) -> int:
+    """Completions a step's sample should count for its verdict: enough that the counting noise is
+    well inside the gain it must show (a small step needs more)."""
+    # The full gain and the least that pays lie EFFICIENCY x gain apart; two sigmas of the
+    # count must fit in that gap.
+    gain = (probe.to_workers - probe.start.workers) / probe.start.workers
+    gap = EFFICIENCY * gain / (1 + gain)
+    return max(MIN_COMPLETIONS, min(MAX_VERDICT_COMPLETIONS, math.ceil((NOISE_SIGMAS / gap) ** 2)))
 
 
 def best(samples: tuple[ThroughputSample, ...], gain: float) -> ThroughputSample:
@@ -105,120 +190,161 @@ def best(samples: tuple[ThroughputSample, ...], gain: float) -> ThroughputSample
     return min((kept for kept in samples if kept.completion_rate * (1 + gain) >= most), key=lambda kept: kept.workers)
 
 
-def saturated(load: tuple[LoadSample, ...], window: float) -> bool:
-    """Whether at least as many jobs waited as ran at every tick of the last ``window`` seconds.
-
-    Only then does the completion rate measure what the workers can do: a
-    pool that keeps up with its arrivals completes what arrives, whatever its
-    size, and a few jobs waiting now and then do not make it the bottleneck.
-    """
-    now = load[-1].at
-    return all(s.runnable >= max(1, s.running) for s in load if s.at >= now - window)
-
-
-def homogeneous(metrics) -> bool:
-    """Whether the jobs are alike enough (p95 within ``MAX_SPREAD`` x p50, and the jobs in flight
-    not far older than the finished ones took) for completions to measure capacity: where
-    durations spread widely, a change of the mix (a batch of slow jobs among quick ones) cuts
-    completions as a ceiling would, with no ceiling at all."""
-    p50, p95 = metrics.duration_p50, metrics.duration_p95
-    if not (p50 and p95) or p95 > MAX_SPREAD * p50:
-        return False
-    # Jobs in flight that have run far longer than the finished ones took are a new mix
-    # (slow jobs that have not finished yet), not a slower dependency.
-    return metrics.running_age_mean is None or metrics.running_age_mean <= MAX_SPREAD * p95
-
-
-def _measure(state: KneeState, obs: Observation, config: KneeConfig, now: float,
-             load: tuple[LoadSample, ...]) -> tuple[ThroughputSample, float] | None:
-    """What the saturated pool completes now, per busy worker count, and the span its completions
-    were counted over; None when it cannot tell yet.
-
-    Short jobs are measured over the store's recent window (the last few
-    seconds) as soon as the backlog has lasted that long, so a ceiling shows
-    while a burst is still being answered; a ramp's completions lag its starts
-    by about one job duration, which must then be short against the window
-    (or the busy count steady over it).
-    Longer jobs are measured over the rate window, once the backlog has lasted
-    ``settle_time`` and the busy count held steady over the window.
-    """
-    metrics = obs.metrics
-    assert metrics is not None and state.backlog_since is not None
-    if not homogeneous(metrics):
-        return None
-    backlog_for = now - state.backlog_since
-    recent = metrics.recent_window
-    if recent and backlog_for >= recent and saturated(load, recent) and metrics.recent_completions >= MIN_COMPLETIONS:
-        measured = busy_and_rate(load, recent)
-        rate = metrics.recent_completions / recent
-        if measured is not None and measured[0] > 0 and metrics.recent_duration_p50 and (
-                measured[0] / rate * LAG_SHARE <= recent or steady(load, recent)):
-            return _sample(measured[0], rate, metrics.recent_duration_p50, obs.concurrency, now, recent)
-    window = metrics.rate_window or 0.0
-    if not window or backlog_for < max(config.settle_time, window) or not steady(load, window):
-        return None
-    if not saturated(load, window):
-        return None
-    measured = busy_and_rate(load, window, window)
-    if measured is None or measured[1] * window < MIN_COMPLETIONS or not metrics.duration_p50:
-        return None
-    return _sample(measured[0], measured[1], metrics.duration_p50, obs.concurrency, now, window)
-
-
-def _sample(busy: float, rate: float, p50: float, concurrency: int, now: float,
-            window: float) -> tuple[ThroughputSample, float] | None:
-    workers = round(busy / concurrency)
-    if workers < 1 or rate <= 0:
-        return None
-    return ThroughputSample(workers, rate, p50, now), window
-
-
 def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: float,
-                load: tuple[LoadSample, ...]) -> KneeState:
+                load: tuple[LoadSample, ...], target_age: float = 60.0) -> KneeState:
     """The knee state after observing ``obs`` at ``now``; ``load`` ends with this tick's sample."""
     metrics = obs.metrics
-    if not config.enabled or metrics is None:
-        return state
-    if state.held_since is not None and now - state.held_since > config.sample_max_age:
+    if not config.enabled or metrics is None or not metrics.series_reported:
+        return state  # without the store's per-second completions there is nothing to count
+    if state.held_at is not None and state.held_since is not None and now - state.held_since > config.sample_max_age:
         newest = max((kept.at for kept in state.samples), default=None)
         if newest is None or now - newest > config.sample_max_age:
             state = replace(state, held_at=None, held_since=None)
     if metrics.runnable_depth == 0:
-        return replace(state, backlog_since=None)
+        return replace(state, backlog_since=None, probe=None, waiting_since=None)
     if state.backlog_since is None:
-        return replace(state, backlog_since=now)
-    measured = _measure(state, obs, config, now, load)
-    if measured is None:
+        state = replace(state, backlog_since=now)
+    wait = _verdict_wait(obs, target_age)
+    if state.probe is None:
+        # A step begun: more workers asked for than a fresh sample's count.
+        last = _latest(state.samples)
+        if (last is not None and obs.current > last.workers and now - last.at <= wait and homogeneous(metrics)
+                and (state.held_at is None or last.workers >= state.held_at)):
+            state = replace(state, probe=KneeProbe(start=last, to_workers=obs.current, since=now, lag=last.duration))
+    probe = state.probe
+    lag = probe.lag if probe is not None else mean_duration(load, metrics)
+    sample = measure(obs, load, now, lag)
+    if sample is None:
+        if probe is not None and _overdue(probe, obs, now, target_age):
+            return replace(state, probe=None)  # no verdict in time: growth is not held for it
+        # Jobs running, a backlog at least as deep, and no sample yet at this count: growth waits
+        # for one (within the probe budget), whether or not every slot has claimed yet.
+        if (probe is None and state.waiting_since is None and metrics.running > 0
+                and metrics.runnable_depth >= metrics.running
+                and (homogeneous(metrics) or not metrics.duration_p50) and (lag is None or lag + MIN_SPAN + (obs.tick or 1.0) <= probe_budget(obs, target_age))):
+            state = replace(state, waiting_since=now)
         return state
-    sample, window = measured
-    workers = sample.workers
-    fresh = tuple(kept for kept in state.samples if kept.workers != workers and now - kept.at <= config.sample_max_age)
-    samples = tuple(sorted(fresh + (sample,)))
-    state = replace(state, samples=samples)
-    smaller = [kept for kept in fresh if kept.workers < workers]
-    # A p50 of the last few seconds' completions moves by a fifth with chance alone.
-    rise = config.max_duration_rise if window == metrics.rate_window else max(config.max_duration_rise, FAST_RISE)
-    if any(ceiling_shown(sample, kept, config, window, rise) for kept in smaller):
-        top = best(tuple(kept for kept in samples if kept.workers <= workers), config.min_throughput_gain)
-        if state.held_at == top.workers and workers <= state.held_at:
-            return state  # the same knee seen again from below: its re-probe stays due on time
-        return replace(state, held_at=top.workers, held_since=now)
-    if state.held_at is not None and workers > state.held_at and smaller:
-        if sample.completion_rate > max(kept.completion_rate for kept in smaller) * (1 + config.min_throughput_gain):
-            # The probe helped: hold there, and let the next step be tried straight away.
-            return replace(state, held_at=workers, held_since=now - config.reprobe_interval)
+    fresh = tuple(kept for kept in state.samples
+                  if kept.workers != sample.workers and now - kept.at <= config.sample_max_age)
+    state = replace(state, samples=tuple(sorted(fresh + (sample,))), waiting_since=None)
+    if probe is not None:
+        if sample.workers < probe.to_workers:
+            if sample.workers == probe.start.workers and sample.completions > probe.start.completions:
+                # Still at the count the step starts from, while its workers start: a longer count.
+                state = replace(state, probe=probe._replace(start=sample, lag=sample.duration))
+            return state
+        # A ceiling only beyond the counting noise of both counts; a step that paid as soon as
+        # that is as clear; otherwise count on, and a count that stays unclear lets the step
+        # stand (holding a pool that lacks no capacity costs the age target; a ceiling missed
+        # here is found by the next step or re-probe).
+        window = metrics.recent_window or 0.0
+        ceiling = shows_ceiling(sample, probe.start)
+        if not ceiling and not clearly_paid(sample, probe.start) and not _overdue(probe, obs, now, target_age) \
+                and sample.completions < verdict_completions(probe) \
+                and sample.completions / sample.completion_rate < window - 2:
+            return state  # counting on
+        state = replace(state, probe=None)
+        if ceiling:
+            return _held(state, sample, config, now)
+        if state.held_at is not None:
+            # A re-probe that paid: the knee moves up, and the next step may follow at once.
+            return replace(state, held_at=sample.workers, held_since=now - config.reprobe_interval)
+        return state
+    # Apart from a step, counts taken minutes apart may straddle a change of job mix (a batch of
+    # slow jobs among quick ones cuts completions as a ceiling would): only alike jobs compare.
+    smaller = [kept for kept in fresh if kept.workers < sample.workers]
+    if homogeneous(metrics) and any(shows_ceiling(sample, kept) for kept in smaller):
+        return _held(state, sample, config, now)
     return state
 
 
-def knee_cap(state: KneeState, config: KneeConfig, now: float, late: bool = False) -> int | None:
-    """The knee as a cap: the held count, or a step more once a re-probe is due; None if unknown.
+# Jobs whose p95 is more than this many times their p50 are too unlike each other for counts
+# taken apart in time to tell a ceiling from a change of mix.
+MAX_SPREAD = 4.0
 
-    ``late``: the oldest job is over its target -- a re-probe is due as soon as
-    a sample at the new count can settle.
+
+def homogeneous(metrics) -> bool:
+    """Whether the jobs are alike (p95 within ``MAX_SPREAD`` x p50, none in flight far older)."""
+    p50, p95 = metrics.duration_p50, metrics.duration_p95
+    if not (p50 and p95) or p95 > MAX_SPREAD * p50:
+        return False
+    return metrics.running_age_mean is None or metrics.running_age_mean <= MAX_SPREAD * p95
+
+
+def _overdue(probe: KneeProbe, obs: Observation, now: float, target_age: float) -> bool:
+    """Whether a step has waited for its verdict as long as it may: its workers' start, the lag,
+    and the time its count needs at the pace it started from (within the verdict wait, at least)."""
+    counting = min(verdict_completions(probe) / max(probe.start.completion_rate, 1e-9), RECENT_WINDOW_CAP)
+    allowed = (obs.start_cost or 0.0) + probe.lag + max(_verdict_wait(obs, target_age), counting)
+    return now - probe.since > allowed
+
+
+def _verdict_wait(obs: Observation, target_age: float) -> float:
+    """How long a sample stays fresh enough to start a step from, and a step may wait for its verdict."""
+    return max(probe_budget(obs, target_age), 2 * (obs.tick or 1.0))
+
+
+def _latest(samples: tuple[ThroughputSample, ...]) -> ThroughputSample | None:
+    return max(samples, key=lambda kept: kept.at, default=None)
+
+
+def _held(state: KneeState, sample: ThroughputSample, config: KneeConfig, now: float) -> KneeState:
+    """The knee at the best throughput measured up to ``sample``'s count."""
+    top = best(tuple(kept for kept in state.samples if kept.workers <= sample.workers), config.min_throughput_gain)
+    return replace(state, held_at=top.workers, held_since=now, probe=None)
+
+
+def knee_cap(state: KneeState, config: KneeConfig, now: float, late: bool = False,
+             obs: Observation | None = None, target_age: float = 60.0) -> tuple[int, str] | None:
+    """The knee as a cap and the rule that sets it, or None when nothing holds growth.
+
+    ``held``: the measured knee; ``reprobe``: a step past it once a re-probe is
+    due (``late``: the oldest job is over its target, so sooner); ``probe``: a
+    step under way, held until its sample says whether it paid; ``measuring``:
+    the count now, until its first sample (within the probe budget);
+    ``step``: the next step after one that paid.
     """
-    if not config.enabled or state.held_at is None or state.held_since is None:
+    if not config.enabled:
         return None
-    interval = min(config.reprobe_interval, 2 * config.settle_time) if late else config.reprobe_interval
-    if now - state.held_since >= interval:
-        return state.held_at + max(1, math.ceil(state.held_at * REPROBE_STEP))
-    return state.held_at
+    if state.held_at is not None and state.held_since is not None:
+        interval = min(config.reprobe_interval, 2 * config.settle_time) if late else config.reprobe_interval
+        if state.probe is not None:
+            return state.probe.to_workers, "reprobe"
+        if now - state.held_since >= interval:
+            return state.held_at + max(1, math.ceil(state.held_at * REPROBE_STEP)), "reprobe"
+        return state.held_at, "held"
+    if state.probe is not None:
+        return state.probe.to_workers, "probe"
+    if obs is None or obs.metrics is None or obs.metrics.runnable_depth == 0:
+        return None
+    budget = probe_budget(obs, target_age)
+    last = _latest(state.samples)
+    if (last is not None and now - last.at <= _verdict_wait(obs, target_age) and last.workers >= obs.active
+            and homogeneous(obs.metrics)):
+        return max(obs.current, math.ceil(last.workers * STEP_GROWTH)), "step"
+    if budget and state.waiting_since is not None and now - state.waiting_since < budget:
+        return obs.current, "measuring"
+    return None
+
+
+def describe(state: KneeState, rule: str, workers: int) -> str:
+    """The knee cap's rule in words, with the measurements behind it."""
+    def rate(sample: ThroughputSample) -> str:
+        return f"{sample.workers} workers {sample.completion_rate:.1f} jobs/s"
+
+    by_count = {kept.workers: kept for kept in state.samples}
+    if rule == "held" and state.held_at in by_count:
+        above = [kept for kept in state.samples if kept.workers > state.held_at]
+        more = f"; {rate(max(above, key=lambda kept: kept.at))}" if above else ""
+        return f"held at a measured ceiling: {rate(by_count[state.held_at])}{more}"
+    if rule in ("probe", "reprobe") and state.probe is not None:
+        start = state.probe.start
+        return f"probing {workers} workers against {rate(start)}"
+    if rule == "reprobe":
+        return f"re-probing past the ceiling at {state.held_at} workers"
+    if rule == "step" and state.samples:
+        last = max(state.samples, key=lambda kept: kept.at)
+        return f"the step to {last.workers} paid ({rate(last)}): up to {workers} next"
+    if rule == "measuring":
+        return f"measuring the throughput of {workers} workers before adding more"
+    return rule

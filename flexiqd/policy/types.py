@@ -46,7 +46,9 @@ class PoolMetrics:
     the last ``recent_window`` seconds (None: not reported) -- the durations of
     now, for the knee.  ``completion_series``: (whole second, jobs completed in it)
     over the recent window, oldest first (seconds without completions left
-    out): the knee counts completions between any two instants with it.
+    out): the knee counts completions between any two instants with it;
+    ``series_reported``: whether the source reports that series at all (an
+    empty one then means nothing completed).
     """
 
     runnable_depth: int
@@ -67,6 +69,7 @@ class PoolMetrics:
     recent_completions: int = 0
     recent_window: float | None = None
     completion_series: tuple[tuple[int, int], ...] = ()
+    series_reported: bool = False
 
     def __post_init__(self) -> None:
         if self.runnable_depth < 0 or self.running < 0:
@@ -106,6 +109,7 @@ class PoolMetrics:
             recent_completions=getattr(stats, "recent_completions", 0),
             recent_window=getattr(stats, "recent_window", None),
             completion_series=tuple(getattr(stats, "completion_series", ())),
+            series_reported=hasattr(stats, "completion_series"),
         )
 
     @classmethod
@@ -132,7 +136,8 @@ class PoolMetrics:
             coming_due_within=min(s.coming_due_within for s in per_queue),
             running_age_mean=sum(a * n for a, n in ages) / running if running else None,
             recent_duration_p50=busiest.recent_duration_p50, recent_completions=busiest.recent_completions,
-            recent_window=busiest.recent_window, completion_series=merge_series(per_queue))
+            recent_window=busiest.recent_window, completion_series=merge_series(per_queue),
+            series_reported=all(hasattr(s, "completion_series") for s in per_queue))
 
     @property
     def time_to_drain(self) -> float | None:
@@ -226,30 +231,46 @@ class LoadSample(NamedTuple):
 
 
 class ThroughputSample(NamedTuple):
-    """Completion rate of a saturated pool of ``workers`` busy workers, and the p50 duration of
-    the jobs that finished over the same span."""
+    """Completion rate of a saturated pool of ``workers`` working workers, measured at ``at`` over
+    ``completions`` completions, counted from ``duration`` seconds (the jobs' mean duration then)
+    after the count settled."""
 
     workers: int
     completion_rate: float
-    duration_p50: float
+    duration: float
     at: float
+    completions: int = 0
+
+
+class KneeProbe(NamedTuple):
+    """A step under way: from ``start`` (the sample before it) to ``to_workers``, begun at ``since``;
+    its sample is counted from ``lag`` seconds after the new count settles."""
+
+    start: ThroughputSample
+    to_workers: int
+    since: float
+    lag: float
 
 
 @dataclass(frozen=True, kw_only=True)
 class KneeState:
-    """Ceiling discovery's memory.
+    """Ceiling discovery's memory (see ``knee``).
 
     ``samples``: the latest throughput sample per worker count.
     ``backlog_since``: since when the pool has had runnable jobs at every
-    decision (None: not now).  ``held_at``: the last count that still added
-    throughput (None: no knee known); ``held_since``: when it was found or
-    last confirmed.
+    decision (None: not now).  ``held_at``: the knee, the count of the best
+    throughput measured (None: no knee known); ``held_since``: when it was
+    found or last confirmed.  ``probe``: a step being judged.
+    ``waiting_since``: since when growth has waited for a first sample at the
+    count now (None: not waiting).
     """
 
     samples: tuple[ThroughputSample, ...] = ()
     backlog_since: float | None = None
     held_at: int | None = None
     held_since: float | None = None
+    probe: KneeProbe | None = None
+    waiting_since: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

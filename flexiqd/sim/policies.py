@@ -273,6 +273,7 @@ def observation_from(snapshot: Snapshot, trace: Trace) -> Observation:
         recent_completions=snapshot.recent_completions,
         recent_window=RECENT_WINDOW,
         completion_series=snapshot.completion_series,
+        series_reported=True,
     )
     return Observation(
         pool=trace.name, active=snapshot.active, starting=snapshot.starting, draining=snapshot.draining,

@@ -14,6 +14,10 @@ COST_GOAL = 1.25  # flexiqd's worker-seconds may be at most this many times the 
 SLO_FACTOR, SLO_SLACK = 1.1, 5.0
 # Over an undeclared ceiling: at most this share of the time KEDA's depth rule spends over it.
 UNDECLARED_SHARE = 0.25
+# A job's completion time (runnable -> done), p95: at most this many times the oracle's plus one tick.
+COMPLETION_FACTOR = 1.25
+# The request path's latency inflation (time-weighted mean): at most this many times the oracle's.
+INFLATION_FACTOR = 1.5
 SUBJECT = "flexiqd"
 ORACLE = "oracle"
 KEDA = "keda-depth"
@@ -48,21 +52,28 @@ class GoalCheck:
     ``dependency``: never over a declared dependency's capacity; over an
     undeclared one at most ``UNDECLARED_SHARE`` of the time KEDA's depth rule is;
     ``cost``: at most ``COST_GOAL`` times the oracle's worker-seconds;
-    ``killed``: no busy worker killed (its stop timeout ran out).
+    ``killed``: no busy worker killed (its stop timeout ran out);
+    ``completion``: the jobs' completion time p95 at most ``COMPLETION_FACTOR`` x the
+    oracle's plus one tick (what the oldest runnable job's age misses: a job claimed by a
+    worker that cannot make progress still waits);
+    ``requests``: with a dependency, the request path's mean latency inflation at most
+    ``INFLATION_FACTOR`` x the oracle's.
     """
 
     age: bool
     dependency: bool
     cost: bool
     killed: bool
+    completion: bool = True
+    requests: bool = True
 
     @property
     def met(self) -> bool:
-        return self.age and self.dependency and self.cost and self.killed
+        return self.age and self.dependency and self.cost and self.killed and self.completion and self.requests
 
     def shortfalls(self) -> list[str]:
         names = {"age": "age target", "dependency": "dependency capacity", "cost": "cost",
-                 "killed": "busy workers killed"}
+                 "killed": "busy workers killed", "completion": "completion time", "requests": "request path"}
         return [label for key, label in names.items() if not getattr(self, key)]
 
 
@@ -78,11 +89,17 @@ def check_goal(report: TraceReport, policy: str = SUBJECT) -> GoalCheck | None:
         dependency = subject.over_capacity_seconds <= UNDECLARED_SHARE * keda.over_capacity_seconds + 1e-6
     else:
         dependency = subject.over_capacity_seconds == 0
+    requests = True
+    if subject.inflation_mean is not None and oracle.inflation_mean is not None:
+        requests = subject.inflation_mean <= INFLATION_FACTOR * oracle.inflation_mean + 1e-6
     return GoalCheck(
         age=subject.slo_seconds <= SLO_FACTOR * oracle.slo_seconds + SLO_SLACK + 1e-6,
         dependency=dependency,
         cost=ratio <= COST_GOAL,
         killed=subject.killed == 0,
+        completion=subject.completion_p95 <= (COMPLETION_FACTOR * oracle.completion_p95
+                                              + report.trace.tick_interval + 1e-6),
+        requests=requests,
     )
 
 
@@ -163,7 +180,7 @@ def to_json(reports: Sequence[TraceReport]) -> dict[str, Any]:
             ],
             "goal": None if goal is None else {
                 "met": goal.met, "age": goal.age, "dependency": goal.dependency, "cost": goal.cost,
-                "killed": goal.killed,
+                "killed": goal.killed, "completion": goal.completion, "requests": goal.requests,
             },
         })
     return {"cost_goal": COST_GOAL, "traces": traces}

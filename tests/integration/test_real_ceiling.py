@@ -7,8 +7,7 @@ queue in pgbouncer (and slow the request path that shares it).  The test measure
 knee itself (a short sweep of fixed fleets), then drops a flash crowd on a pool of
 min 1 / max 16 workers and checks counts, never times: no job ran twice, none was lost,
 and the pool's worker count over the second half of the drain settles at most 1.5 x the
-knee.  The last is what today's policy does not do (it goes to max_workers): the test
-is marked xfail for that failure alone -- any other failed check fails it.
+knee (a policy that scales a flash crowd to max_workers settles at 16).
 """
 
 from __future__ import annotations
@@ -46,8 +45,6 @@ def connection_pool(pg_server):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, raises=SettledAboveKnee,
-                   reason="flexiqd's policy scales a flash crowd to max_workers past a dependency's ceiling")
 def test_flexiqd_settles_at_the_knee_of_a_connection_pool_it_is_not_told_about(connection_pool, pg_server,
                                                                                   tmp_path: pathlib.Path):
     dependency = connection_pool

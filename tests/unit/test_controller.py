@@ -664,4 +664,4 @@ def test_decide_fleet_shares_a_dependency_between_the_two_policies(legacy, moder
     assert sum(desired for desired, _ in got.values()) <= 6
     for name, decision in decided.items():
         if decision.reason != "HoldMetricsUnavailable":
-            assert decision.desired <= {cap.cap: cap.workers for cap in decision.caps}["dependency:db"]  # each policy under its share
+            assert decision.desired <= dict(decision.caps)["dependency:db"]  # each policy under its share

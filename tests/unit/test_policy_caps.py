@@ -20,7 +20,7 @@ from flexiqd.policy import (
     share_dependencies,
     water_fill,
 )
-from flexiqd.policy.types import DependencyObservation
+from flexiqd.policy.types import DependencyObservation, PoolMetrics
 
 from test_policy_support import busy, observe, run
 
@@ -129,110 +129,105 @@ KNEE = KneeConfig(settle_time=30.0, reprobe_interval=300.0)
 KNEE_POLICY = PoolPolicy(max_workers=40, behavior=UNSMOOTHED, knee=KNEE)
 
 
-def saturated(workers: int, completion_rate: float, p50: float = 1.0, window: float = 10.0):
-    """A pool with a backlog whose ``workers`` are all busy (rates over a 10 s window: 160+ completions)."""
-    return observe(workers, runnable_depth=500, oldest_runnable_age=20.0, running=workers * 4,
-                   completion_rate=completion_rate, arrival_rate=30.0, duration_p50=p50, rate_window=window)
+def counted(now: float, workers: int, rate: float, *, starting: int = 0, age: float = 20.0,
+            rates: dict[int, float] | None = None, arriving: float = 1000.0):
+    """A pool at ``now`` whose ``workers`` (concurrency 4) are all busy with a backlog, the store
+    reporting ``rate`` completions a second over the recent 15 s (``rates``: per second instead,
+    for the seconds it names) -- durations as long as the rate makes them (Little's law)."""
+    second = int(now)
+    series = tuple((s, round((rates or {}).get(s, rate))) for s in range(second - 14, second + 1))
+    running = workers * 4
+    return Observation(pool="default", active=workers, starting=starting, concurrency=4, tick=1.0, metrics=PoolMetrics(
+        runnable_depth=5000, running=running, oldest_runnable_age=age, arrival_rate=arriving,
+        completion_rate=rate, rate_window=60.0, duration_p50=running / rate, duration_p95=1.5 * running / rate,
+        recent_duration_p50=running / rate, recent_completions=round(15 * rate), recent_window=15.0,
+        completion_series=series, series_reported=True))
 
 
-def steady_at(start: int, end: int, workers: int, rate: float, window: float = 10.0, p50: float | None = None):
-    """One tick a second from ``start`` to ``end`` (inclusive), ``workers`` busy, ``rate`` jobs/s;
-    the finished jobs' p50 is 1 s x workers / 4 x 16 / rate (as slow as the rate is short of linear)
-    unless given."""
-    p50 = p50 if p50 is not None else workers / 4 * 16.0 / rate
-    return [(float(t), saturated(workers, rate, p50=p50, window=window)) for t in range(start, end + 1)]
+def ramp(policy: PoolPolicy, pace: dict[int, float], start: float = 0.0, end: float = 60.0,
+         history=None, follow: bool = True, workers: int = 1):
+    """Decide a tick a second; the pool is at whatever the last decision asked for (its workers
+    start at once) and completes ``pace[workers]`` jobs a second -- each second's count from the
+    count of workers that second."""
+    decisions, by_second = [], {}
+    now = start
+    while now <= end:
+        by_second[int(now)] = pace[min(workers, max(pace))]
+        decision = decide(counted(now, workers, by_second[int(now)], rates=by_second), policy, history, now)
+        history = decision.history
+        decisions.append((now, workers, decision))
+        if follow:
+            workers = decision.desired
+        now += 1.0
+    return decisions
 
 
-def knee_found():
-    """4 workers did 16 jobs/s (1 s each); 6 workers, held for a window, do 16.2 jobs/s (1.5 s each)."""
-    return run(KNEE_POLICY, steady_at(0, 60, 4, 16.0) + steady_at(61, 75, 6, 16.2))
+# 8 slots' worth: 1 worker 10 jobs/s, 2 workers 20 jobs/s, then flat (the dependency is full).
+CEILING = {1: 10.0, 2: 20.0, 3: 20.0, 4: 20.0, 5: 19.0, 6: 19.0, 7: 18.0, 8: 18.0, 12: 17.0, 16: 16.0,
+           24: 15.0, 32: 14.0, 40: 13.0}
+LINEAR = {n: 10.0 * n for n in range(1, 41)}
 
 
-def test_a_scale_up_that_added_no_throughput_holds_at_the_last_count_that_helped():
-    decisions = knee_found()
-    assert all(d.desired > 4 for d in decisions[:61])  # before the knee: more, please
-    knee = decisions[-1]
-    assert knee.desired == 4
-    assert knee.reason == "CappedByKnee"
-    assert knee.binding_cap == ("knee", 4)
-    assert knee.history.knee.held_at == 4
+def pace_of(table):
+    return {n: table[max(k for k in table if k <= n)] for n in range(1, 41)}
 
 
-def test_the_knee_is_reprobed_one_step_up_after_the_interval():
-    history = knee_found()[-1].history
-    held = decide(saturated(4, 16.0), KNEE_POLICY, history, 300.0)
-    assert held.desired == 4
-    probe = decide(saturated(4, 16.0), KNEE_POLICY, held.history, 376.0)
-    assert probe.desired == 5
-    assert probe.binding_cap == ("knee", 5)
+def test_a_flash_crowd_on_an_undeclared_ceiling_grows_in_steps_and_holds_at_the_best_throughput():
+    decisions = ramp(KNEE_POLICY, pace_of(CEILING), end=40.0)
+    counts = [workers for _, workers, _ in decisions]
+    assert max(counts) <= 4  # doubling steps, each judged: never the 40 the signals want
+    last = decisions[-1][2]
+    assert last.desired == 2 and last.reason == "CappedByKnee"
+    assert last.history.knee.held_at == 2
+    assert "held at a measured ceiling: 2 workers 20.0 jobs/s" in last.message
+    assert any("measuring the throughput" in d.message for _, _, d in decisions)
 
 
-def test_a_late_backlog_reprobes_the_knee_as_soon_as_a_sample_can_settle():
-    history = knee_found()[-1].history
-    late = dataclasses.replace(saturated(4, 16.0), metrics=dataclasses.replace(
-        saturated(4, 16.0).metrics, oldest_runnable_age=45.0))  # over its 30 s target
-    probe = decide(late, KNEE_POLICY, history, 75.0 + 2 * KNEE.settle_time)
-    assert probe.binding_cap == ("knee", 5)
+def test_without_a_ceiling_each_step_pays_and_the_pool_doubles():
+    decisions = ramp(KNEE_POLICY, LINEAR, end=40.0)
+    counts = [workers for _, workers, _ in decisions]
+    assert counts[-1] == 40 and decisions[-1][2].history.knee.held_at is None
+    steps = sorted(set(counts))
+    assert all(b <= 2 * a for a, b in zip(steps, steps[1:]))  # at most a doubling per step
 
 
-def test_without_a_shared_dependency_a_false_knee_is_lifted_by_its_reprobe():
-    # Noise held the pool at 4; the probe at 5 completes a quarter more: the knee moves up.
-    history = knee_found()[-1].history
-    ticks = steady_at(376, 400, 5, 20.0)
-    assert run(KNEE_POLICY, ticks, history)[-1].history.knee.held_at == 5
+def test_longer_durations_at_a_ceiling_do_not_hide_it():
+    # The jobs take ever longer as workers queue on the dependency (durations from Little's law);
+    # completions alone decide.
+    decisions = ramp(KNEE_POLICY, pace_of(CEILING), end=40.0)
+    assert decisions[-1][2].history.knee.held_at == 2
 
 
-def test_a_probe_that_helps_moves_the_knee_up_and_allows_the_next_step():
-    history = knee_found()[-1].history
-    helped = run(KNEE_POLICY, steady_at(376, 390, 5, 19.5), history)[-1]
-    assert helped.history.knee.held_at == 5
-    assert helped.binding_cap == ("knee", 7)  # a quarter more, at least one
+def test_the_knee_is_reprobed_one_small_step_up_after_the_interval():
+    history = ramp(KNEE_POLICY, pace_of(CEILING), end=40.0)[-1][2].history
+    held = decide(counted(200.0, 2, 20.0), KNEE_POLICY, history, 200.0)
+    assert held.desired == 2
+    assert decide(counted(200.0, 2, 20.0, age=5.0), KNEE_POLICY, held.history, 345.0).binding_cap == ("knee", 3)
 
 
-def test_a_probe_that_does_not_help_confirms_the_knee_for_another_interval():
-    history = knee_found()[-1].history
-    # Over a minute's completions: too few more to be anything but the same ceiling.
-    failed = run(KNEE_POLICY, steady_at(376, 440, 5, 16.1, window=60.0), history)[-1]
-    assert failed.desired == 4
-    assert failed.reason == "CappedByKnee"
-    assert failed.history.knee.held_since == 440.0
+def test_a_late_backlog_reprobes_sooner():
+    history = ramp(KNEE_POLICY, pace_of(CEILING), end=40.0)[-1][2].history
+    late = decide(counted(110.0, 2, 20.0, age=45.0), KNEE_POLICY, history, 110.0)  # over the 30 s target
+    assert late.binding_cap == ("knee", 3)
 
 
-def test_the_knee_settles_at_the_best_throughput_measured_never_below_it():
-    # 4 -> 16/s, 8 -> 30/s, 16 -> 24/s (overloaded): hold at 8, the best, not at 4.
-    ticks = steady_at(0, 60, 4, 16.0) + steady_at(61, 80, 8, 30.0) + steady_at(81, 100, 16, 24.0)
-    assert run(KNEE_POLICY, ticks)[-1].history.knee.held_at == 8
+def test_a_reprobe_that_pays_moves_the_knee_up():
+    history = ramp(KNEE_POLICY, pace_of(CEILING), end=40.0)[-1][2].history
+    faster = {n: (10.0 * n if n <= 3 else 30.0) for n in range(1, 41)}  # the dependency grew
+    decisions = ramp(KNEE_POLICY, faster, start=330.0, end=420.0, history=history, workers=2)
+    assert decisions[-1][2].history.knee.held_at >= 3
+    assert any("probing 3 workers" in d.message for _, _, d in decisions)
 
 
-def test_no_knee_while_more_workers_add_throughput():
-    ticks = steady_at(0, 60, 4, 16.0) + steady_at(61, 75, 6, 23.0)
-    assert run(KNEE_POLICY, ticks)[-1].history.knee.held_at is None
+def test_no_hold_without_the_stores_per_second_counts():
+    # An observer that does not report them (an old store, a hand-made observation): no probing.
+    obs = observe(1, runnable_depth=500, oldest_runnable_age=20.0, running=4, completion_rate=4.0,
+                  duration_p50=1.0)
+    assert decide(obs, KNEE_POLICY, None, 0.0).binding_cap != ("knee", 1)
 
 
-def test_durations_rising_alone_are_no_knee():
-    # 6 workers' jobs take 1.5 s instead of 1 s (the mix changed) but complete 50 % more: no ceiling.
-    ticks = steady_at(0, 60, 4, 16.0) + steady_at(61, 75, 6, 24.0, p50=1.5)
-    assert run(KNEE_POLICY, ticks)[-1].history.knee.held_at is None
-
-
-def test_fewer_completions_without_slower_finished_jobs_are_a_new_mix_not_a_knee():
-    # A batch of slow jobs took slots: completions fell, but the jobs that finished took as long as before.
-    ticks = steady_at(0, 60, 4, 16.0) + steady_at(61, 75, 6, 12.0, p50=1.0)
-    assert run(KNEE_POLICY, ticks)[-1].history.knee.held_at is None
-
-
-def test_no_knee_while_the_pool_ramps():
-    # The busy count changed within the window: its completions lag its starts, no sample.
-    ticks = steady_at(0, 60, 4, 16.0) + [(61.0 + i, saturated(6 + i, 16.2)) for i in range(15)]
-    assert run(KNEE_POLICY, ticks)[-1].history.knee.samples[-1].workers == 4
-
-
-def test_no_knee_is_judged_before_the_backlog_has_lasted_the_settle_time():
-    ticks = steady_at(0, 20, 4, 16.0)
-    assert run(KNEE_POLICY, ticks)[-1].history.knee.samples == ()
-
-
-def test_no_knee_from_a_handful_of_completions():
-    # The same readings over a 2 s window: 32 completions, within the noise of a few dozen.
-    ticks = steady_at(0, 60, 4, 16.0, window=2.0) + steady_at(61, 75, 6, 16.2, window=2.0)
-    assert run(KNEE_POLICY, ticks)[-1].history.knee.held_at is None
+def test_a_short_count_cannot_show_a_ceiling():
+    # Two completions a second: no sample (too few to count), so nothing is held for long.
+    decisions = ramp(KNEE_POLICY, {n: 2.0 for n in range(1, 41)}, end=30.0)
+    assert decisions[-1][2].history.knee.held_at is None
+    assert decisions[-1][1] > 4

@@ -25,7 +25,7 @@ def test_json_has_every_policy_cost_ratios_and_the_goal(small_file, capsys):
     assert policies == ["fixed-peak", "hpa-cpu", "keda-depth", "flexiq", "flexiqd", "oracle"]
     oracle = trace["results"][-1]
     assert oracle["cost_ratio"] == 1.0
-    assert set(trace["goal"]) == {"met", "age", "dependency", "cost", "killed"}
+    assert set(trace["goal"]) == {"met", "age", "dependency", "cost", "killed", "completion", "requests"}
 
 
 def test_the_table_names_each_trace_and_policy(small_file, capsys):

@@ -38,9 +38,12 @@ def test_random_json_counts_every_policy_on_every_workload(capsys):
     names = [p["policy"] for p in report["policies"]]
     assert names == ["fixed-peak", "hpa-cpu", "keda-depth", "flexiq", "flexiqd"]
     for policy in report["policies"]:
-        assert set(policy["met"]) == {"age", "dependency", "cost", "killed"}
+        assert set(policy["met"]) == {"age", "dependency", "cost", "killed", "completion", "requests"}
         assert 0 <= policy["whole_goal"] <= 2
     assert [case["trace"].startswith("two_class-") for case in report["flexiqd"]] == [True, True]
+    per_family = report["per_family"]["two_class"]
+    assert per_family["workloads"] == 2
+    assert per_family["whole_goal"]["flexiqd"] == sum(case["goal"]["met"] for case in report["flexiqd"])
 
 
 def test_random_table_names_the_goal_and_the_worst_cases(capsys):
