@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .hosts import HostHeartbeat
     from .events import ScaleEvent
     from .overrides import Override
+    from ..policy.types import KneeState
     from ..queue.types import DependencyStats
 
 
@@ -40,6 +41,7 @@ def pool_document(name: str, config: "DaemonConfig", view: "PoolView | None",
         "metrics": None,
         "utilisation": None,
         "decision": None,
+        "ceiling": None,
         "paused": bool(override and override.paused),
         "pinned": (None if override is None or override.pinned is None
                    else {"workers": override.pinned, "until": override.until}),
@@ -56,6 +58,7 @@ def pool_document(name: str, config: "DaemonConfig", view: "PoolView | None",
         document["binding_cap"] = cap.cap if cap is not None else None
         document["binding_cap_workers"] = cap.workers if cap is not None else None
         document["decision"] = {"reason": view.decision.reason, "rationale": view.line}
+        document["ceiling"] = ceiling_document(view.decision.history.knee)
     metrics = view.metrics
     if metrics is not None:
         document["metrics"] = {
@@ -81,6 +84,21 @@ def pool_document(name: str, config: "DaemonConfig", view: "PoolView | None",
         # Busy slots of the active workers, as the policy's utilisation signal counts them.
         document["utilisation"] = metrics.running / slots if slots else None
     return document
+
+
+def ceiling_document(knee: "KneeState") -> dict[str, Any] | None:
+    """The ceiling measured for a pool (its knee): the count held at, what it completed, when that
+    was found or confirmed, and the count above it that gave no more; None while none is known."""
+    if knee.held_at is None:
+        return None
+    by_count = {sample.workers: sample for sample in knee.samples}
+    held = by_count.get(knee.held_at)
+    above = [sample for sample in knee.samples if sample.workers > knee.held_at]
+    tried = max(above, key=lambda sample: sample.at) if above else None
+    return {"workers": knee.held_at, "jobs_per_second": held.completion_rate if held else None,
+            "since": knee.held_since,
+            "above": None if tried is None else {"workers": tried.workers, "jobs_per_second": tried.completion_rate,
+                                                 "at": tried.at}}
 
 
 def dependency_use(config: "DaemonConfig", views: Mapping[str, "PoolView"]) -> dict[str, float]:

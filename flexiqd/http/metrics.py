@@ -88,6 +88,10 @@ def pool_families(snapshot: Snapshot) -> list[Metric]:
                     ("pool", "queue"))
     age = _gauge("flexiqd_pool_oldest_runnable_age_seconds", "Age of the oldest runnable job of the pool's queues.", p)
     target_age = _gauge("flexiqd_pool_target_age_seconds", "The pool's age target (targets.age).", p)
+    ceiling = _gauge("flexiqd_pool_measured_ceiling_workers", "The worker count of a ceiling measured from "
+                     "throughput (the knee) that holds the pool; absent while none is known.", p)
+    ceiling_rate = _gauge("flexiqd_pool_measured_ceiling_jobs_per_second", "What the pool completed at its "
+                          "measured ceiling; absent while none is known.", p)
     events = _counter("flexiqd_scale_events_total", "Changes of a pool's desired count, by direction and reason.",
                       ("pool", "direction", "reason"))
     for name, document in sorted(snapshot.status["pools"].items()):
@@ -110,12 +114,16 @@ def pool_families(snapshot: Snapshot) -> list[Metric]:
         if document["start_cost"] is not None and document["start_cost"].get("seconds") is not None:
             start_cost.add_metric([name], document["start_cost"]["seconds"])
         if name in snapshot.binding_caps:
-            which, ceiling = snapshot.binding_caps[name]
-            cap.add_metric([name, which], ceiling)
+            which, workers_at_cap = snapshot.binding_caps[name]
+            cap.add_metric([name, which], workers_at_cap)
+        if document.get("ceiling") is not None:
+            ceiling.add_metric([name], document["ceiling"]["workers"])
+            if document["ceiling"]["jobs_per_second"] is not None:
+                ceiling_rate.add_metric([name], document["ceiling"]["jobs_per_second"])
     for (pool, direction, reason), count in sorted(snapshot.scale_events.items()):
         events.add_metric([pool, direction, reason], count)
     return [workers, desired, minimum, maximum, cap, utilisation, start_cost, paused, queues, age, target_age,
-            events]
+            ceiling, ceiling_rate, events]
 
 
 def dependency_families(snapshot: Snapshot) -> list[Metric]:

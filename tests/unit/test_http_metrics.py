@@ -118,6 +118,27 @@ def test_pool_figures():
     assert value(found, "flexiqd_scale_events_total", pool="web", direction="down", reason="ScaleDownIdle") == 1
 
 
+def test_a_measured_ceiling_is_a_metric_and_absent_while_none_is_known():
+    names = {name for name, _ in samples(snapshot())}
+    assert "flexiqd_pool_measured_ceiling_workers" not in names
+    document = dict(pool_document(), ceiling={"workers": 2, "jobs_per_second": 80.5, "since": 1000.0,
+                                              "above": {"workers": 4, "jobs_per_second": 79.0, "at": 990.0}})
+    found = samples(snapshot(status={"pools": {"web": document}}))
+    assert value(found, "flexiqd_pool_measured_ceiling_workers", pool="web") == 2
+    assert value(found, "flexiqd_pool_measured_ceiling_jobs_per_second", pool="web") == 80.5
+
+
+def test_the_status_documents_ceiling_comes_from_the_knee():
+    from flexiqd.daemon.documents import ceiling_document
+    from flexiqd.policy.types import KneeState, ThroughputSample
+
+    assert ceiling_document(KneeState()) is None
+    knee = KneeState(samples=(ThroughputSample(1, 40.0, 0.05, 10.0, 80), ThroughputSample(2, 80.0, 0.05, 14.0, 160),
+                              ThroughputSample(4, 79.0, 0.1, 18.0, 158)), held_at=2, held_since=18.0)
+    assert ceiling_document(knee) == {"workers": 2, "jobs_per_second": 80.0, "since": 18.0,
+                                      "above": {"workers": 4, "jobs_per_second": 79.0, "at": 18.0}}
+
+
 def test_a_pool_not_sized_yet_shows_its_bounds_but_no_made_up_counts():
     document = pool_document(workers=None, desired=None, utilisation=None, start_cost=None, metrics=None)
     found = samples(snapshot(status={"pools": {"web": document}}, binding_caps={}))
