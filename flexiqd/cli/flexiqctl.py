@@ -200,6 +200,8 @@ SIMPLE_COMMANDS = {
                        "(undo with: flexiqctl resume {pool})."),
     "resume": ("Resume", "{pool}: resumed."),
     "drain": ("Drain", "{pool}: draining every worker; the pool stays at 0 until: flexiqctl unpin {pool}."),
+    "clear-ceiling": ("ClearCeiling", "{pool}: its measured ceiling is forgotten; it is measured again "
+                                      "from the next backlog."),
 }
 
 
@@ -253,7 +255,8 @@ async def cmd_watch(client: Client, args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"status": cmd_status, "events": cmd_events, "scale": cmd_scale, "unpin": cmd_simple,
-            "pause": cmd_simple, "resume": cmd_simple, "drain": cmd_simple, "reload": cmd_reload,
+            "pause": cmd_simple, "resume": cmd_simple, "drain": cmd_simple, "clear-ceiling": cmd_simple,
+            "reload": cmd_reload,
             "watch": cmd_watch}
 
 
@@ -298,7 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (("unpin", "let the policy decide again (ends scale and drain)"),
                        ("pause", "workers stop claiming jobs; the pool keeps its size"),
                        ("resume", "undo pause"),
-                       ("drain", "drain every worker and hold the pool at 0 until unpin")):
+                       ("drain", "drain every worker and hold the pool at 0 until unpin"),
+                       ("clear-ceiling", "forget the pool's measured ceiling (the knee), so that it is "
+                                         "measured again")):
         commands.add_parser(name, help=text).add_argument("pool")
 
     commands.add_parser("reload", help="reload the config file (like systemctl reload flexiqd)")

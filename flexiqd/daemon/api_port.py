@@ -90,6 +90,9 @@ class ApiPort(Protocol):
 
     async def drain(self, pool: str) -> None: ...
 
+    async def clear_ceiling(self, pool: str) -> None:
+        """Forget the pool's measured ceiling: it is measured again."""
+
     def request_reload(self) -> None:
         """Reload the config file soon; the outcome comes as a ("reload", ...) change."""
 
@@ -222,6 +225,9 @@ class DaemonPort:
 
     async def drain(self, pool: str) -> None:
         await self._control("drain", pool)
+
+    async def clear_ceiling(self, pool: str) -> None:
+        await self._control("clear_ceiling", pool)
 
     def request_reload(self) -> None:
         self._daemon.request_reload()

@@ -36,7 +36,7 @@ from ..fleet.base import Fleet, WorkerInfo, WorkerState, instance_name
 from ..logs import MessageId, journal
 from ..policy import CapValue, Decision, History, Observation, PoolMetrics, decide_fleet, decision_line
 from ..policy.economics import lead_time, start_cost_or_default
-from ..policy.types import DependencyObservation
+from ..policy.types import DependencyObservation, KneeState
 from ..queue.backend import Backend
 from ..queue.owners import process_exists, this_host
 from ..queue.types import DependencyStats
@@ -319,6 +319,9 @@ class Controller:
         """What the fleet should do for every observed pool: the policy's decisions under the
         operators' overrides.  Keeps each pool's new history, so not idempotent: ``tick`` calls it
         once per tick, between observing and applying."""
+        for name in self.operators.take_cleared_ceilings():
+            if name in self.histories:
+                self.histories[name] = dataclasses.replace(self.histories[name], knee=KneeState())
         return {name: self._steer(decision, now)
                 for name, decision in self.decide(observations, now, stopping).items()}
 

@@ -1,7 +1,7 @@
 """Operators' intent: the pins, drains and pauses asked for with flexiqctl (over D-Bus).
 
 ``OperatorIntent`` takes the requests (``pin``, ``unpin``, ``drain``, ``pause``,
-``resume``), ends a pin whose time ran out, steers the policy's decision of a
+``resume``, ``clear_ceiling``), ends a pin whose time ran out, steers the policy's decision of a
 pool by its override (``steer``) and makes ready workers follow a pause or a
 resume (``hold_pause``).  Every change is kept in a file (``IntentFile``), so a
 restart of the daemon does not forget a drain, a pin or a pause, and the paused
@@ -47,6 +47,7 @@ class OperatorIntent:
         self.file = file or IntentFile(None)
         self.paused_path = paused_path
         self._resuming: dict[str, set[str]] = {}   # pool -> instances to tell "resume" once ready
+        self._ceilings_to_clear: set[str] = set()  # pools whose measured ceiling is forgotten next tick
         loaded = self.file.load(clock())
         self.overrides: dict[str, Override] = {n: o for n, o in loaded.items() if n in pools}
         for name, override in sorted(self.overrides.items()):
@@ -159,6 +160,19 @@ class OperatorIntent:
         self._changed()
         log.info("Pool %s unpinned: the policy decides again.", name,
                  extra=journal(MessageId.OPERATOR_OVERRIDE, POOL=name, ACTION="unpin"))
+
+    def clear_ceiling(self, name: str) -> None:
+        """Forget the pool's measured ceiling (the knee) and its throughput samples: it is measured
+        again from the next backlog (after the dependency was scaled up, say)."""
+        self._pool(name)
+        self._ceilings_to_clear.add(name)
+        log.info("Pool %s: its measured ceiling is cleared by an operator; it is measured again.", name,
+                 extra=journal(MessageId.OPERATOR_OVERRIDE, POOL=name, ACTION="clear-ceiling"))
+
+    def take_cleared_ceilings(self) -> set[str]:
+        """The pools whose ceiling an operator cleared since the last call (the controller forgets them)."""
+        cleared, self._ceilings_to_clear = self._ceilings_to_clear, set()
+        return cleared
 
     def drain(self, name: str) -> None:
         """Drain every worker of the pool and keep it at zero until ``unpin``."""

@@ -27,7 +27,7 @@ UNKNOWN_COUNT = -1
 UNKNOWN = math.nan
 
 # Mutating members of a pool object and their input signatures: the credentials check covers exactly these.
-POOL_MUTATING = {"Scale": "ud", "Unpin": "", "Pause": "", "Resume": "", "Drain": ""}
+POOL_MUTATING = {"Scale": "ud", "Unpin": "", "Pause": "", "Resume": "", "Drain": "", "ClearCeiling": ""}
 
 # Every property and its D-Bus type, in the order docs/dbus-api.md lists them.
 POOL_PROPERTIES = {
@@ -258,6 +258,10 @@ class PoolInterface(ServiceInterface):
 
     @method(name="Drain")
     def drain(self):
+        raise _unchecked()
+
+    @method(name="ClearCeiling")
+    def clear_ceiling(self):
         raise _unchecked()
 
 

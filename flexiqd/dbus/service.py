@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 
 # Members of the manager for root and the flexiq group, and their input signatures: the credentials
 # check covers exactly these.
-CHECKED = {"Scale": "sud", "Unpin": "s", "Pause": "s", "Resume": "s", "Drain": "s", "Reload": "",
+CHECKED = {"Scale": "sud", "Unpin": "s", "Pause": "s", "Resume": "s", "Drain": "s", "ClearCeiling": "s", "Reload": "",
            "Jobs": "s", "Job": "t", "RetryDead": "sat", "PurgeDead": "sat"}
 
 CONNECT_TIMEOUT = 10.0   # seconds to reach the bus and own the name at startup
@@ -194,6 +194,10 @@ class ManagerInterface(ServiceInterface):
 
     @method(name="Drain")
     def drain(self, pool: "s"):
+        raise _unchecked()
+
+    @method(name="ClearCeiling")
+    def clear_ceiling(self, pool: "s"):
         raise _unchecked()
 
     @method(name="Reload")
@@ -438,7 +442,8 @@ class ApiService:
                 raise DBusError(ERROR_INVALID_ARGS, f"for_seconds must be a finite number, got {for_seconds}")
             work = port.pin(pool, workers, for_seconds if for_seconds > 0 else None)
         else:
-            action = {"Unpin": port.unpin, "Pause": port.pause, "Resume": port.resume, "Drain": port.drain}[member]
+            action = getattr(port, {"Unpin": "unpin", "Pause": "pause", "Resume": "resume", "Drain": "drain",
+                                    "ClearCeiling": "clear_ceiling"}[member])
             work = action(*args)
         try:
             await work

@@ -477,13 +477,21 @@ def test_a_caller_neither_root_nor_in_group_flexiq_is_refused_by_the_daemon(addr
     line = one_line_error(result)
     assert "permission denied" in line and "member of the flexiq group" in line
     for member, args in (("Scale", ["string:default", "uint32:2", "double:0"]), ("Pause", ["string:default"]),
-                         ("Drain", ["string:default"]), ("Reload", [])):
+                         ("Drain", ["string:default"]), ("ClearCeiling", ["string:default"]), ("Reload", [])):
         raw = dbus_send(address, member, *args, user=nobody)
         assert raw.returncode != 0
         # The daemon's own refusal: this bus has no policy that would refuse it.
         assert "org.freedesktop.DBus.Error.AccessDenied" in raw.stderr, raw.stderr
         assert f"{member} is for root and members of the flexiq group (caller uid {NOBODY})" in raw.stderr
     assert status(address)["pools"]["default"]["paused"] is False
+
+
+def test_clear_ceiling_is_taken_for_a_pool_and_refused_for_an_unknown_one(address):
+    result = flexiqctl(address, "clear-ceiling", "default")
+    assert result.returncode == 0, result.stderr
+    assert "measured again" in result.stdout
+    unknown = flexiqctl(address, "clear-ceiling", "nosuchpool")
+    assert unknown.returncode == 1 and "nosuchpool" in one_line_error(unknown)
 
 
 def test_a_member_of_group_flexiq_may_steer(address):

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
 
 from flexiqd.config import parse_config
 from flexiqd.daemon.controller import Controller, choose_victims, free_indices
-from flexiqd.errors import ConfigError, QueueError
+from flexiqd.errors import ConfigError, ControlError, QueueError
 from flexiqd.fleet.base import WorkerInfo, WorkerState
 from flexiqd.queue.types import ClaimRequest, NewJob
 from flexiqd.queue.url import open_backend
@@ -665,3 +666,20 @@ def test_decide_fleet_shares_a_dependency_between_the_two_policies(legacy, moder
     for name, decision in decided.items():
         if decision.reason != "HoldMetricsUnavailable":
             assert decision.desired <= dict(decision.caps)["dependency:db"]  # each policy under its share
+
+
+def test_an_operator_clears_a_measured_ceiling_and_it_is_measured_again(backend):
+    from flexiqd.policy.types import KneeState, ThroughputSample
+
+    controller, fleet, clock = make(backend, POOL)
+    fleet.add("default", 1, started_at=clock.now - 100)
+    controller.tick()
+    knee = KneeState(samples=(ThroughputSample(2, 80.0, 0.05, clock.now, 160),), held_at=2, held_since=clock.now)
+    controller.histories["default"] = dataclasses.replace(controller.histories["default"], knee=knee)
+    controller.operators.clear_ceiling("default")
+    clock.now += 1
+    controller.tick()
+    assert controller.histories["default"].knee.held_at is None
+    assert controller.histories["default"].knee.samples == ()
+    with pytest.raises(ControlError, match="nosuchpool"):
+        controller.operators.clear_ceiling("nosuchpool")

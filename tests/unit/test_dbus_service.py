@@ -80,6 +80,9 @@ class FakePort:
     async def drain(self, pool):
         await self._request("drain", pool)
 
+    async def clear_ceiling(self, pool):
+        await self._request("clear_ceiling", pool)
+
     def request_reload(self):
         self.requests.append(("reload",))
 
@@ -234,6 +237,8 @@ def test_status_and_events_are_the_ports_documents_as_json():
     (call(POOL_PATH, POOL_INTERFACE, "Pause"), ("pause", "default")),
     (call(POOL_PATH, POOL_INTERFACE, "Resume"), ("resume", "default")),
     (call(POOL_PATH, POOL_INTERFACE, "Unpin"), ("unpin", "default")),
+    (call(OBJECT_PATH, INTERFACE, "ClearCeiling", "s", ["default"]), ("clear_ceiling", "default")),
+    (call(POOL_PATH, POOL_INTERFACE, "ClearCeiling"), ("clear_ceiling", "default")),
 ])
 def test_root_and_the_operators_group_steer_through_the_port(message, expected):
     for uid, groups in ((0, ()), (1000, (27, OPERATORS))):
