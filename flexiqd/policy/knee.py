@@ -107,9 +107,10 @@ def completions_between(series: tuple[tuple[int, int], ...], start: float,
 
 
 def mean_duration(load: tuple[LoadSample, ...], metrics) -> float | None:
-    """The jobs' mean duration by Little's law over the recent samples (running / completions),
-    else their recent p50; None before anything completed."""
-    if metrics.recent_completions and metrics.recent_window:
+    """The jobs' mean duration by Little's law over the recent samples (running / completions) once
+    they saw ``MIN_COMPLETIONS``, else their recent p50 (a burst's first seconds: the few jobs done
+    over a window that mostly came before it would read as long ones); None before anything completed."""
+    if metrics.recent_completions >= MIN_COMPLETIONS and metrics.recent_window:
         window = metrics.recent_window
         now = load[-1].at
         running = [s.running for s in load if s.at > now - window]
@@ -221,7 +222,7 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # for one (within the probe budget), whether or not every slot has claimed yet.
         if (probe is None and state.waiting_since is None and metrics.running > 0
                 and metrics.runnable_depth >= metrics.running
-                and (homogeneous(metrics) or not metrics.duration_p50) and (lag is None or lag + MIN_SPAN + (obs.tick or 1.0) <= probe_budget(obs, target_age))):
+                and (homogeneous(metrics) or metrics.recent_completions < MIN_COMPLETIONS) and (lag is None or lag + MIN_SPAN + (obs.tick or 1.0) <= probe_budget(obs, target_age))):
             state = replace(state, waiting_since=now)
         return state
     fresh = tuple(kept for kept in state.samples
