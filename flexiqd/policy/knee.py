@@ -45,12 +45,16 @@ from .types import KneeProbe, KneeState, LoadSample, Observation, ThroughputSamp
 # count's pace show a ceiling; at least this share, the step paid.
 EFFICIENCY = 0.5
 
+# A step whose count stays unclear as long as it may be counted, and that added less than this
+# share of what its workers would at the smaller count's pace, shows a ceiling all the same.
+FLAT_SHARE = 0.25
+
 # How many standard deviations of the completion counts (Poisson) a shortfall
 # must exceed to count as evidence of a ceiling.
 NOISE_SIGMAS = 2.0
 
 # A sample needs this many completions over at least this many whole seconds.
-MIN_COMPLETIONS = 20
+MIN_COMPLETIONS = 10
 MIN_SPAN = 1
 
 # Working slots at least this share busy: the workers are all at work.
@@ -58,7 +62,7 @@ BUSY_SHARE = 0.8
 
 # Growth waits for a sample at most this share of the age target (and never when
 # that is less than two ticks: a step could not be judged in time).
-PROBE_BUDGET_SHARE = 0.3
+PROBE_BUDGET_SHARE = 0.4
 
 # A re-probe tries this share more workers than the knee (at least one more).
 REPROBE_STEP = 0.25
@@ -143,10 +147,10 @@ def measure(obs: Observation, load: tuple[LoadSample, ...], now: float,
     return ThroughputSample(load[-1].active, completions / seconds, lag, now, completions)
 
 
-def wanted_rate(smaller: ThroughputSample, workers: int) -> float:
-    """What ``workers`` must complete for their step from ``smaller`` to pay: ``EFFICIENCY`` of
-    what the extra workers would add at ``smaller``'s pace."""
-    return smaller.completion_rate * (1 + EFFICIENCY * (workers - smaller.workers) / smaller.workers)
+def wanted_rate(smaller: ThroughputSample, workers: int, share: float = EFFICIENCY) -> float:
+    """What ``workers`` must complete for their step from ``smaller`` to pay: ``share`` (by default
+    ``EFFICIENCY``) of what the extra workers would add at ``smaller``'s pace."""
+    return smaller.completion_rate * (1 + share * (workers - smaller.workers) / smaller.workers)
 
 
 def noise(sample: ThroughputSample) -> float:
@@ -219,10 +223,15 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         if probe is not None and _overdue(probe, obs, now, target_age):
             return replace(state, probe=None)  # no verdict in time: growth is not held for it
         # Jobs running, a backlog at least as deep, and no sample yet at this count: growth waits
-        # for one (within the probe budget), whether or not every slot has claimed yet.
-        if (probe is None and state.waiting_since is None and metrics.running > 0
-                and metrics.runnable_depth >= metrics.running
-                and (homogeneous(metrics) or metrics.recent_completions < MIN_COMPLETIONS) and (lag is None or lag + MIN_SPAN + (obs.tick or 1.0) <= probe_budget(obs, target_age))):
+        # for one (within the probe budget), whether or not every slot has claimed yet -- unless
+        # the jobs are too long to be counted in time (before one ends: twice what they have run).
+        expected = lag if lag is not None else 2 * (metrics.running_age_mean or 0.0)
+        countable = (probe is None and metrics.running > 0 and metrics.runnable_depth >= metrics.running
+                     and (homogeneous(metrics) or metrics.recent_completions < MIN_COMPLETIONS)
+                     and expected + MIN_SPAN + (obs.tick or 1.0) <= probe_budget(obs, target_age))
+        if not countable:
+            state = replace(state, waiting_since=None)
+        elif state.waiting_since is None:
             state = replace(state, waiting_since=now)
         return state
     fresh = tuple(kept for kept in state.samples
@@ -245,7 +254,9 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
                 and sample.completions / sample.completion_rate < window - 2:
             return state  # counting on
         state = replace(state, probe=None)
-        if ceiling:
+        # Counted as long as it may be and still unclear: a step that added less than a quarter
+        # of its share has shown nothing for its workers either.
+        if ceiling or sample.completion_rate < wanted_rate(probe.start, sample.workers, FLAT_SHARE):
             return _held(state, sample, config, now)
         if state.held_at is not None:
             # A re-probe that paid: the knee moves up, and the next step may follow at once.

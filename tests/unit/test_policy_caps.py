@@ -226,8 +226,10 @@ def test_no_hold_without_the_stores_per_second_counts():
     assert decide(obs, KNEE_POLICY, None, 0.0).binding_cap != ("knee", 1)
 
 
-def test_a_short_count_cannot_show_a_ceiling():
-    # Two completions a second: no sample (too few to count), so nothing is held for long.
-    decisions = ramp(KNEE_POLICY, {n: 2.0 for n in range(1, 41)}, end=30.0)
+def test_growth_is_not_held_for_a_count_that_cannot_be_taken_in_time():
+    # Half a completion a second per worker: ten completions take longer than the probe budget
+    # (0.4 x the 30 s target), so growth waits no longer than that, and no ceiling is made up.
+    decisions = ramp(KNEE_POLICY, {n: 0.5 * n for n in range(1, 41)}, end=40.0)
     assert decisions[-1][2].history.knee.held_at is None
     assert decisions[-1][1] > 4
+    assert all(d.desired == 1 for now, _, d in decisions if now < 12.0)  # it waited, within the budget
