@@ -38,6 +38,7 @@ import time
 
 BENCH = pathlib.Path(__file__).resolve().parent
 REPO = BENCH.parent
+INVOKED_FROM = pathlib.Path.cwd()  # before --code-at moves into the exported tree
 sys.path[:0] = [str(BENCH), str(REPO / "tests")]
 
 
@@ -319,6 +320,8 @@ def main(argv=None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep bench/.work/ceilings/ (logs, marks)")
     parser.add_argument("--json", type=pathlib.Path, help=f"where to write (default {RESULTS.relative_to(REPO)})")
     args = parser.parse_args(argv)
+    if args.json is not None and not args.json.is_absolute():
+        args.json = INVOKED_FROM / args.json  # --code-at changed the working directory
     args.policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     if args.render:
         write_report(json.loads((args.json or RESULTS).read_text()))
