@@ -159,12 +159,6 @@ def noise(sample: ThroughputSample) -> float:
     return NOISE_SIGMAS * math.sqrt(count) * sample.completion_rate / count
 
 
-def paid(sample: ThroughputSample, smaller: ThroughputSample) -> bool:
-    """A step's verdict: whether ``sample`` completes what its step from ``smaller`` must (the
-    counts are as good as the step's own window makes them)."""
-    return sample.completion_rate >= wanted_rate(smaller, sample.workers)
-
-
 def clearly_paid(sample: ThroughputSample, smaller: ThroughputSample) -> bool:
     """Whether ``sample`` completes what its step from ``smaller`` must, beyond the counting noise."""
     margin = math.hypot(noise(sample), noise(smaller))
