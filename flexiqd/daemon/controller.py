@@ -26,7 +26,7 @@ import collections
 import dataclasses
 import logging
 import time
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 import psutil
 
@@ -142,6 +142,8 @@ class Controller:
         #: This host's share of the global caps (daemon.hosts.HostHeartbeat.grants); None: the
         #: host is alone, and global caps are its own.
         self.fleet_grants: Callable[[float], dict[str, dict[str, int]] | None] | None = None
+        #: Per pool, the other live hosts serving it (daemon.hosts.HostHeartbeat.peers).
+        self.fleet_peers: Callable[[], Mapping[str, int]] | None = None
         self._fleet_report: dict = {"pools": {}}
         self.recovery = Recovery(config, backend, fleet, host=self.host, pid_alive=pid_alive, doing=self._doing)
         self.retiring = Retiring(fleet)
@@ -224,6 +226,7 @@ class Controller:
 
         self.dependency_stats = self._read_dependency_stats(now)
         observations, stats = {}, {}
+        peers = self.fleet_peers() if self.fleet_peers is not None else {}
         for pool in self.config.pools.values():
             mine = by_pool.get(pool.name, [])
             cost = self.start_costs.estimate(pool.name)
@@ -237,7 +240,7 @@ class Controller:
                 starting=_count(mine, WorkerState.STARTING),
                 draining=_count(mine, WorkerState.DRAINING) + retiring,
                 concurrency=pool.concurrency, metrics=self._metrics(pool, stats[pool.name], mine, now),
-                start_cost=start_cost, tick=self.config.tick)
+                start_cost=start_cost, tick=self.config.tick, other_hosts=peers.get(pool.name, 0))
         self.next_due = min((s.next_due for per_queue in stats.values() for s in per_queue or ()
                              if s.next_due is not None), default=None)
         stopping = {name: _count(mine, WorkerState.DRAINING) for name, mine in by_pool.items()}

@@ -79,6 +79,17 @@ class HostHeartbeat:
         with self._lock:
             return None if self._failing_since is None else now - self._failing_since
 
+    def peers(self) -> dict[str, int]:
+        """Per pool, how many other live hosts serve it (as of the last beat): their completions
+        are in the store's counts too."""
+        with self._lock:
+            counts: dict[str, int] = {}
+            for host in self._fleet:
+                if host.alive and host.name != self.host:
+                    for pool in (host.report.get("pools") or {}):
+                        counts[str(pool)] = counts.get(str(pool), 0) + 1
+            return counts
+
     def grants(self, now: float) -> dict[str, dict[str, int]] | None:
         """Per pool, the workers each global cap allows it now; None when the beats have been
         failing for a heartbeat (this host may already count as dead: no share is its own)."""

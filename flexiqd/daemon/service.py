@@ -237,6 +237,7 @@ class Daemon:
         self.hosts = HostHeartbeat(backend, self.controller.host, lambda: self.config.heartbeat,
                                    self.controller.fleet_report, capacities=self.controller.global_caps)
         self.controller.fleet_grants = self.hosts.grants
+        self.controller.fleet_peers = self.hosts.peers
         await self.io(self.hosts.beat, what="recording this host's heartbeat")
         # Adopt: the first tick lists what systemd already runs and sizes from there.
         await self.io(self.controller.tick, what="tick")

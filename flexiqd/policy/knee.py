@@ -29,6 +29,10 @@ is no sign of a new job mix and no reason to doubt the count.
   step that pays moves the knee up; one that does not confirms it.  A knee
   with no sample for ``sample_max_age`` is forgotten: whatever was shared may
   have changed since.
+- A pool that **other hosts of a fleet serve too** is not measured: the store
+  counts their completions with this host's, against workers this host does not
+  run.  Its evidence is forgotten; a fleet's shared ceiling is declared (a
+  global dependency).
 
 Pure: time is an argument, nothing is read or remembered outside ``KneeState``.
 """
@@ -193,6 +197,8 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
                 load: tuple[LoadSample, ...], target_age: float = 60.0) -> KneeState:
     """The knee state after observing ``obs`` at ``now``; ``load`` ends with this tick's sample."""
     metrics = obs.metrics
+    if obs.other_hosts:
+        return KneeState()  # completions of workers this host does not run: nothing to compare
     if not config.enabled or metrics is None or not metrics.series_reported:
         return state  # without the store's per-second completions there is nothing to count
     if state.held_at is not None and state.held_since is not None and now - state.held_since > config.sample_max_age:
@@ -310,7 +316,7 @@ def knee_cap(state: KneeState, config: KneeConfig, now: float, late: bool = Fals
     the count now, until its first sample (within the probe budget);
     ``step``: the next step after one that paid.
     """
-    if not config.enabled:
+    if not config.enabled or (obs is not None and obs.other_hosts):
         return None
     if state.held_at is not None and state.held_since is not None:
         interval = min(config.reprobe_interval, 2 * config.settle_time) if late else config.reprobe_interval

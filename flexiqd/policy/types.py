@@ -167,6 +167,8 @@ class Observation:
     decision to the worker's first claim, as measured (None: not measured yet).
     ``tick``: seconds between decisions (None: the daemon's default), the longest
     a change in the queue waits before a decision can answer it.
+    ``other_hosts``: other live hosts of a fleet serving this pool; the store's
+    counts (completions, running) are then theirs too, not this host's workers' alone.
     """
 
     pool: str
@@ -177,6 +179,7 @@ class Observation:
     metrics: PoolMetrics | None
     start_cost: float | None = None
     tick: float | None = None
+    other_hosts: int = 0
 
     def __post_init__(self) -> None:
         if min(self.active, self.starting, self.draining) < 0:

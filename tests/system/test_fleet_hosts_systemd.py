@@ -194,8 +194,14 @@ def test_three_machines_share_a_global_cap_and_a_killed_machines_jobs_come_back_
         rescue_seconds = back - killed_at
 
         # The two machines left take the whole capacity between them.
-        wait(lambda: len(sampler.reports) == HOSTS - 1 and sum(sampler.reports.values()) == CAPACITY, 40,
-             "the shares rebalanced over the two machines left")
+        try:
+            wait(lambda: len(sampler.reports) == HOSTS - 1 and sum(sampler.reports.values()) == CAPACITY, 40,
+                 "the shares rebalanced over the two machines left")
+        except AssertionError:
+            print("REPORTS", sampler.reports)
+            for sbx in sandboxes[:-1]:
+                print(sbx.run(["journalctl", "-u", "flexiqd", "--no-pager", "-n", "150"], check=False).stdout)
+            raise
         wait(lambda: all(queue.get(job_id).state.value == "done" for job_id in ids), 120, "every job done")
     finally:
         sampler.stop_event.set()

@@ -199,3 +199,16 @@ def test_a_machine_alone_with_nothing_shared_gets_no_fleet_section(backend):
     document = status_document(config, "test.yaml", None, {}, {}, clock.now, hosts_document(beat, {}, clock.now))
     assert document["hosts"]["members"][0]["name"] == "a"
     assert "hosts:" not in render_status(document, clock.now)
+
+
+def test_peers_count_the_other_live_hosts_serving_each_pool(backend):
+    clock = Clock()
+    beats = {h: beat_of(backend, h, clock, report=report(1, 1)) for h in "abc"}
+    beat_of(backend, "d", clock, report={"pools": {"other": {"wants": 1, "current": 1}}}).beat()
+    for beat in beats.values():
+        beat.beat()
+    beats["a"].beat()  # its read after every other host's beat
+    assert beats["a"].peers() == {"default": 2, "other": 1}
+    clock.now += 10.0  # b, c and d stop beating
+    beats["a"].beat()
+    assert beats["a"].peers() == {}

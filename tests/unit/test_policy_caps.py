@@ -233,3 +233,14 @@ def test_growth_is_not_held_for_a_count_that_cannot_be_taken_in_time():
     assert decisions[-1][2].history.knee.held_at is None
     assert decisions[-1][1] > 4
     assert all(d.desired == 1 for now, _, d in decisions if now < 12.0)  # it waited, within the budget
+
+
+def test_a_pool_other_hosts_serve_too_is_not_measured_and_forgets_its_knee():
+    # The store's completions are then the fleet's, against workers this host does not run: a
+    # host dying elsewhere would read as a ceiling here.
+    history = ramp(KNEE_POLICY, pace_of(CEILING), end=40.0)[-1][2].history
+    assert history.knee.held_at == 2
+    shared = dataclasses.replace(counted(41.0, 2, 20.0), other_hosts=1)
+    decision = decide(shared, KNEE_POLICY, history, 41.0)
+    assert decision.binding_cap != ("knee", 2) and decision.desired > 2
+    assert decision.history.knee.held_at is None and not decision.history.knee.samples
