@@ -273,7 +273,9 @@ class CockpitPage:
     def login(self) -> None:
         d = self.driver
         d.get(self.base + "/")
-        wait_until(lambda: d.find_elements("id", "login-user-input"), 30, what="Cockpit's login page")
+        # The inputs are in the page before its script shows them (a loaded machine: seconds).
+        wait_until(lambda: [e for e in d.find_elements("id", "login-user-input") if e.is_displayed() and e.is_enabled()],
+                   30, what="Cockpit's login page")
         d.find_element("id", "login-user-input").send_keys(self.user)
         d.find_element("id", "login-password-input").send_keys(self.password)
         d.find_element("id", "login-button").click()
