@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # Debian bookworm's packages: the versions the .deb runs on are the versions we test.
 APT_PACKAGES := python3-venv python3-pip python3-setuptools python3-wheel \
 	python3-yaml python3-sdnotify python3-psutil python3-pystemd python3-dbus-fast \
-	python3-psycopg python3-psycopg-pool python3-prometheus-client python3-pytest python3-hypothesis python3-matplotlib \
+	python3-psycopg python3-psycopg-pool python3-prometheus-client python3-pytest python3-hypothesis python3-matplotlib python3-croniter \
 	systemd-container dbus
 # Building and testing the packages: the .deb's tools, rpmbuild, and mmdebstrap for
 # the clean Debian the package test installs the .deb into.

@@ -53,6 +53,8 @@ class MessageId:
     OPERATOR_OVERRIDE = "b25791d39b9b4d9fb95c73256481da70"   # pin, unpin, drain, pause, resume
     WORKER_STARTING = "14378b93acea44b6a2aab1f9206dc854"     # flexiqd starts a worker unit
     WORKER_STOPPING = "a61daac65db948c1aedd5888bdfb7479"     # flexiqd stops one (it drains)
+    SCHEDULE_FIRED = "0cd086efd4d148f7841dc944e3518987"      # a schedule's slot enqueued its job
+    SCHEDULE_SKIPPED = "468134bd312f4c41b47d87b339c818b0"    # a slot (or a run of missed ones) skipped
 
 
 def journal(message_id: str, **fields: object) -> dict:

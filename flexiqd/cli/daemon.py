@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Sequence
 
 from ..config import DEFAULT_CONFIG_PATH, load_config
+from ..config.schema import format_seconds
 from ..errors import ConfigError, QueueError
 from ..logs import setup_logging
 from ..queue.url import probe_store, safe_url
@@ -33,6 +35,28 @@ def _version() -> str:
     return __version__
 
 
+# How many fire times --check-config shows of each schedule.
+SHOWN_FIRES = 5
+
+
+def schedule_lines(config, now: float) -> list[str]:
+    """Each schedule's next fire times, in UTC and in its zone (``flexiqd --check-config``)."""
+    from ..schedules.calendar import show_instant
+
+    lines = []
+    served = {queue for pool in config.pools.values() for queue in pool.queues}
+    for name, schedule in sorted(config.schedules.items()):
+        policy = schedule.catch_up
+        lines.append(f"schedule {name}: {schedule.task} to queue {schedule.queue}, cron '{schedule.cron}' in "
+                     f"{schedule.timezone}; catch_up {policy.catch_up}, max_delay {format_seconds(policy.max_delay)}, "
+                     f"overlap {policy.overlap}")
+        if schedule.queue not in served:
+            lines.append(f"  note: no pool of this file serves queue {schedule.queue} (another host's may)")
+        for instant in schedule.calendar.next_fires(now, SHOWN_FIRES):
+            lines.append(f"  {show_instant(instant)}  =  {show_instant(instant, schedule.calendar.zone)}")
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.check_config is not None:
@@ -48,6 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         print(f"{path}: valid; pools: {', '.join(sorted(config.pools)) or 'none'}; "
               f"store {safe_url(config.store)}{f' ({reached})' if reached else ''}; fleet {config.fleet}")
+        for line in schedule_lines(config, time.time()):
+            print(line)
         return 0
     setup_logging(args.log_level)
     from ..daemon.service import DaemonOptions, run_daemon

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING
 import yaml
 
 from ..durations import parse_duration
-from ..errors import ConfigError, StoreUnavailable
+from ..errors import ConfigError, FlexiqdError, StoreUnavailable
 from ..fleet.base import POOL_NAME, Credential
 from ..queue.limits import DependencyLimit, LimitError, TenantCaps, limit_from_mapping, tenant_caps_from_mapping
 from ..queue.url import check_url, safe_url
 from .model import (DEFAULT_HTTP_HOST, DEFAULT_HTTP_PORT, DEFAULT_STORE, DaemonConfig, FlexiqOptions, HttpConfig,
-                    PoolConfig)
+                    PoolConfig, ScheduleConfig)
 from .schema import SETTINGS, children, default, setting
 
 if TYPE_CHECKING:
@@ -47,6 +47,8 @@ FLEXIQ_KEYS = children("pools.<pool>.flexiq")
 DURATION_KEYS = frozenset(s.key.rsplit(".", 1)[1] for s in SETTINGS
                           if s.type == "duration" and s.key.startswith("pools.<pool>.") and s.key.count(".") >= 3)
 CREDENTIAL_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+SCHEDULE_KEYS = children("schedules.<name>")
+SCHEDULE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)?$", re.IGNORECASE)
 
@@ -186,7 +188,8 @@ def _daemon(data: Any, path: str, fleet_override: str | None, policies: bool = T
     retention = _duration(data.get("retention", default("retention")), "retention")
     dead_retention = _duration(data.get("dead_retention", default("dead_retention")), "dead_retention")
     http = _http(data["http"]) if data.get("http") is not None else None
-    return DaemonConfig(path=path, store=store, tick=tick, fleet=fleet, retention=retention,
+    schedules = _schedules(data.get("schedules")) if policies else {}
+    return DaemonConfig(path=path, store=store, tick=tick, fleet=fleet, retention=retention, schedules=schedules,
                         dead_retention=dead_retention,
                         dependencies=dependencies, pools=pools, http=http,
                         dependency_limits=limits, tenant_caps=_tenant_caps(data.get("tenants")), heartbeat=heartbeat,
@@ -465,3 +468,78 @@ def _size(value: Any, where: str) -> int:
     if size <= 0:
         raise _fail(where, "must be more than 0")
     return size
+
+
+def _schedules(value: Any) -> dict[str, ScheduleConfig]:
+    """``schedules``: periodic jobs by name (see flexiqd.schedules)."""
+    if value is None:
+        return {}
+    value = _mapping(value, "schedules")
+    return {str(name): _schedule(str(name), entry) for name, entry in value.items()}
+
+
+def _schedule(name: str, value: Any) -> ScheduleConfig:
+    from ..schedules.calendar import CalendarError, parse_calendar
+    from ..schedules.plan import CatchUp
+
+    where = f"schedules.{name}"
+    if not SCHEDULE_NAME.match(name):
+        raise _fail(where, "a schedule name may hold only A-Z, a-z, 0-9, _, . and - (at most 100)")
+    value = _mapping(value if value is not None else {}, where)
+    _known(value, SCHEDULE_KEYS, where)
+    for key in ("task", "cron"):
+        if key not in value:
+            raise _fail(f"{where}.{key}", "is required" + (" (the task's name, as the application registers it)"
+                                                           if key == "task" else " (such as '0 3 * * *')"))
+    task = value["task"]
+    if not isinstance(task, str) or not task.strip():
+        raise _fail(f"{where}.task", f"must be a task name, got {_show(task)}")
+    cron, zone = value["cron"], value.get("timezone", default("schedules.<name>.timezone"))
+    if not isinstance(cron, str):
+        raise _fail(f"{where}.cron", f"must be a cron expression such as '0 3 * * *' (quoted), got {_show(cron)}")
+    try:
+        calendar = parse_calendar(cron.strip(), zone)
+    except CalendarError as exc:
+        raise _fail(f"{where}.{exc.field}", str(exc)) from None
+    args = value.get("args", list(default("schedules.<name>.args")))
+    if not isinstance(args, list):
+        raise _fail(f"{where}.args", f"must be a list of arguments, got {_show(args)}")
+    kwargs = _mapping(value.get("kwargs") if value.get("kwargs") is not None else {}, f"{where}.kwargs")
+    for key in kwargs:
+        if not isinstance(key, str) or not key.isidentifier():
+            raise _fail(f"{where}.kwargs.{key}", "is not a keyword argument's name")
+    queue = value.get("queue", default("schedules.<name>.queue"))
+    if not isinstance(queue, str) or not queue:
+        raise _fail(f"{where}.queue", f"must be a queue name, got {_show(queue)}")
+    tenant = value.get("tenant", default("schedules.<name>.tenant"))
+    if isinstance(tenant, int) and not isinstance(tenant, bool):
+        tenant = str(tenant)  # as tenants: a tenant named by a number is that number's text
+    if tenant is not None and (not isinstance(tenant, str) or not tenant):
+        raise _fail(f"{where}.tenant", f"must be a tenant name, got {_show(tenant)}")
+    timeout = value.get("timeout", default("schedules.<name>.timeout"))
+    if timeout is not None:
+        timeout = _duration(timeout, f"{where}.timeout")
+        if timeout <= 0:
+            raise _fail(f"{where}.timeout", "must be more than 0s")
+    max_delay = _duration(value.get("max_delay", default("schedules.<name>.max_delay")), f"{where}.max_delay")
+    policy = CatchUp(
+        catch_up=_choice(value.get("catch_up", default("schedules.<name>.catch_up")), "schedules.<name>.catch_up",
+                         f"{where}.catch_up"),
+        max_delay=max_delay,
+        overlap=_choice(value.get("overlap", default("schedules.<name>.overlap")), "schedules.<name>.overlap",
+                        f"{where}.overlap"))
+    config = ScheduleConfig(
+        name=name, task=task.strip(), cron=cron.strip(), timezone=zone, calendar=calendar, args=tuple(args),
+        kwargs=dict(kwargs), queue=queue,
+        priority=_int(value.get("priority", default("schedules.<name>.priority")), f"{where}.priority", -(2 ** 31),
+                      2 ** 31 - 1),
+        max_attempts=_int(value.get("max_attempts", default("schedules.<name>.max_attempts")),
+                          f"{where}.max_attempts", 1),
+        timeout=timeout, tenant=tenant, catch_up=policy)
+    try:
+        from ..queue.rows import new_row
+
+        new_row(config.new_job(), 0.0)  # the arguments must be JSON, as an enqueue wants them
+    except FlexiqdError as exc:
+        raise _fail(f"{where}.args" if "payload" in str(exc) else where, str(exc)) from None
+    return config

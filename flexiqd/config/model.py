@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Mapping
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ..fleet.base import Credential, WorkerSpec
 from ..queue.limits import DependencyLimit, TenantCaps
+from ..queue.types import NewJob
+from ..schedules.calendar import Calendar
+from ..schedules.plan import CatchUp
 from .schema import default, listen_default
 
 if TYPE_CHECKING:  # the decision code is loaded by who decides, not by a worker reading its pool
@@ -67,6 +71,38 @@ class PoolConfig:
                           ready_ahead=self.policy.max_workers if self.policy is not None else 0)
 
 
+@dataclasses.dataclass(frozen=True)
+class ScheduleConfig:
+    """One periodic job (``schedules.<name>``): the job it enqueues and when (docs/schedules.md)."""
+
+    name: str
+    task: str
+    cron: str
+    timezone: str
+    calendar: Calendar = dataclasses.field(compare=False, repr=False)
+    args: tuple = ()
+    kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    queue: str = default("schedules.<name>.queue")
+    priority: int = default("schedules.<name>.priority")
+    max_attempts: int = default("schedules.<name>.max_attempts")
+    timeout: float | None = default("schedules.<name>.timeout")
+    tenant: str | None = default("schedules.<name>.tenant")
+    catch_up: CatchUp = CatchUp()
+
+    def new_job(self, slot: float | None = None) -> NewJob:
+        """The job of one firing: of the slot at ``slot`` (its idempotency key names the slot,
+        ``schedule:<name>:<slot in UTC>``), or of a run outside the slots (no key)."""
+        return NewJob(task=self.task, payload={"args": list(self.args), "kwargs": dict(self.kwargs)},
+                      queue=self.queue, priority=self.priority, max_attempts=self.max_attempts,
+                      timeout=self.timeout, tenant=self.tenant,
+                      idempotency_key=slot_key(self.name, slot) if slot is not None else None)
+
+
+def slot_key(schedule: str, slot: float) -> str:
+    """The idempotency key of a slot's job: ``schedule:nightly:2026-03-08T07:00:00Z``."""
+    return f"schedule:{schedule}:{datetime.fromtimestamp(slot, timezone.utc):%Y-%m-%dT%H:%M:%SZ}"
+
+
 # Where flexiqd serves /metrics and /api/scaler unless told otherwise: loopback, on a port
 # outside the 9100-9999 range of Prometheus's port allocations, which is fully taken
 # (docs/metrics.md).
@@ -108,3 +144,5 @@ class DaemonConfig:
     global_dependencies: frozenset[str] = frozenset()
     # pools.<name>.max_workers: {count: N, global: true}: N for the whole fleet, not per host.
     global_max_workers: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    # schedules.<name>: periodic jobs, by name (none in a worker's reading).
+    schedules: Mapping[str, ScheduleConfig] = dataclasses.field(default_factory=dict)

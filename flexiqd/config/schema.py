@@ -195,6 +195,31 @@ SETTINGS: tuple[Setting, ...] = (
        "flexiq's window: scale up only when every count of this window wants it."),
     _s("pools.<pool>.flexiq.scale_down_window", "duration", 300.0,
        "flexiq's window: scale down only to the highest count of this window."),
+    _s("schedules", "mapping", {},
+       "Periodic jobs by name (a-z, A-Z, 0-9, _, . and -), each enqueued once per slot of its calendar "
+       "by whichever daemon on the store decides the slot first (docs/schedules.md)."),
+    _s("schedules.<name>.task", "task name", REQUIRED, "The task the job runs, as the application registers it."),
+    _s("schedules.<name>.args", "list", (), "The task's positional arguments (JSON values)."),
+    _s("schedules.<name>.kwargs", "mapping", {}, "The task's keyword arguments (JSON values)."),
+    _s("schedules.<name>.queue", "queue name", "default", "The queue the job goes to."),
+    _s("schedules.<name>.priority", "whole number", 0, "The job's priority: higher is claimed first."),
+    _s("schedules.<name>.max_attempts", "whole number", 3,
+       "Attempts before the job is dead-lettered.", unit="attempts"),
+    _s("schedules.<name>.timeout", "duration", None, "How long one attempt may run (none: no limit)."),
+    _s("schedules.<name>.tenant", "tenant name", None, "The job's tenant, for tenant caps (none: no tenant)."),
+    _s("schedules.<name>.cron", "cron expression", REQUIRED,
+       "When: minute hour day-of-month month day-of-week, and optionally seconds as a sixth field, "
+       "matched against the wall clock of timezone."),
+    _s("schedules.<name>.timezone", "IANA time zone", "UTC",
+       "The zone whose wall clock the cron expression is matched in (Europe/Berlin, America/New_York, UTC)."),
+    _s("schedules.<name>.catch_up", "choice", "latest",
+       "What fires of the slots missed by more than max_delay: none, the newest of them, or all of them "
+       "(at most a week back).", choices=("none", "latest", "all")),
+    _s("schedules.<name>.max_delay", "duration", 300.0,
+       "A slot decided at most this late fires whatever catch_up says; a later one is missed."),
+    _s("schedules.<name>.overlap", "choice", "allow",
+       "skip: a slot is skipped while the job of the slot before it is still queued or running.",
+       choices=("allow", "skip")),
     _s("http", "section", None, "The HTTP endpoint: /metrics, /api/scaler and /health (none: off)."),
     _s("http.listen", "host:port", "127.0.0.1:8739",
        "Where to serve: an IP address or localhost, and a port outside Prometheus's exporter range."),
@@ -278,7 +303,7 @@ def children(key: str) -> tuple[str, ...]:
 
 # Where a name of the user's own stands in a path: pools.<pool>, dependencies.<name>, ...
 _NAMED = {"pools": "<pool>", "dependencies": "<name>", "tenants": "<name>", "uses": "<name>",
-          "environment": "<name>", "credentials": "<name>"}
+          "environment": "<name>", "credentials": "<name>", "schedules": "<name>"}
 
 
 def schema_key(path: str) -> str:

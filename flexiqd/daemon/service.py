@@ -35,6 +35,7 @@ from .api_port import DaemonPort
 from .controller import Controller
 from .events import EventLog
 from .hosts import HostHeartbeat
+from .schedules import ScheduleFirer
 from .intent import HISTORY_FILE, INTENT_FILE, SAMPLES_FILE, HistoryFile, IntentFile, SamplesFile
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,7 @@ class Daemon:
         # The daemon as its two faces (the D-Bus API, the HTTP endpoint) see it.
         self.port = DaemonPort(self)
         self.hosts: HostHeartbeat | None = None  # this host's heartbeat in the store
+        self.schedules: ScheduleFirer | None = None  # the schedules' firing loop
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flexiqd-io")
         self._running: tuple[float, str] | None = None   # (monotonic start, what) of the I/O thread's job
         self._status = "starting"
@@ -242,6 +244,11 @@ class Daemon:
         # Adopt: the first tick lists what systemd already runs and sizes from there.
         await self.io(self.controller.tick, what="tick")
         self.hosts.start()
+        # The schedules fire on a thread of their own, from the store's ledger (a long tick
+        # must not delay a slot); with no schedule configured it only waits.
+        self.schedules = ScheduleFirer(backend, f"{self.controller.host}:{os.getpid()}",
+                                       lambda: self.config.schedules)
+        self.schedules.start()
         await self._watch_queues(loop)
         if self._systemd is not None:
             from ..fleet.systemd import UnitWatcher
@@ -432,6 +439,8 @@ class Daemon:
             self._publish(config)
             await self.io(self.controller.reconfigure, self.config, what="applying the config to running workers")
             await self._watch_queues(asyncio.get_running_loop())
+            if self.schedules is not None:
+                self.schedules.wake()
             log.info("Reloaded %s: pools %s.", path, ", ".join(sorted(config.pools)) or "none",
                      extra=journal(MessageId.RELOADED, CONFIG_FILE=path, POOLS=" ".join(sorted(config.pools)) or None))
             self._emit("reload", (True, f"reloaded {path}"))
@@ -449,6 +458,8 @@ class Daemon:
             self._watcher.stop(loop)
         if self._unsubscribe is not None:
             await self.io(self._unsubscribe, what="no longer watching the queues")
+        if self.schedules is not None:
+            await loop.run_in_executor(None, self.schedules.stop)
         if self.hosts is not None:
             # Not unregistered: workers may still drain; the beat expires in two heartbeats.
             await loop.run_in_executor(None, self.hosts.stop)

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from ..errors import QueueError
 from .hosts import HostInfo
 from .limits import DependencyLimit
+from .schedules import LedgerRow, ScheduleRecord, SlotDecision, SlotOutcome
 from .types import ClaimRequest, Deferral, DependencyStats, Exchanged, Job, JobState, NewJob, Outcome, Stats
 
 
@@ -295,6 +296,43 @@ class Backend(abc.ABC):
         Idempotent.
         """
         raise QueueError(f"{self.url}: this store does not keep hosts")
+
+    # -- schedules (see flexiqd.queue.schedules) ----------------------------------------------
+
+    def ensure_schedules(self, names: Sequence[str], *, now: float) -> None:
+        """Register the schedules not known yet as first seen at ``now`` (no slot before it
+        fires); the others are left as they are.  Idempotent."""
+        raise QueueError(f"{self.url}: this store does not keep schedules")
+
+    def fire_slot(self, decision: SlotDecision, *, host: str, now: float) -> SlotOutcome | None:
+        """Decide one slot, in one transaction: insert its ledger row -- and only if no row
+        held its key, enqueue its job (or record why it is skipped: planned, paused, or
+        the previous slot's job still live with ``overlap_skip``).  None: another caller
+        decided the slot first (nothing was written).  Safe from any number of processes
+        and hosts at once; a caller that dies before its commit leaves the slot undecided."""
+        raise QueueError(f"{self.url}: this store does not keep schedules")
+
+    def run_schedule(self, name: str, job: NewJob, *, host: str, now: float) -> int:
+        """Enqueue ``job`` for the schedule now, outside its slots, recorded in the ledger as a
+        run; the job's id."""
+        raise QueueError(f"{self.url}: this store does not keep schedules")
+
+    def pause_schedule(self, name: str, paused: bool, *, now: float) -> bool:
+        """Pause (its slots are skipped, reason paused) or resume the schedule for every host;
+        whether that changed it.  Idempotent."""
+        raise QueueError(f"{self.url}: this store does not keep schedules")
+
+    def schedule_records(self, names: Sequence[str]) -> dict[str, ScheduleRecord]:
+        """The schedules of ``names`` that the store knows, by name."""
+        raise QueueError(f"{self.url}: this store does not keep schedules")
+
+    def schedule_ledger(self, name: str, *, limit: int = 20) -> list[LedgerRow]:
+        """The schedule's newest ledger rows (slots and runs), newest first."""
+        raise QueueError(f"{self.url}: this store does not keep schedules")
+
+    def prune_ledger(self, *, now: float) -> int:
+        """Delete ledger rows older than ``LEDGER_KEEP`` but each schedule's newest; how many."""
+        raise QueueError(f"{self.url}: this store does not keep schedules")
 
     def close(self) -> None:
         """Release the store's resources.  Idempotent."""

@@ -35,6 +35,9 @@ from .limits import (DependencyLimit, TenantCaps, deferral_delay, nearest_rank, 
                      slot_wait, within_caps)
 from .owners import owner_alive_here, owner_parts, this_host
 from .rows import encode_json, new_row
+from .schedules import (FIRED, LEDGER_KEEP, RUN, SKIPPED, SLOT, LedgerRow, ScheduleRecord, SlotDecision,
+                        SlotOutcome, ledger_row)
+from ..schedules.plan import OVERLAP, PAUSED
 from .shares import Share
 from .types import (FINISHED_STATES, ClaimRequest, Deferral, DependencyStats, Exchanged, Job, JobState, NewJob,
                     Outcome, OutcomeKind, Stats)
@@ -803,6 +806,84 @@ class Store(Backend):
             return rescued
 
         return self.database.write("rescue the jobs of dead hosts", body)
+
+    # -- schedules (see flexiqd.queue.schedules) ----------------------------------------------
+
+    def ensure_schedules(self, names: Sequence[str], *, now: float) -> None:
+        wanted = sorted(set(names))
+        if wanted:
+            self.database.write("register schedules", lambda tx: tx.ensure_schedules(wanted, now))
+
+    def fire_slot(self, decision: SlotDecision, *, host: str, now: float) -> SlotOutcome | None:
+        row = new_row(decision.job, now)  # checked and encoded first: fail whole
+        name, at = decision.schedule, decision.at
+
+        def body(tx: Tx) -> SlotOutcome | None:
+            # The ledger row first: it holds the slot's key for this transaction, so what is
+            # read below is what the slots before it left (a concurrent decider of this slot
+            # waits here, and then finds the row).
+            if not tx.insert_slot(name, SLOT, at, host, now):
+                return None
+            skip = decision.skip
+            if skip is None and tx.schedule_paused(name):
+                skip = PAUSED
+            if skip is None and decision.overlap_skip and tx.previous_job_live(name, at):
+                skip = OVERLAP
+            job_id = None
+            if skip is None:
+                job_id = self._insert_scheduled(tx, row, now)
+            tx.decide_slot(name, SLOT, at, SKIPPED if skip else FIRED, skip, decision.slots, job_id)
+            tx.count_slots(name, 0 if skip else 1, decision.slots if skip else 0)
+            return SlotOutcome(schedule=name, at=at, outcome=SKIPPED if skip else FIRED, reason=skip,
+                               job_id=job_id, slots=decision.slots, late=decision.late)
+
+        return self.database.write(f"decide slot {at:.0f} of schedule {name}", body)
+
+    @staticmethod
+    def _insert_scheduled(tx: Tx, row: Mapping[str, Any], now: float) -> int:
+        (job_id, new), = tx.insert_jobs([row])
+        if new and not row["delayed"]:
+            _add_arrivals(tx, {(row["queue"], row["tenant"]): 1}, int(now))
+        return job_id
+
+    def run_schedule(self, name: str, job: NewJob, *, host: str, now: float) -> int:
+        row = new_row(job, now)
+
+        def body(tx: Tx) -> int:
+            tx.ensure_schedules([name], now)
+            at = now
+            while not tx.insert_slot(name, RUN, at, host, now):  # two runs in one instant
+                at = math.nextafter(at, math.inf)
+            job_id = self._insert_scheduled(tx, row, now)
+            tx.decide_slot(name, RUN, at, FIRED, None, 1, job_id)
+            return job_id
+
+        return self.database.write(f"run schedule {name}", body)
+
+    def pause_schedule(self, name: str, paused: bool, *, now: float) -> bool:
+        return self.database.write(f"{'pause' if paused else 'resume'} schedule {name}",
+                                   lambda tx: tx.set_paused(name, paused, now))
+
+    def schedule_records(self, names: Sequence[str]) -> dict[str, ScheduleRecord]:
+        wanted = sorted(set(names))
+
+        def body(tx: Tx) -> dict[str, ScheduleRecord]:
+            records = {}
+            for name, since, paused, fired, skipped in tx.schedule_rows(wanted):
+                last, run = tx.newest_slot(name, SLOT), tx.newest_slot(name, RUN)
+                records[name] = ScheduleRecord(
+                    name=name, since=float(since), paused=bool(paused), fired=int(fired), skipped=int(skipped),
+                    last=ledger_row(last) if last else None, last_run=ledger_row(run) if run else None)
+            return records
+
+        return self.database.read("read schedules", body)
+
+    def schedule_ledger(self, name: str, *, limit: int = 20) -> list[LedgerRow]:
+        return [ledger_row(row) for row in self.database.read("read a schedule's ledger",
+                                                              lambda tx: tx.slot_rows(name, limit))]
+
+    def prune_ledger(self, *, now: float) -> int:
+        return self.database.write("prune the schedules' ledger", lambda tx: tx.prune_slots(now - LEDGER_KEEP))
 
 
 def _apply(tx: Tx, endings: Endings, *, measure_holds: bool = False, free_holds: bool = True) -> None:

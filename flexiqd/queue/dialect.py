@@ -301,6 +301,55 @@ class Tx(abc.ABC):
     def forget_host(self, host: str) -> bool:
         """Delete a host's row; whether there was one."""
 
+    # -- schedules (see flexiqd.queue.schedules) --------------------------------------------
+
+    @abc.abstractmethod
+    def ensure_schedules(self, names: Sequence[str], now: float) -> None:
+        """Give each schedule not known yet its row, first seen at ``now``."""
+
+    @abc.abstractmethod
+    def insert_slot(self, schedule: str, kind: str, at: float, host: str, now: float) -> bool:
+        """Insert the ledger row of (``schedule``, ``kind``, ``at``), undecided, unless one exists
+        (``ON CONFLICT DO NOTHING``, waiting for a transaction inserting it now); whether it did."""
+
+    @abc.abstractmethod
+    def decide_slot(self, schedule: str, kind: str, at: float, outcome: str, reason: str | None,
+                    slots: int, job_id: int | None) -> None:
+        """Record what became of the ledger row this transaction inserted."""
+
+    @abc.abstractmethod
+    def schedule_paused(self, name: str) -> bool:
+        """Whether the schedule is paused (False for one not known)."""
+
+    @abc.abstractmethod
+    def previous_job_live(self, name: str, before: float) -> bool:
+        """Whether the job of the schedule's newest fired slot before ``before`` is queued or running."""
+
+    @abc.abstractmethod
+    def count_slots(self, name: str, fired: int, skipped: int) -> None:
+        """Add to the schedule's totals of fired and skipped slots."""
+
+    @abc.abstractmethod
+    def set_paused(self, name: str, paused: bool, now: float) -> bool:
+        """Pause or resume the schedule (first seen at ``now`` if not known); whether that changed it."""
+
+    @abc.abstractmethod
+    def schedule_rows(self, names: Sequence[str]) -> list[tuple[str, float, bool, int, int]]:
+        """(name, since, paused, fired, skipped) of the schedules in ``names`` that are known."""
+
+    @abc.abstractmethod
+    def newest_slot(self, name: str, kind: str) -> tuple | None:
+        """The schedule's newest ledger row of ``kind`` as ``schedules.ledger_row`` reads it."""
+
+    @abc.abstractmethod
+    def slot_rows(self, name: str, limit: int) -> list[tuple]:
+        """The schedule's newest ``limit`` ledger rows of every kind, newest first (as ``newest_slot``)."""
+
+    @abc.abstractmethod
+    def prune_slots(self, before: float) -> int:
+        """Delete ledger rows of slots before ``before``, except each schedule's newest of each
+        kind; how many."""
+
 
 class Database(abc.ABC):
     """A dialect's connection and its transactions.  Thread-safe: calls are serialised."""

@@ -623,6 +623,70 @@ class PostgresTx(Tx):
     def forget_host(self, host: str) -> bool:
         return self.conn.execute("DELETE FROM flexiq_hosts WHERE name = %s", (host,)).rowcount > 0
 
+    # -- schedules -------------------------------------------------------------------------
+
+    def ensure_schedules(self, names: Sequence[str], now: float) -> None:
+        if names:
+            self.conn.execute("INSERT INTO flexiq_schedules (name, since) SELECT unnest(%s::text[]), %s "
+                              "ON CONFLICT (name) DO NOTHING", (list(names), now))
+
+    def insert_slot(self, schedule: str, kind: str, at: float, host: str, now: float) -> bool:
+        # Waits for a transaction inserting the same key; inserts only if that one rolled back.
+        return self.conn.execute(
+            "INSERT INTO flexiq_schedule_slots (schedule, kind, slot, host, decided_at) VALUES (%s,%s,%s,%s,%s) "
+            "ON CONFLICT (schedule, kind, slot) DO NOTHING", (schedule, kind, at, host, now)).rowcount > 0
+
+    def decide_slot(self, schedule: str, kind: str, at: float, outcome: str, reason: str | None,
+                    slots: int, job_id: int | None) -> None:
+        self.conn.execute("UPDATE flexiq_schedule_slots SET outcome = %s, reason = %s, slots = %s, job_id = %s "
+                          "WHERE schedule = %s AND kind = %s AND slot = %s",
+                          (outcome, reason, slots, job_id, schedule, kind, at))
+
+    def schedule_paused(self, name: str) -> bool:
+        row = self.conn.execute("SELECT paused FROM flexiq_schedules WHERE name = %s", (name,)).fetchone()
+        return bool(row and row[0])
+
+    def previous_job_live(self, name: str, before: float) -> bool:
+        row = self.conn.execute(
+            "SELECT j.state FROM flexiq_schedule_slots s LEFT JOIN flexiq_jobs j ON j.id = s.job_id "
+            "WHERE s.schedule = %s AND s.kind = 'slot' AND s.slot < %s AND s.outcome = 'fired' "
+            "ORDER BY s.slot DESC LIMIT 1", (name, before)).fetchone()
+        return bool(row and row[0] in ("queued", "running"))
+
+    def count_slots(self, name: str, fired: int, skipped: int) -> None:
+        self.conn.execute("UPDATE flexiq_schedules SET fired = fired + %s, skipped = skipped + %s WHERE name = %s",
+                          (fired, skipped, name))
+
+    def set_paused(self, name: str, paused: bool, now: float) -> bool:
+        self.ensure_schedules([name], now)
+        return self.conn.execute("UPDATE flexiq_schedules SET paused = %s WHERE name = %s AND paused <> %s",
+                                 (paused, name, paused)).rowcount > 0
+
+    def schedule_rows(self, names: Sequence[str]) -> list[tuple[str, float, bool, int, int]]:
+        if not names:
+            return []
+        return [tuple(row) for row in self.conn.execute(
+            "SELECT name, since, paused, fired, skipped FROM flexiq_schedules WHERE name = ANY(%s) ORDER BY name",
+            (list(names),))]
+
+    def newest_slot(self, name: str, kind: str) -> tuple | None:
+        return self.conn.execute(f"{_LEDGER} WHERE s.schedule = %s AND s.kind = %s ORDER BY s.slot DESC LIMIT 1",
+                                 (name, kind)).fetchone()
+
+    def slot_rows(self, name: str, limit: int) -> list[tuple]:
+        return self.conn.execute(f"{_LEDGER} WHERE s.schedule = %s ORDER BY s.decided_at DESC, s.slot DESC "
+                                 f"LIMIT %s", (name, limit)).fetchall()
+
+    def prune_slots(self, before: float) -> int:
+        return self.conn.execute(
+            "DELETE FROM flexiq_schedule_slots s WHERE slot < %s AND slot < (SELECT max(n.slot) "
+            "FROM flexiq_schedule_slots n WHERE n.schedule = s.schedule AND n.kind = s.kind)", (before,)).rowcount
+
+
+# A ledger row with its job's state now (schedules.ledger_row reads it).
+_LEDGER = ("SELECT s.schedule, s.kind, s.slot, s.outcome, s.reason, s.slots, s.job_id, s.host, s.decided_at, "
+           "j.state FROM flexiq_schedule_slots s LEFT JOIN flexiq_jobs j ON j.id = s.job_id")
+
 
 def _where(*, state: str | None = None, queue: str | None = None, ids: Sequence[int] | None = None,
            task: str | None = None, tenant: str | None = None, before: int | None = None) -> tuple[str, list[Any]]:

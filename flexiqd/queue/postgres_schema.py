@@ -26,7 +26,7 @@ jobs is vacuumed at 2% dead rows instead of 20%, the small tables that are
 rewritten all day after a fixed number of dead rows.
 """
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 VERSION_TABLE = "flexiq_schema"
 
@@ -254,6 +254,32 @@ _V4_TABLES = (
 )
 SCHEMA = (*SCHEMA, *_V4_TABLES)
 
+# v5: the schedules' ledger (flexiqd.queue.schedules): one row per decided slot, keyed by
+# (schedule, kind, slot as UTC epoch seconds), apart from the jobs and their retention; and
+# one row per schedule (first seen, paused, totals).  Expand-only: older daemons ignore them.
+_V5_TABLES = (
+    """CREATE TABLE flexiq_schedules (
+    name text PRIMARY KEY,
+    since double precision NOT NULL,
+    paused boolean NOT NULL DEFAULT false,
+    fired bigint NOT NULL DEFAULT 0,
+    skipped bigint NOT NULL DEFAULT 0
+)""",
+    """CREATE TABLE flexiq_schedule_slots (
+    schedule text NOT NULL,
+    kind text NOT NULL,
+    slot double precision NOT NULL,
+    outcome text,
+    reason text,
+    slots bigint NOT NULL DEFAULT 1,
+    job_id bigint,
+    host text NOT NULL,
+    decided_at double precision NOT NULL,
+    PRIMARY KEY (schedule, kind, slot)
+)""",
+)
+SCHEMA = (*SCHEMA, *_V5_TABLES)
+
 # Statements that bring a store of the version before each key up to it, in order;
 # a new store gets SCHEMA whole.  Append, never edit: stores in the field ran them.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -268,4 +294,5 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     3: (_V3_HOSTS,),
     4: _V4_TABLES,
+    5: _V5_TABLES,
 }

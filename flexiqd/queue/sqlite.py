@@ -498,6 +498,68 @@ class SQLiteTx(Tx):
     def forget_host(self, host: str) -> bool:
         return self.conn.execute("DELETE FROM hosts WHERE name = ?", (host,)).rowcount > 0
 
+    # -- schedules -------------------------------------------------------------------------
+
+    def ensure_schedules(self, names: Sequence[str], now: float) -> None:
+        self.conn.executemany("INSERT INTO schedules (name, since) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+                              [(name, now) for name in names])
+
+    def insert_slot(self, schedule: str, kind: str, at: float, host: str, now: float) -> bool:
+        return self.conn.execute(
+            "INSERT INTO schedule_slots (schedule, kind, slot, host, decided_at) VALUES (?,?,?,?,?) "
+            "ON CONFLICT (schedule, kind, slot) DO NOTHING", (schedule, kind, at, host, now)).rowcount > 0
+
+    def decide_slot(self, schedule: str, kind: str, at: float, outcome: str, reason: str | None,
+                    slots: int, job_id: int | None) -> None:
+        self.conn.execute("UPDATE schedule_slots SET outcome = ?, reason = ?, slots = ?, job_id = ? "
+                          "WHERE schedule = ? AND kind = ? AND slot = ?",
+                          (outcome, reason, slots, job_id, schedule, kind, at))
+
+    def schedule_paused(self, name: str) -> bool:
+        row = self.conn.execute("SELECT paused FROM schedules WHERE name = ?", (name,)).fetchone()
+        return bool(row and row[0])
+
+    def previous_job_live(self, name: str, before: float) -> bool:
+        row = self.conn.execute(
+            "SELECT j.state FROM schedule_slots s LEFT JOIN jobs j ON j.id = s.job_id "
+            "WHERE s.schedule = ? AND s.kind = 'slot' AND s.slot < ? AND s.outcome = 'fired' "
+            "ORDER BY s.slot DESC LIMIT 1", (name, before)).fetchone()
+        return bool(row and row[0] in ("queued", "running"))
+
+    def count_slots(self, name: str, fired: int, skipped: int) -> None:
+        self.conn.execute("UPDATE schedules SET fired = fired + ?, skipped = skipped + ? WHERE name = ?",
+                          (fired, skipped, name))
+
+    def set_paused(self, name: str, paused: bool, now: float) -> bool:
+        self.ensure_schedules([name], now)
+        return self.conn.execute("UPDATE schedules SET paused = ? WHERE name = ? AND paused != ?",
+                                 (int(paused), name, int(paused))).rowcount > 0
+
+    def schedule_rows(self, names: Sequence[str]) -> list[tuple[str, float, bool, int, int]]:
+        if not names:
+            return []
+        return [(name, since, bool(paused), fired, skipped) for name, since, paused, fired, skipped in
+                self.conn.execute(f"SELECT name, since, paused, fired, skipped FROM schedules "
+                                  f"WHERE name IN ({_marks(names)}) ORDER BY name", list(names))]
+
+    def newest_slot(self, name: str, kind: str) -> tuple | None:
+        return self.conn.execute(f"{_LEDGER} WHERE s.schedule = ? AND s.kind = ? ORDER BY s.slot DESC LIMIT 1",
+                                 (name, kind)).fetchone()
+
+    def slot_rows(self, name: str, limit: int) -> list[tuple]:
+        return self.conn.execute(f"{_LEDGER} WHERE s.schedule = ? ORDER BY s.decided_at DESC, s.slot DESC LIMIT ?",
+                                 (name, limit)).fetchall()
+
+    def prune_slots(self, before: float) -> int:
+        return self.conn.execute(
+            "DELETE FROM schedule_slots WHERE slot < ? AND slot < (SELECT MAX(n.slot) FROM schedule_slots n "
+            "WHERE n.schedule = schedule_slots.schedule AND n.kind = schedule_slots.kind)", (before,)).rowcount
+
+
+# A ledger row with its job's state now (schedules.ledger_row reads it).
+_LEDGER = ("SELECT s.schedule, s.kind, s.slot, s.outcome, s.reason, s.slots, s.job_id, s.host, s.decided_at, "
+           "j.state FROM schedule_slots s LEFT JOIN jobs j ON j.id = s.job_id")
+
 
 # A revived job: queued again, due now, no attempt used yet.
 _REVIVE = "UPDATE jobs SET state = 'queued', delayed = 0, attempts = 0, run_at = ?, finished_at = NULL"

@@ -45,7 +45,7 @@ running jobs from ``counts``; with tenants at their cap it reads the head of eac
 other tenant's due jobs through jobs_tenant_claim.
 """
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 # -- pieces of the v3 schema: a new store and the migration to v3 share their text ----------
 
@@ -204,6 +204,31 @@ _V9_TABLES = (
     "CREATE INDEX dependency_holds_owner ON dependency_holds(owner, dependency)",
 )
 
+# v10: the schedules' ledger (flexiqd.queue.schedules): one row per decided slot, keyed by
+# (schedule, kind, slot as UTC epoch seconds), apart from the jobs and their retention; and
+# one row per schedule (first seen, paused, totals).  Expand-only: older daemons ignore them.
+_V10_TABLES = (
+    """CREATE TABLE schedules (
+    name TEXT PRIMARY KEY,
+    since REAL NOT NULL,
+    paused INTEGER NOT NULL DEFAULT 0,
+    fired INTEGER NOT NULL DEFAULT 0,
+    skipped INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID""",
+    """CREATE TABLE schedule_slots (
+    schedule TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    slot REAL NOT NULL,
+    outcome TEXT,
+    reason TEXT,
+    slots INTEGER NOT NULL DEFAULT 1,
+    job_id INTEGER,
+    host TEXT NOT NULL,
+    decided_at REAL NOT NULL,
+    PRIMARY KEY (schedule, kind, slot)
+) WITHOUT ROWID""",
+)
+
 # Statements that bring a store of the version before each key up to it, in order;
 # a new store gets SCHEMA whole.  Append, never edit: stores in the field ran them.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -252,6 +277,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         _V8_COMING_INDEX,
     ),
     9: _V9_TABLES,
+    10: _V10_TABLES,
 }
 
 SCHEMA: tuple[str, ...] = (
@@ -306,4 +332,5 @@ SCHEMA: tuple[str, ...] = (
     *_V6_TABLES,
     _V7_HOSTS,
     *_V9_TABLES,
+    *_V10_TABLES,
 )

@@ -87,11 +87,13 @@ def _loaded() -> dict[str, Any]:
     """Every setting's value in a file that leaves it unset, as the loader builds it."""
     config = _parsed("dependencies: {db: {capacity: 10}}\n"
                      "pools: {default: {uses: {db: {per_worker: 1}}}}\n"
+                     "schedules: {hourly: {task: t, cron: '0 * * * *'}}\n"
                      "http: {}\n")
     pool = config.pools["default"]
     policy = pool.policy
     db = config.dependencies["db"]
     use = policy.dependencies[0]
+    schedule = config.schedules["hourly"]
     values = {
         "store": config.store, "tick": config.tick, "heartbeat": config.heartbeat, "fleet": config.fleet,
         "retention": config.retention, "dead_retention": config.dead_retention,
@@ -112,6 +114,14 @@ def _loaded() -> dict[str, Any]:
         "http.scaler_target": config.http.scaler_target,
         "http.listen": f"{config.http.host}:{config.http.port}",
         "http": _parsed("").http,
+        "schedules": dict(_parsed("").schedules),
+        "schedules.<name>.args": schedule.args, "schedules.<name>.kwargs": dict(schedule.kwargs),
+        "schedules.<name>.queue": schedule.queue, "schedules.<name>.priority": schedule.priority,
+        "schedules.<name>.max_attempts": schedule.max_attempts, "schedules.<name>.timeout": schedule.timeout,
+        "schedules.<name>.tenant": schedule.tenant, "schedules.<name>.timezone": schedule.timezone,
+        "schedules.<name>.catch_up": schedule.catch_up.catch_up,
+        "schedules.<name>.max_delay": schedule.catch_up.max_delay,
+        "schedules.<name>.overlap": schedule.catch_up.overlap,
     }
     for section, value in (("targets", policy.targets), ("behavior", policy.behavior), ("knee", policy.knee),
                            ("flexiq", pool.flexiq)):
