@@ -21,7 +21,7 @@ from ..busnames import (BUS_NAME, DBUS_INTERFACE, DBUS_NAME, DBUS_PATH, DEFAULT_
 from ..durations import format_duration
 from .argtypes import duration, whole_number
 from .live import LiveView
-from .render import render_event, render_status
+from .render import render_event, render_schedules, render_status
 
 EXIT_OK = 0
 EXIT_ERROR = 1        # the daemon refused or failed the request; its message is printed
@@ -254,7 +254,27 @@ async def cmd_watch(client: Client, args: argparse.Namespace) -> int:
             return EXIT_INTERRUPTED
 
 
-COMMANDS = {"status": cmd_status, "events": cmd_events, "scale": cmd_scale, "unpin": cmd_simple,
+async def cmd_schedules(client: Client, args: argparse.Namespace) -> int:
+    document = json.loads((await client.call("Schedules"))[0])
+    _say(json.dumps(document, indent=2) if args.json else render_schedules(document))
+    return EXIT_OK
+
+
+async def cmd_schedule(client: Client, args: argparse.Namespace) -> int:
+    if args.action == "run":
+        [job_id] = await client.call("RunSchedule", "s", [args.name])
+        _say(f"{args.name}: enqueued job {job_id} now, outside its slots.")
+    elif args.action == "pause":
+        [changed] = await client.call("PauseSchedule", "s", [args.name])
+        _say(f"{args.name}: {'paused' if changed else 'already paused'} on every host sharing the store; its "
+             f"slots are skipped (reason paused) until: flexiqctl schedule resume {args.name}.")
+    else:
+        [changed] = await client.call("ResumeSchedule", "s", [args.name])
+        _say(f"{args.name}: {'resumed' if changed else 'was not paused'}.")
+    return EXIT_OK
+
+
+COMMANDS = {"status": cmd_status, "schedules": cmd_schedules, "schedule": cmd_schedule, "events": cmd_events, "scale": cmd_scale, "unpin": cmd_simple,
             "pause": cmd_simple, "resume": cmd_simple, "drain": cmd_simple, "clear-ceiling": cmd_simple,
             "reload": cmd_reload,
             "watch": cmd_watch}
@@ -307,6 +327,15 @@ def build_parser() -> argparse.ArgumentParser:
         commands.add_parser(name, help=text).add_argument("pool")
 
     commands.add_parser("reload", help="reload the config file (like systemctl reload flexiqd)")
+
+    schedules = commands.add_parser("schedules", help="every schedule: next fire, last slot and its job, "
+                                                       "slots fired and skipped")
+    schedules.add_argument("--json", action="store_true", help="print the Schedules document (docs/dbus-api.md)")
+    schedule = commands.add_parser("schedule", help="run a schedule's job now, or pause or resume a schedule")
+    schedule.add_argument("action", choices=["run", "pause", "resume"],
+                          help="run: enqueue its job now, outside its slots; pause: skip its slots on every "
+                               "host until resume")
+    schedule.add_argument("name")
 
     watch = commands.add_parser("watch", help="status, refreshed in place until Ctrl-C")
     watch.add_argument("--interval", type=_positive_duration, default=1.0, metavar="DURATION",

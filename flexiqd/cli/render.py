@@ -94,7 +94,56 @@ def pool_rows(pool: Mapping[str, Any], now: float) -> list[tuple[str, str]]:
     decision = pool.get("decision")
     if decision is not None:
         rows.append(("decision", decision["rationale"] or decision["reason"]))
+    upcoming = pool.get("next_schedule")
+    if upcoming:
+        rows.append(("schedule", f"next fire {_clock(upcoming['at'])} ({_until(upcoming['at'], now)}): "
+                                 f"{upcoming['schedule']} to queue {upcoming['queue']}"))
     return rows
+
+
+def _until(at: float, now: float) -> str:
+    return f"in {format_duration(at - now)}" if at >= now else f"due {format_duration(now - at)} ago"
+
+
+def _slot(row: Mapping[str, Any] | None) -> str:
+    """``2026-03-08 03:00:00: fired, job 42 (done)`` or ``...: skipped (overlap)``."""
+    if not row:
+        return "none yet"
+    when = _clock(row["slot"])
+    if row["outcome"] == "fired":
+        state = f" ({row['job_state']})" if row.get("job_state") else " (job deleted since)"
+        return f"{when}: fired, job {row['job_id']}{state}"
+    count = f"{row['slots']} slots up to " if row.get("slots", 1) > 1 else ""
+    return f"{count}{when}: {row['outcome'] or 'being decided'}" + (f" ({row['reason']})" if row.get("reason") else "")
+
+
+def render_schedules(document: Mapping[str, Any], now: float | None = None) -> str:
+    """``flexiqctl schedules``: each schedule's calendar, next fire, last slot and totals."""
+    now = time.time() if now is None else now
+    schedules = document.get("schedules") or {}
+    if not schedules:
+        return "no schedules configured"
+    lines: list[str] = []
+    for name, entry in schedules.items():
+        if lines:
+            lines.append("")
+        lines.append(f"schedule {name}" + (" (paused)" if entry.get("paused") else ""))
+        pools = ", ".join(entry.get("pools") or []) or "none on this host"
+        rows = [
+            ("job", f"{entry['task']} to queue {entry['queue']} (pools: {pools})"),
+            ("calendar", f"'{entry['cron']}' in {entry['timezone']}; catch_up {entry['catch_up']}, max_delay "
+                         f"{format_duration(entry['max_delay'])}, overlap {entry['overlap']}"),
+            ("next fire", "-" if entry.get("next_fire") is None
+             else f"{_clock(entry['next_fire'])} ({_until(entry['next_fire'], now)})"),
+            ("last slot", _slot(entry.get("last"))),
+            ("slots", f"{entry.get('fired', 0)} fired, {entry.get('skipped', 0)} skipped (every host)"),
+        ]
+        if entry.get("last_run"):
+            run = entry["last_run"]
+            rows.append(("last run", f"{_clock(run['slot'])}: job {run['job_id']}"
+                                     + (f" ({run['job_state']})" if run.get("job_state") else "")))
+        lines.extend(f"  {label:<{LABEL_WIDTH}}  {value}" for label, value in rows)
+    return "\n".join(lines)
 
 
 def render_status(document: Mapping[str, Any], now: float | None = None) -> str:

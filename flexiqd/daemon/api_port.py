@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..errors import ControlError, FlexiqdError, JobNotFound
 from ..queue.types import JobState, Stats
-from .documents import event_document, hosts_document, status_document
+from .documents import event_document, hosts_document, schedules_document, status_document
 from .job_queries import JobQuery, job_document, page_document
 from .samples import STEP
 
@@ -93,6 +93,18 @@ class ApiPort(Protocol):
     async def clear_ceiling(self, pool: str) -> None:
         """Forget the pool's measured ceiling: it is measured again."""
 
+    # The schedules (flexiqd.daemon.schedules): read by everyone, run/paused/resumed by root
+    # and the flexiq group.  ControlError for a schedule not configured.
+
+    async def schedules(self) -> dict[str, Any]:
+        """The Schedules document (documents.schedules_document)."""
+
+    async def run_schedule(self, name: str) -> int:
+        """Enqueue the schedule's job now, outside its slots; the job's id."""
+
+    async def pause_schedule(self, name: str, paused: bool) -> bool:
+        """Pause (True) or resume the schedule on every host; whether that changed it."""
+
     def request_reload(self) -> None:
         """Reload the config file soon; the outcome comes as a ("reload", ...) change."""
 
@@ -131,8 +143,11 @@ class DaemonPort:
             now = time.time()
             hosts = (hosts_document(daemon.hosts, controller.global_caps(), now)
                      if daemon.hosts is not None else None)
+            firer = daemon.schedules
             return status_document(controller.config, config_path, config_error, controller.views,
-                                   controller.operators.overrides, now, hosts, controller.dependency_stats)
+                                   controller.operators.overrides, now, hosts, controller.dependency_stats,
+                                   firer.views() if firer is not None else None,
+                                   firer.counters if firer is not None else None)
 
         return await daemon.io(build)
 
@@ -228,6 +243,29 @@ class DaemonPort:
 
     async def clear_ceiling(self, pool: str) -> None:
         await self._control("clear_ceiling", pool)
+
+    async def schedules(self) -> dict[str, Any]:
+        firer = self._daemon.schedules
+        views = firer.views() if firer is not None else {}
+        return schedules_document(views, self._daemon.config, firer.counters if firer is not None else None)
+
+    def _firer(self, name: str):
+        firer = self._daemon.schedules
+        if firer is None:
+            raise FlexiqdError("flexiqd is still starting")
+        config = self._daemon.config
+        if config is None or name not in config.schedules:
+            known = ", ".join(sorted(config.schedules)) if config is not None else ""
+            raise ControlError(f"no schedule {name!r} (schedules: {known or 'none'})")
+        return firer
+
+    async def run_schedule(self, name: str) -> int:
+        firer = self._firer(name)
+        return await self._daemon.io(firer.run_now, name, what=f"running schedule {name}")
+
+    async def pause_schedule(self, name: str, paused: bool) -> bool:
+        firer = self._firer(name)
+        return await self._daemon.io(firer.pause, name, paused, what=f"pausing schedule {name}")
 
     def request_reload(self) -> None:
         self._daemon.request_reload()

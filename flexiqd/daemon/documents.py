@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .hosts import HostHeartbeat
     from .events import ScaleEvent
     from .overrides import Override
+    from .schedules import ScheduleView
     from ..policy.types import KneeState
     from ..queue.types import DependencyStats
 
@@ -141,14 +142,17 @@ def dependencies_document(config: "DaemonConfig", views: Mapping[str, "PoolView"
 def status_document(config: "DaemonConfig | None", config_path: str, config_error: str | None,
                     views: Mapping[str, "PoolView"], overrides: Mapping[str, "Override"],
                     now: float, hosts: Mapping[str, Any] | None = None,
-                    held: Mapping[str, "DependencyStats"] | None = None) -> dict[str, Any]:
+                    held: Mapping[str, "DependencyStats"] | None = None,
+                    schedules: Mapping[str, "ScheduleView"] | None = None,
+                    counters: Any = None) -> dict[str, Any]:
     """The whole Status document: the daemon, then every configured pool by name, the
     dependencies, then the fleet of hosts sharing the store (``hosts``: a ``hosts_document``;
-    None when not known)."""
+    None when not known).  ``schedules``: the firing loop's views, for each pool's next fire."""
     pools = {}
     if config is not None:
         for name in sorted(config.pools):
             pools[name] = pool_document(name, config, views.get(name), overrides.get(name))
+            pools[name]["next_schedule"] = next_schedule(config.pools[name].queues, schedules or {})
     return {
         "version": __version__,
         "config_path": config_path,
@@ -159,7 +163,56 @@ def status_document(config: "DaemonConfig | None", config_path: str, config_erro
         "pools": pools,
         "dependencies": dependencies_document(config, views, held or {}) if config is not None else [],
         "hosts": hosts,
+        "schedules": schedules_document(schedules or {}, config)["schedules"],
+        "schedules_decided_here": counters.document() if counters is not None else None,
     }
+
+
+def next_schedule(queues: "tuple[str, ...]", schedules: Mapping[str, "ScheduleView"]) -> dict[str, Any] | None:
+    """The next fire of the schedules whose queue the pool serves: ``{"schedule", "at", "queue"}``
+    (None: no such schedule, or none paused-free with a known next fire)."""
+    upcoming = [(view.next_fire, name, view.config.queue) for name, view in schedules.items()
+                if view.config.queue in queues and view.next_fire is not None
+                and not (view.record is not None and view.record.paused)]
+    if not upcoming:
+        return None
+    at, name, queue = min(upcoming)
+    return {"schedule": name, "at": at, "queue": queue}
+
+
+def schedules_document(schedules: Mapping[str, "ScheduleView"], config: "DaemonConfig | None",
+                       counters: Any = None) -> dict[str, Any]:
+    """The Schedules document (docs/dbus-api.md): each schedule's calendar, next fire, totals and
+    last slot, by name; and what this daemon decided since it started (``counters``)."""
+    pools = config.pools if config is not None else {}
+    entries = {}
+    for name, view in sorted(schedules.items()):
+        schedule, record = view.config, view.record
+        entries[name] = {
+            "task": schedule.task, "queue": schedule.queue, "cron": schedule.cron, "timezone": schedule.timezone,
+            "catch_up": schedule.catch_up.catch_up, "max_delay": schedule.catch_up.max_delay,
+            "overlap": schedule.catch_up.overlap,
+            "pools": sorted(pool for pool, entry in pools.items() if schedule.queue in entry.queues),
+            "next_fire": view.next_fire,
+            "paused": record.paused if record is not None else False,
+            "fired": record.fired if record is not None else 0,
+            "skipped": record.skipped if record is not None else 0,
+            "since": record.since if record is not None else None,
+            "last": _ledger_row(record.last) if record is not None else None,
+            "last_run": _ledger_row(record.last_run) if record is not None else None,
+        }
+    document: dict[str, Any] = {"schedules": entries}
+    if counters is not None:
+        document["decided_here"] = counters.document()
+    return document
+
+
+def _ledger_row(row: Any) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    return {"slot": row.at, "outcome": row.outcome, "reason": row.reason, "slots": row.slots, "job_id": row.job_id,
+            "job_state": row.job_state.value if row.job_state is not None else None, "decided_by": row.host,
+            "decided_at": row.decided_at}
 
 
 def hosts_document(heartbeat: "HostHeartbeat", capacities: Mapping[str, float], now: float) -> dict[str, Any]:

@@ -16,6 +16,7 @@ the slots wait in the calendar, not in memory.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import threading
@@ -28,7 +29,7 @@ from ..errors import FlexiqdError, QueueError
 from ..logs import MessageId, journal
 from ..queue.backend import Backend
 from ..queue.schedules import FIRED, ScheduleRecord, SlotDecision, SlotOutcome
-from ..schedules.plan import MISSED, OVERLAP, PAUSED, SKIP_REASONS, next_fire, plan
+from ..schedules.plan import MISSED, OVERLAP, PAUSED, next_fire, plan
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +53,16 @@ class ScheduleView:
 
 @dataclasses.dataclass
 class Counters:
-    """What this daemon decided since it started (the metrics' counters)."""
+    """What this daemon decided since it started, per schedule (the metrics' counters)."""
 
-    fired: int = 0
-    late: int = 0                     # fired later than max_delay (caught up)
-    runs: int = 0                     # flexiqctl schedule run
-    skipped: dict[str, int] = dataclasses.field(default_factory=lambda: {reason: 0 for reason in SKIP_REASONS})
+    fired: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    late: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # fired later than max_delay
+    runs: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # flexiqctl schedule run
+    skipped: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # (schedule, reason)
+
+    def document(self) -> dict:
+        return {"fired": dict(self.fired), "late": dict(self.late), "runs": dict(self.runs),
+                "skipped": {f"{name}:{reason}": n for (name, reason), n in sorted(self.skipped.items())}}
 
 
 class ScheduleFirer:
@@ -139,8 +144,8 @@ class ScheduleFirer:
     def _count(self, outcome: SlotOutcome, schedule: ScheduleConfig, now: float) -> None:
         slot = datetime.fromtimestamp(outcome.at, timezone.utc).isoformat()
         if outcome.outcome == FIRED:
-            self.counters.fired += 1
-            self.counters.late += int(outcome.late)
+            self.counters.fired[outcome.schedule] += 1
+            self.counters.late[outcome.schedule] += int(outcome.late)
             log.info("Schedule %s fired its slot %s: job %s in queue %s (%.1fs after the slot%s).",
                      outcome.schedule, slot, outcome.job_id, schedule.queue, now - outcome.at,
                      ", later than max_delay: caught up" if outcome.late else "",
@@ -148,7 +153,7 @@ class ScheduleFirer:
                                    JOB_ID=outcome.job_id, QUEUE=schedule.queue, LATE_SEC=f"{now - outcome.at:.3f}"))
             return
         reason = outcome.reason or MISSED
-        self.counters.skipped[reason] = self.counters.skipped.get(reason, 0) + outcome.slots
+        self.counters.skipped[(outcome.schedule, reason)] += outcome.slots
         why = {MISSED: f"missed by more than max_delay (catch_up: {schedule.catch_up.catch_up})",
                OVERLAP: "the job of the slot before is still queued or running (overlap: skip)",
                PAUSED: "the schedule is paused"}.get(reason, reason)
@@ -167,7 +172,7 @@ class ScheduleFirer:
         now = self._clock()
         job_id = self.backend.run_schedule(name, schedule.new_job(), host=self.host, now=now)
         with self._lock:
-            self.counters.runs += 1
+            self.counters.runs[name] += 1
         log.info("Schedule %s run by an operator: job %s in queue %s.", name, job_id, schedule.queue,
                  extra=journal(MessageId.SCHEDULE_FIRED, SCHEDULE=name, KIND="run", JOB_ID=job_id,
                                QUEUE=schedule.queue, SLOT=datetime.fromtimestamp(now, timezone.utc).isoformat()))

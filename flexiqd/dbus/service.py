@@ -4,10 +4,10 @@
     objects    /org/flexiq/flexiqd1             org.flexiq.flexiqd1.Manager, ObjectManager
                /org/flexiq/flexiqd1/pool/<name> org.flexiq.flexiqd1.Pool (pools.py)
 
-Read-only members about the pools (``Status``, ``Events``, ``History``, the
-properties) are for everyone; mutating ones (``Scale``, ``Unpin``, ``Pause``,
+Read-only members about the pools and schedules (``Status``, ``Events``, ``History``,
+``Schedules``, the properties) are for everyone; mutating ones (``Scale``, ``Unpin``, ``Pause``,
 ``Resume``, ``Drain``, ``Reload``, on the manager and on each pool; ``RetryDead``,
-``PurgeDead``) and the reads of the jobs themselves (``Jobs``, ``Job``: their
+``PurgeDead``; ``RunSchedule``, ``PauseSchedule``, ``ResumeSchedule``) and the reads of the jobs themselves (``Jobs``, ``Job``: their
 arguments and errors are data other local users cannot read from the store) for
 root and members of the ``flexiq`` group.  The bus policy
 (``/usr/share/dbus-1/system.d/org.flexiq.flexiqd1.conf``) enforces that first; the
@@ -54,7 +54,8 @@ log = logging.getLogger(__name__)
 # Members of the manager for root and the flexiq group, and their input signatures: the credentials
 # check covers exactly these.
 CHECKED = {"Scale": "sud", "Unpin": "s", "Pause": "s", "Resume": "s", "Drain": "s", "ClearCeiling": "s", "Reload": "",
-           "Jobs": "s", "Job": "t", "RetryDead": "sat", "PurgeDead": "sat"}
+           "Jobs": "s", "Job": "t", "RetryDead": "sat", "PurgeDead": "sat",
+           "RunSchedule": "s", "PauseSchedule": "s", "ResumeSchedule": "s"}
 
 CONNECT_TIMEOUT = 10.0   # seconds to reach the bus and own the name at startup
 CLOSE_TIMEOUT = 2.0
@@ -143,6 +144,13 @@ class ManagerInterface(ServiceInterface):
     async def _status_json(self) -> str:
         return json.dumps(await self._port.status())
 
+    @method(name="Schedules")
+    async def schedules(self) -> "s":
+        return await _answer("Schedules", self._schedules_json())
+
+    async def _schedules_json(self) -> str:
+        return json.dumps(await self._port.schedules())
+
     async def _events_json(self, since: int) -> str:
         return json.dumps(await self._port.events_since(since))
 
@@ -218,6 +226,18 @@ class ManagerInterface(ServiceInterface):
 
     @method(name="PurgeDead")
     def purge_dead(self, queue: "s", ids: "at") -> "u":
+        raise _unchecked()
+
+    @method(name="RunSchedule")
+    def run_schedule(self, name: "s") -> "t":
+        raise _unchecked()
+
+    @method(name="PauseSchedule")
+    def pause_schedule(self, name: "s") -> "b":
+        raise _unchecked()
+
+    @method(name="ResumeSchedule")
+    def resume_schedule(self, name: "s") -> "b":
         raise _unchecked()
 
     # signals -----------------------------------------------------------------------------------
@@ -429,7 +449,7 @@ class ApiService:
         if member == "Reload":
             port.request_reload()
             return "", []
-        if member in ("Jobs", "Job", "RetryDead", "PurgeDead"):
+        if member in ("Jobs", "Job", "RetryDead", "PurgeDead", "RunSchedule", "PauseSchedule", "ResumeSchedule"):
             try:
                 return await self._jobs_call(member, args)
             except ControlError as exc:
@@ -460,6 +480,10 @@ class ApiService:
             return "s", [json.dumps(await port.jobs(parse_query(args[0])))]
         if member == "Job":
             return "s", [json.dumps(await port.job(args[0]))]
+        if member == "RunSchedule":
+            return "t", [await port.run_schedule(args[0])]
+        if member in ("PauseSchedule", "ResumeSchedule"):
+            return "b", [await port.pause_schedule(args[0], member == "PauseSchedule")]
         queue, ids = args[0] or None, list(args[1]) or None
         action = port.retry_dead if member == "RetryDead" else port.purge_dead
         return "u", [await action(queue, ids)]

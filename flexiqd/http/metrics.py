@@ -138,6 +138,38 @@ def dependency_families(snapshot: Snapshot) -> list[Metric]:
     return [capacity, reserved, use]
 
 
+def schedule_families(snapshot: Snapshot) -> list[Metric]:
+    """The schedules: this daemon's decisions (counters) and each schedule's calendar state (gauges)."""
+    s = ("schedule",)
+    fired = _counter("flexiqd_schedule_slots_fired_total", "Slots of a schedule this daemon enqueued the job of.", s)
+    late = _counter("flexiqd_schedule_slots_late_total", "Slots this daemon fired later than max_delay "
+                    "(caught up after an outage or a clock step).", s)
+    skipped = _counter("flexiqd_schedule_slots_skipped_total", "Slots this daemon skipped, by reason "
+                       "(missed, overlap, paused).", ("schedule", "reason"))
+    runs = _counter("flexiqd_schedule_runs_total", "Jobs enqueued by flexiqctl schedule run through this daemon.", s)
+    upcoming = _gauge("flexiqd_schedule_next_fire_timestamp_seconds", "When the schedule fires next (epoch seconds).", s)
+    last = _gauge("flexiqd_schedule_last_slot_timestamp_seconds",
+                  "The newest slot decided by any host (epoch seconds).", s)
+    paused = _gauge("flexiqd_schedule_paused", "1 while the schedule is paused (for every host).", s)
+    decided = snapshot.status.get("schedules_decided_here") or {}
+    by_reason = {}
+    for key, count in (decided.get("skipped") or {}).items():
+        name, _, reason = key.rpartition(":")
+        by_reason[(name, reason)] = count
+    for name, entry in sorted((snapshot.status.get("schedules") or {}).items()):
+        fired.add_metric([name], (decided.get("fired") or {}).get(name, 0))
+        late.add_metric([name], (decided.get("late") or {}).get(name, 0))
+        runs.add_metric([name], (decided.get("runs") or {}).get(name, 0))
+        for reason in ("missed", "overlap", "paused"):
+            skipped.add_metric([name, reason], by_reason.get((name, reason), 0))
+        if entry.get("next_fire") is not None:
+            upcoming.add_metric([name], entry["next_fire"])
+        if entry.get("last") is not None:
+            last.add_metric([name], entry["last"]["slot"])
+        paused.add_metric([name], 1 if entry.get("paused") else 0)
+    return [fired, late, skipped, runs, upcoming, last, paused]
+
+
 def daemon_families(snapshot: Snapshot) -> list[Metric]:
     daemon = snapshot.daemon
     families: list[Metric] = []
@@ -172,7 +204,8 @@ def daemon_families(snapshot: Snapshot) -> list[Metric]:
 
 def families(snapshot: Snapshot) -> list[Metric]:
     return [*queue_families(snapshot.served_queues(), snapshot.queue_stats, snapshot.counters),
-            *pool_families(snapshot), *dependency_families(snapshot), *daemon_families(snapshot)]
+            *pool_families(snapshot), *dependency_families(snapshot), *schedule_families(snapshot),
+            *daemon_families(snapshot)]
 
 
 class _Collector:

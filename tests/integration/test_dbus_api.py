@@ -40,6 +40,8 @@ CONFIG = """
 store: sqlite:///{store}
 tick: 200ms
 fleet: process
+schedules:
+  nightly: {{task: app.report, args: [secret], cron: "0 3 * * *", timezone: Europe/Berlin, queue: reports}}
 pools:
   default:
     app: flexiqd.demo:queue
@@ -628,3 +630,32 @@ def test_dead_letters_are_retried_and_purged_by_operators_only(daemon, address):
         assert [job.id for job in backend.list_jobs(queue="letters")] == [revive]
     finally:
         backend.close()
+
+
+def test_schedules_are_shown_to_everyone_and_run_paused_resumed_by_operators_only(daemon, address):
+    from flexiqd.queue.url import open_backend
+
+    wait_for(lambda: json.loads(flexiqctl(address, "schedules", "--json").stdout)["schedules"]["nightly"]["next_fire"],
+             30, "the firing loop's first pass")
+    shown = flexiqctl(address, "schedules", user=as_user())
+    assert shown.returncode == 0, shown.stderr
+    assert "schedule nightly" in shown.stdout and "'0 3 * * *' in Europe/Berlin" in shown.stdout
+    assert "next fire" in shown.stdout and "secret" not in shown.stdout   # the arguments are not everyone's
+    refused = flexiqctl(address, "schedule", "run", "nightly", user=as_user())
+    assert refused.returncode == 1 and "root or as a member of the flexiq group" in one_line_error(refused)
+    operator = as_user(groups=[operator_group()])
+    ran = flexiqctl(address, "schedule", "run", "nightly", user=operator)
+    assert ran.returncode == 0, ran.stderr
+    job_id = int(ran.stdout.split("enqueued job ")[1].split()[0])
+    backend = open_backend(f"sqlite:///{daemon.store}")
+    try:
+        job = backend.get(job_id)
+        assert (job.task, job.queue, job.payload) == ("app.report", "reports", {"args": ["secret"], "kwargs": {}})
+    finally:
+        backend.close()
+    assert "paused on every host" in flexiqctl(address, "schedule", "pause", "nightly", user=operator).stdout
+    document = json.loads(flexiqctl(address, "schedules", "--json").stdout)["schedules"]["nightly"]
+    assert document["paused"] and document["last_run"]["job_id"] == job_id
+    assert "resumed" in flexiqctl(address, "schedule", "resume", "nightly", user=operator).stdout
+    unknown = flexiqctl(address, "schedule", "pause", "nosuch")
+    assert unknown.returncode == 1 and "no schedule 'nosuch' (schedules: nightly)" in one_line_error(unknown)

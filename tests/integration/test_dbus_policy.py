@@ -85,7 +85,8 @@ def test_everyone_may_read(bus, daemon):
             ("GetAll", ["string:org.flexiq.flexiqd1.Manager"], "org.freedesktop.DBus.Properties"),
             ("Introspect", [], "org.freedesktop.DBus.Introspectable"),
             ("Ping", [], "org.freedesktop.DBus.Peer"),
-            ("History", ["string:default", "double:0"], "org.flexiq.flexiqd1.Manager")):
+            ("History", ["string:default", "double:0"], "org.flexiq.flexiqd1.Manager"),
+            ("Schedules", [], "org.flexiq.flexiqd1.Manager")):
         result = dbus_send(bus.address, member, *args, interface=interface, user=nobody)
         assert result.returncode == 0, f"{interface}.{member}: {result.stderr}"
 
@@ -95,7 +96,9 @@ def test_everyone_else_is_refused_by_the_bus_itself(bus, daemon):
     # The jobs' own data too: their arguments and errors are not other users' to read.
     for member, args in (("Scale", ["string:default", "uint32:2", "double:0"]), ("Pause", ["string:default"]),
                          ("Unpin", ["string:default"]), ("Reload", []), ("Jobs", ["string:{}"]), ("Job", ["uint64:1"]),
-                         ("RetryDead", ["string:", "array:uint64:"]), ("PurgeDead", ["string:", "array:uint64:"])):
+                         ("RetryDead", ["string:", "array:uint64:"]), ("PurgeDead", ["string:", "array:uint64:"]),
+                         ("RunSchedule", ["string:s"]), ("PauseSchedule", ["string:s"]),
+                         ("ResumeSchedule", ["string:s"])):
         result = dbus_send(bus.address, member, *args, user=nobody)
         assert "org.freedesktop.DBus.Error.AccessDenied" in result.stderr, result.stderr
         # dbus-daemon's wording, not flexiqd's: the call never reached the daemon.
