@@ -19,7 +19,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="flexiqd", description="Autoscale flexiq-worker@ units from the state of their queues.")
     parser.add_argument("--config", default=DEFAULT_CONFIG_PATH, help="the config file (default: %(default)s)")
     parser.add_argument("--check-config", nargs="?", const=True, default=None, metavar="FILE",
-                        help="validate the config file (or FILE) and exit: 0 valid, 1 invalid")
+                        help="validate the config file (or FILE), show each schedule's next five fire times "
+                             "(UTC and its zone), and exit: 0 valid, 1 invalid")
     parser.add_argument("--fleet", choices=["systemd", "process"], default=None,
                         help="where workers run (default: the config's 'fleet', else systemd)")
     parser.add_argument("--no-api", action="store_true",
