@@ -25,10 +25,11 @@ from datetime import datetime, timezone
 from typing import Callable, Mapping
 
 from ..config.model import ScheduleConfig
-from ..errors import FlexiqdError, QueueError
+from ..errors import FlexiqdError, JobNotFound, QueueError
 from ..logs import MessageId, journal
 from ..queue.backend import Backend
-from ..queue.schedules import FIRED, ScheduleRecord, SlotDecision, SlotOutcome
+from ..queue.schedules import FIRED, SLOT, ScheduleRecord, SlotDecision, SlotOutcome
+from ..schedules.forecast import SAMPLE, Forecast, firings_from, pool_forecasts
 from ..schedules.plan import MISSED, OVERLAP, PAUSED, next_fire, plan
 
 log = logging.getLogger(__name__)
@@ -195,6 +196,25 @@ class ScheduleFirer:
         records, upcoming = self._records, self._next  # replaced whole by a pass, never changed
         return {name: ScheduleView(config=schedule, record=records.get(name), next_fire=upcoming.get(name))
                 for name, schedule in sorted(schedules.items())}
+
+    def forecasts(self, pool_queues: Mapping[str, tuple[str, ...]]) -> dict[str, Forecast]:
+        """Per pool, its next firing and the measured size of the past ones (schedules.forecast),
+        read from the ledger and the slots' jobs (blocking: store reads)."""
+        upcoming = {name: (view.config.queue, view.next_fire) for name, view in self.views().items()
+                    if not (view.record is not None and view.record.paused)}
+        history = {}
+        for name in upcoming:
+            rows = []
+            for row in self.backend.schedule_ledger(name, limit=4 * SAMPLE):
+                if row.kind != SLOT or row.outcome != FIRED or row.job_id is None:
+                    continue
+                try:
+                    job = self.backend.get(row.job_id)
+                    rows.append((row.at, row.job_id, job.started_at, job.finished_at))
+                except JobNotFound:  # deleted by retention: the firing counts, its time is unknown
+                    rows.append((row.at, row.job_id, None, None))
+            history[name] = firings_from(rows)
+        return pool_forecasts(pool_queues, upcoming, history)
 
     # -- the thread -----------------------------------------------------------------------------
 

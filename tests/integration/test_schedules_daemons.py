@@ -32,7 +32,8 @@ pools:
 schedules:
   tick: {{task: tick, cron: "* * * * * *", queue: scheduled}}
 """
-ROUNDS = 10
+# Kills and restarts per store; FLEXIQD_SCHEDULE_ROUNDS=100 for a longer run by hand.
+ROUNDS = int(os.environ.get("FLEXIQD_SCHEDULE_ROUNDS", "10"))
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

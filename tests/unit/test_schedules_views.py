@@ -79,3 +79,23 @@ def test_metrics_count_slots_fired_skipped_and_late_per_schedule(tmp_path):
     assert 'flexiqd_schedule_runs_total{schedule="nightly"} 1.0' in text
     assert f'flexiqd_schedule_next_fire_timestamp_seconds{{schedule="fast"}} {T0 + 30:.1f}' in text.replace(
         "1.80000003e+09", f"{T0 + 30:.1f}")
+
+
+def test_each_pool_gets_its_next_firing_and_the_measured_size_of_the_past_ones(tmp_path):
+    from flexiqd.queue import ClaimRequest, Outcome
+    from flexiqd.schedules.forecast import Firing, pool_forecasts
+
+    config, firer = fired(tmp_path)
+    backend = firer.backend
+    [job] = backend.claim(ClaimRequest(owner="w", queues=("reports",), limit=1), now=T0 + 26)
+    backend.settle("w", [Outcome.ack(job.id)], now=T0 + 28.5)
+    forecasts = firer.forecasts({name: pool.queues for name, pool in config.pools.items()})
+    print(forecasts)
+    assert set(forecasts) == {"default"}   # nothing feeds pool other's queue
+    default = forecasts["default"]
+    assert (default.schedule, default.at, default.jobs, default.seconds, default.samples) == \
+        ("fast", T0 + 30, 1.0, 2.5, 1)
+    # The pure part alone: the earliest schedule wins; a firing still running has no time yet.
+    mixed = pool_forecasts({"p": ("a", "b")}, {"s1": ("a", 100.0), "s2": ("b", 50.0)},
+                           {"s2": [Firing(10.0, 3, 6.0), Firing(20.0, 1, None)]})
+    assert mixed["p"].schedule == "s2" and (mixed["p"].jobs, mixed["p"].seconds, mixed["p"].samples) == (2.0, 6.0, 2)
