@@ -40,6 +40,7 @@ from ..policy.types import DependencyObservation, KneeState
 from ..queue.backend import Backend
 from ..queue.owners import process_exists, this_host
 from ..queue.types import DependencyStats
+from ..schedules.forecast import Forecast, jobs_coming_due
 from .events import EventLog
 from .samples import Samples
 from .intent import HistoryFile, IntentFile, SamplesFile
@@ -54,6 +55,7 @@ log = logging.getLogger(__name__)
 
 HISTORY_SAVE_INTERVAL = 30.0  # seconds between saves of the histories while nothing changes
 SAMPLES_SAVE_INTERVAL = 60.0  # seconds between saves of the charts' samples
+FORECAST_EVERY = 10.0  # seconds between reads of the schedules' forecasts (ledger, jobs, arrivals)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,6 +146,10 @@ class Controller:
         self.fleet_grants: Callable[[float], dict[str, dict[str, int]] | None] | None = None
         #: Per pool, the other live hosts serving it (daemon.hosts.HostHeartbeat.peers).
         self.fleet_peers: Callable[[], Mapping[str, int]] | None = None
+        #: Per pool, its schedules' next firing and its measured size (ScheduleFirer.forecasts).
+        self.schedule_forecasts: Callable[[Mapping[str, tuple[str, ...]], float], Mapping[str, Forecast]] | None = None
+        self._forecasts: Mapping[str, Forecast] = {}
+        self._forecasts_read = float("-inf")
         self._fleet_report: dict = {"pools": {}}
         self.recovery = Recovery(config, backend, fleet, host=self.host, pid_alive=pid_alive, doing=self._doing)
         self.retiring = Retiring(fleet)
@@ -225,6 +231,7 @@ class Controller:
         self._measure_start_costs(workers, now)
 
         self.dependency_stats = self._read_dependency_stats(now)
+        self._read_forecasts(now)
         observations, stats = {}, {}
         peers = self.fleet_peers() if self.fleet_peers is not None else {}
         for pool in self.config.pools.values():
@@ -273,6 +280,11 @@ class Controller:
         if stats is None:
             return None
         metrics = PoolMetrics.from_queues(stats)
+        # A schedule firing within the lead time brings jobs as delayed ones coming due do: the
+        # workers for them start before it fires.
+        scheduled = jobs_coming_due(self._forecasts.get(pool.name), now, metrics.coming_due_within)
+        if scheduled:
+            metrics = dataclasses.replace(metrics, coming_due=metrics.coming_due + scheduled)
         latencies = self._dependency_latencies(pool, now)
         if latencies:
             metrics = dataclasses.replace(metrics, dependencies=latencies)
@@ -281,6 +293,23 @@ class Controller:
             pids = [w.pid for w in workers if w.state is WorkerState.ACTIVE and w.pid]
             metrics = dataclasses.replace(metrics, cpu_utilisation=self._cpu.sample(pids))
         return metrics
+
+    def _read_forecasts(self, now: float) -> None:
+        """The schedules' forecasts, read again every ``FORECAST_EVERY`` seconds and once a firing
+        has passed; a failed read leaves none (no pre-warming on old figures)."""
+        if self.schedule_forecasts is None:
+            return
+        passed = any(forecast.at <= now for forecast in self._forecasts.values())
+        if not passed and 0 <= now - self._forecasts_read < FORECAST_EVERY:
+            return
+        self.activity = "reading the schedules' forecasts"
+        self._forecasts_read = now
+        try:
+            self._forecasts = dict(self.schedule_forecasts(
+                {name: pool.queues for name, pool in self.config.pools.items()}, now))
+        except QueueError as exc:
+            self._forecasts = {}
+            log.warning("Cannot read the schedules' past firings (no workers started ahead of them): %s", exc)
 
     def _read_dependency_stats(self, now: float) -> dict[str, DependencyStats]:
         """Each limited dependency's figures (jobs inside, deferred, hold times), once per tick."""

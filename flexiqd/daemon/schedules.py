@@ -29,7 +29,7 @@ from ..errors import FlexiqdError, JobNotFound, QueueError
 from ..logs import MessageId, journal
 from ..queue.backend import Backend
 from ..queue.schedules import FIRED, SLOT, ScheduleRecord, SlotDecision, SlotOutcome
-from ..schedules.forecast import SAMPLE, Forecast, firings_from, pool_forecasts
+from ..schedules.forecast import FAN_OUT_WINDOW, SAMPLE, Forecast, fan_out, firings_from, pool_forecasts
 from ..schedules.plan import MISSED, OVERLAP, PAUSED, next_fire, plan
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,8 @@ MAX_WAIT = 5.0
 MAX_REPLANS = 20
 # How often the ledger is pruned (of rows past the catch-up horizon).
 PRUNE_EVERY = 3600.0
+# How long the store keeps the queues' per-second arrivals (Backend.arrivals_since: an hour).
+ARRIVALS_KEPT = 3600.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,13 +199,14 @@ class ScheduleFirer:
         return {name: ScheduleView(config=schedule, record=records.get(name), next_fire=upcoming.get(name))
                 for name, schedule in sorted(schedules.items())}
 
-    def forecasts(self, pool_queues: Mapping[str, tuple[str, ...]]) -> dict[str, Forecast]:
+    def forecasts(self, pool_queues: Mapping[str, tuple[str, ...]], now: float | None = None) -> dict[str, Forecast]:
         """Per pool, its next firing and the measured size of the past ones (schedules.forecast),
-        read from the ledger and the slots' jobs (blocking: store reads)."""
+        read from the ledger, the slots' jobs and the queues' arrivals (blocking: store reads)."""
+        now = self._clock() if now is None else now
         upcoming = {name: (view.config.queue, view.next_fire) for name, view in self.views().items()
                     if not (view.record is not None and view.record.paused)}
         history = {}
-        for name in upcoming:
+        for name, (queue, _at) in upcoming.items():
             rows = []
             for row in self.backend.schedule_ledger(name, limit=4 * SAMPLE):
                 if row.kind != SLOT or row.outcome != FIRED or row.job_id is None:
@@ -213,8 +216,18 @@ class ScheduleFirer:
                     rows.append((row.at, row.job_id, job.started_at, job.finished_at))
                 except JobNotFound:  # deleted by retention: the firing counts, its time is unknown
                     rows.append((row.at, row.job_id, None, None))
-            history[name] = firings_from(rows)
+            history[name] = firings_from(rows, self._fanned_out(queue, [row[0] for row in rows], now))
         return pool_forecasts(pool_queues, upcoming, history)
+
+    def _fanned_out(self, queue: str, slots: list[float], now: float) -> dict[float, int]:
+        """Per slot whose window has passed and whose arrivals the store still keeps, the jobs it
+        brought to ``queue`` (``forecast.fan_out``)."""
+        measurable = [slot for slot in slots
+                      if slot + FAN_OUT_WINDOW <= now and slot - FAN_OUT_WINDOW >= now - ARRIVALS_KEPT]
+        if not measurable:
+            return {}
+        arrivals = self.backend.arrivals_since(queue, int(min(measurable)) - FAN_OUT_WINDOW)
+        return {slot: fan_out(arrivals, slot) for slot in measurable}
 
     # -- the thread -----------------------------------------------------------------------------
 

@@ -249,6 +249,7 @@ class Daemon:
         self.schedules = ScheduleFirer(backend, f"{self.controller.host}:{os.getpid()}",
                                        lambda: self.config.schedules)
         self.schedules.start()
+        self.controller.schedule_forecasts = self.schedules.forecasts
         await self._watch_queues(loop)
         if self._systemd is not None:
             from ..fleet.systemd import UnitWatcher
