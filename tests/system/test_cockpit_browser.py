@@ -3,7 +3,9 @@
 One story on one flexiqd in the sandbox, run in file order: a member of ``flexiq``
 sees the pools and a job's arguments; an unrelated user sees the pools but no job,
 finds the controls disabled with the reason, and a call forged from the page is
-refused by the bus; a burst moves the numbers and the charts without a reload; a
+refused by the bus; the member sees a schedule's fires marked on the charts, pauses it
+and runs it now from the page, and the unrelated user sees the schedule without a
+button (the schedule stays paused for the rest of the story); a burst moves the numbers and the charts without a reload; a
 pause from the page stops the workers claiming; a dead letter retried from the page
 runs; destructive actions ask first; last, the page loads 20 pools with an hour of
 history each (the time is reported, not asserted).
@@ -47,6 +49,8 @@ MANAGER = "org.flexiq.flexiqd1.Manager"
 ACCESS_DENIED = "org.freedesktop.DBus.Error.AccessDenied"
 PROVIDER_UP = f"{MARKS}/payments-up"   # cockpit_app.charge succeeds while it exists
 CARD = 'article.pool[data-pool="default"]'
+SCHEDULE = "heartbeat"   # fires every 3 s into the default pool's queue until the schedule test pauses it
+SCHEDULE_ROW = f'#schedules tr[data-schedule="{SCHEDULE}"]'
 NOT_A_MEMBER = "root and members of the group flexiq"
 APP_PATH = REPO / "tests" / "system"
 
@@ -74,6 +78,8 @@ pools:
       down_window: 4s
       up_limit: {{workers: 6, percent: 100, period: 1s}}
       down_limit: {{workers: 6, percent: 100, period: 1s}}
+schedules:
+  {SCHEDULE}: {{task: count, args: [0], cron: "* * * * * */3"}}
 """
 
 POOLS_FOR_LOAD = 20
@@ -287,7 +293,7 @@ def test_an_outsider_sees_the_pools_but_no_job_and_the_bus_refuses_a_forged_call
     # A call forged from the page is the user's own call: the bus refuses it.
     offered = methods(site.sbx)
     forged = [("Pause", ["default"]), ("Reload", []), ("Jobs", ["{}"]), ("Job", [1]), ("RetryDead", ["", []]),
-              ("PurgeDead", ["", []])]
+              ("PurgeDead", ["", []]), ("RunSchedule", [SCHEDULE]), ("PauseSchedule", [SCHEDULE])]
     tried = []
     for method, args in forged:
         if method not in offered:
@@ -298,6 +304,55 @@ def test_an_outsider_sees_the_pools_but_no_job_and_the_bus_refuses_a_forged_call
     assert "Pause" in tried
     if "Jobs" not in tried:
         pytest.skip(f"forged {', '.join(tried)} refused; flexiqd has no Jobs method on D-Bus yet (issue 17)")
+
+
+# -- schedules -------------------------------------------------------------------------------------
+
+def schedules_doc(sbx: Sandbox) -> dict:
+    return json.loads(sbx.run([str(BIN / "flexiqctl"), "schedules", "--json"]).stdout)["schedules"]
+
+
+def fires_marked(page: CockpitPage) -> int:
+    value = page.js("const f = document.querySelector(arguments[0]); return f ? f.dataset.fires || '0' : '0'",
+                    f'{CARD} [data-chart="jobs"]')
+    return int(value)
+
+
+def test_a_member_sees_the_schedule_its_fires_on_the_charts_pauses_it_and_runs_it_now(site: Site, member: CockpitPage):
+    sbx = site.sbx
+    require(sbx, "Schedules", "RunSchedule", "PauseSchedule")
+    row = member.wait_text(SCHEDULE_ROW, lambda t: "fired: job #" in t, what="the schedule's last slot fired")
+    assert "* * * * * */3" in row and "default" in row and "active" in row, row
+    # The fires the page saw since it opened, marked on the pool's charts at their slots.
+    member.js("arguments[0].scrollIntoView({block: 'start'})", member.find(CARD))
+    member.wait(lambda: fires_marked(member) >= 2, 20, what="two fires of the schedule on the default pool's charts")
+    assert SCHEDULE in member.text(f"{CARD} details.fires tbody")
+    assert "schedule fire" in member.find(f'{CARD} [data-chart="jobs"] .chart').get_attribute("aria-label")
+    member.screenshot(IMG / "cockpit-schedules.png", css="#schedules-section")
+
+    member.click(f'{SCHEDULE_ROW} button[data-action="pause"]')
+    member.wait_text("#messages", lambda t: f"Paused the schedule {SCHEDULE}" in t, what="the pause's answer")
+    member.wait(lambda: member.find(SCHEDULE_ROW).get_attribute("data-paused") == "true", what="the row to say paused")
+    assert schedules_doc(sbx)[SCHEDULE]["paused"] is True
+    listed = sbx.run([str(BIN / "flexiqctl"), "schedules"]).stdout
+    assert f"schedule {SCHEDULE} (paused)" in listed, listed
+    assert not member.find(f'{SCHEDULE_ROW} button[data-action="pause"]').is_enabled()
+
+    member.click(f'{SCHEDULE_ROW} button[data-action="run"]')
+    said = member.wait_text("#messages", lambda t: f"Ran the schedule {SCHEDULE} now: job #" in t, what="the run's answer")
+    job = int(re.search(rf"Ran the schedule {SCHEDULE} now: job #(\d+)", said)[1])
+    sbx.wait_for(lambda: job_state(sbx, job) == "done", 30, what=f"job {job}, run now from the page, to be done")
+    member.wait_text(SCHEDULE_ROW, lambda t: "run now" in t and f"#{job}" in t, what="the run in the schedule's row")
+    assert schedules_doc(sbx)[SCHEDULE]["last_run"]["job_id"] == job
+
+
+def test_an_outsider_sees_the_schedule_and_no_button(site: Site, outsider: CockpitPage):
+    require(site.sbx, "Schedules")
+    row = outsider.wait_text(SCHEDULE_ROW, lambda t: "paused" in t, what="the paused schedule")
+    assert "fired: job #" in row or "skipped" in row, row
+    assert not outsider.finds("#schedules button"), "a button for a user who may not steer"
+    assert not outsider.find("#schedules-actions-head").is_displayed()
+    assert "root and members of the group flexiq" in outsider.text("#schedules-note")
 
 
 # -- live ------------------------------------------------------------------------------------------

@@ -199,7 +199,10 @@ def test_the_cockpit_page_and_its_chart_library_links_are_installed(debian: Debi
     # The links must resolve: libjs-dygraphs came along as a dependency (docs/cockpit.md).
     page = "/usr/share/cockpit/flexiqd"
     debian.run(["python3", "-m", "json.tool", f"{page}/manifest.json"])
-    for name in ("index.html", "flexiqd.js", "flexiqd.css"):
+    # Every file of cockpit/: the page's ES modules are loaded by name, one missing breaks the page.
+    names = sorted(path.name for path in (REPO / "cockpit").iterdir() if path.is_file())
+    assert "flexiqd.js" in names and "schedules.js" in names, names
+    for name in names:
         debian.run(["test", "-f", f"{page}/{name}", "-a", "!", "-L", f"{page}/{name}"])
     for name in ("dygraph.min.js", "dygraph.min.css"):
         target = debian.run(["readlink", "-e", f"{page}/{name}"]).stdout.strip()
