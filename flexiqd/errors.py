@@ -22,6 +22,11 @@ class StoreUnavailable(QueueError):
     """The store cannot be opened or used: missing, read-only, corrupt or locked."""
 
 
+class StoreUnreachable(StoreUnavailable):
+    """The store cannot be used now, for a reason that passes by itself: its server is down or
+    restarting, or its disk is full.  Retrying later may succeed; nothing about it is wrong."""
+
+
 class PayloadError(QueueError):
     """A job's payload is not JSON."""
 

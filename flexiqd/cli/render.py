@@ -74,7 +74,9 @@ def pool_rows(pool: Mapping[str, Any], now: float) -> list[tuple[str, str]]:
         rows.append(("startup", _start_cost(pool.get("start_cost"))))
     metrics = pool.get("metrics")
     if metrics is None:
-        rows.append(("queue", "stats unavailable" if workers is not None else "-"))
+        error = pool.get("stats_error")
+        rows.append(("queue", "-" if workers is None else
+                     f"stats unavailable, the pool is held: {error}" if error else "stats unavailable"))
     else:
         queue = f"{metrics['runnable']} runnable, {metrics['delayed']} delayed, {metrics['running']} running"
         if metrics.get("coming_due"):
@@ -153,6 +155,8 @@ def render_status(document: Mapping[str, Any], now: float | None = None) -> str:
     lines = [f"flexiqd {document.get('version', '?')}, config {document.get('config_path', '?')}"]
     if document.get("config_error"):
         lines.append(f"config rejected, running on the previous one: {document['config_error']}")
+    if document.get("store_problem"):
+        lines.append(f"the queue takes no writes (nothing is enqueued or claimed): {document['store_problem']}")
     pools = document.get("pools") or {}
     if not pools:
         lines.append("")

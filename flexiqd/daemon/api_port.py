@@ -147,7 +147,8 @@ class DaemonPort:
             return status_document(controller.config, config_path, config_error, controller.views,
                                    controller.operators.overrides, now, hosts, controller.dependency_stats,
                                    firer.views() if firer is not None else None,
-                                   firer.counters if firer is not None else None)
+                                   firer.counters if firer is not None else None,
+                                   store_problem=controller.store_problem)
 
         return await daemon.io(build)
 

@@ -38,7 +38,9 @@ from ..policy import CapValue, Decision, History, Observation, PoolMetrics, deci
 from ..policy.economics import lead_time, start_cost_or_default
 from ..policy.types import DependencyObservation, KneeState
 from ..queue.backend import Backend
+from ..queue.disk import disk_problem
 from ..queue.owners import process_exists, this_host
+from ..queue.url import sqlite_path
 from ..queue.types import DependencyStats
 from ..schedules.forecast import Forecast, jobs_coming_due
 from .events import EventLog
@@ -73,6 +75,7 @@ class PoolView:
     metrics: PoolMetrics | None = None   # all its queues together, as the policy saw them
     start_cost: StartCost | None = None  # measured; None until a worker started for work claimed
     line: str | None = None              # the decision's one line, as logged
+    stats_error: str | None = None       # why the stats could not be read (stats None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +88,7 @@ class _Seen:
     failed: collections.Counter
     stats: dict[str, list | None]
     stopping: dict[str, int] = dataclasses.field(default_factory=dict)  # asked to stop, not exited
+    stats_errors: dict[str, str] = dataclasses.field(default_factory=dict)  # pool -> why its read failed
 
 
 def choose_victims(workers: Iterable[WorkerInfo], count: int, busy: dict[str, int]) -> list[WorkerInfo]:
@@ -136,6 +140,8 @@ class Controller:
         #: Pools whose growth waits, at the last tick, for stopping workers to exit: the loop
         #: decides again soon when no unit change will wake it (``waits_on_stopping``).
         self.waiting_for_stopping: set[str] = set()
+        #: Why the store takes no writes, as the last tick found its disk (full, read-only); None: it does.
+        self.store_problem: str | None = None
         #: Each limited dependency as the store saw it at the last tick (a failed read: absent).
         self.dependency_stats: dict[str, DependencyStats] = {}
         self._cpu = CpuSampler()
@@ -216,6 +222,7 @@ class Controller:
         except FleetError as exc:
             log.warning("Holding every pool: cannot list workers: %s", exc)
             return None
+        self._check_disk()
         # Dead workers' jobs first: a failed worker is forgotten only once its leases are released.
         busy = self.recovery.release_dead_workers(now, {w.pid for w in workers
                                                         if w.pid and w.state is not WorkerState.FAILED})
@@ -232,14 +239,14 @@ class Controller:
 
         self.dependency_stats = self._read_dependency_stats(now)
         self._read_forecasts(now)
-        observations, stats = {}, {}
+        observations, stats, errors = {}, {}, {}
         peers = self.fleet_peers() if self.fleet_peers is not None else {}
         for pool in self.config.pools.values():
             mine = by_pool.get(pool.name, [])
             cost = self.start_costs.estimate(pool.name)
             start_cost = cost.seconds if cost else None
             self.activity = f"reading the queue stats of pool {pool.name}"
-            stats[pool.name] = self._read_stats(pool, now, start_cost)
+            stats[pool.name] = self._read_stats(pool, now, start_cost, errors)
             # A retiring worker is leaving: no capacity, so draining, as a stopped one.
             retiring = len(self.retiring.of(mine))
             observations[pool.name] = Observation(
@@ -252,7 +259,23 @@ class Controller:
                              if s.next_due is not None), default=None)
         stopping = {name: _count(mine, WorkerState.DRAINING) for name, mine in by_pool.items()}
         return _Seen(observations=observations, workers=dict(by_pool), busy=busy, failed=failed, stats=stats,
-                     stopping=stopping)
+                     stopping=stopping, stats_errors=errors)
+
+    def _check_disk(self) -> None:
+        """A SQLite store's disk, full or mounted read-only: said in the status and, when it
+        changes, in the journal.  (Reads go on meanwhile, so the pools are sized as ever.)"""
+        if not self.config.store.startswith("sqlite:///"):
+            return
+        self.activity = "looking at the store's disk"
+        problem = disk_problem(sqlite_path(self.config.store))
+        if problem != self.store_problem:
+            if problem is not None:
+                log.warning("The queue takes no writes: %s. Nothing can be enqueued, and workers claim "
+                            "nothing and keep their jobs until there is room again.", problem,
+                            extra=journal(MessageId.STORE_NOT_WRITABLE, PROBLEM=problem))
+            else:
+                log.info("The queue takes writes again: %s no longer holds.", self.store_problem)
+        self.store_problem = problem
 
     def _measure_start_costs(self, workers: list[WorkerInfo], now: float) -> None:
         """Read the first claims of workers started for waiting work that became ready."""
@@ -265,7 +288,9 @@ class Controller:
         except QueueError as exc:
             log.warning("Cannot read the first claims of new workers (retried next tick): %s", exc)
 
-    def _read_stats(self, pool: PoolConfig, now: float, start_cost: float | None) -> list | None:
+    def _read_stats(self, pool: PoolConfig, now: float, start_cost: float | None,
+                    errors: dict[str, str]) -> list | None:
+        """Each queue's stats; None, and the reason in ``errors``, when the store cannot be read."""
         try:
             # Work coming due within the lead time: what a worker started now would be ready for.
             horizon = lead_time(pool.policy.targets, start_cost_or_default(start_cost, pool.policy.behavior),
@@ -274,6 +299,7 @@ class Controller:
         except QueueError as exc:
             # No information is not "no load": the policy holds the pool.
             log.warning("Pool %s: cannot read queue stats, holding: %s", pool.name, exc)
+            errors[pool.name] = str(exc)
             return None
 
     def _metrics(self, pool: PoolConfig, stats: list | None, workers: list[WorkerInfo], now: float):
@@ -558,7 +584,7 @@ class Controller:
         return PoolView(pool=name, active=obs.active, starting=obs.starting, draining=obs.draining,
                         failed=seen.failed.get(name, 0), max_workers=self.config.pools[name].policy.max_workers,
                         decision=decision, stats=seen.stats[name], metrics=obs.metrics,
-                        start_cost=self.start_costs.estimate(name),
+                        start_cost=self.start_costs.estimate(name), stats_error=seen.stats_errors.get(name),
                         line=self._line(name, decision, obs) if decision is not None else None)
 
     def _line(self, name: str, decision: Decision, obs: Observation) -> str:
@@ -621,12 +647,14 @@ class Controller:
             running = view.active + view.starting
             metrics = view.metrics
             if metrics is None:
-                parts.append(f"{view.pool} {running}/{view.max_workers} stats unavailable")
+                why = f" ({view.stats_error}), holding" if view.stats_error else ""
+                parts.append(f"{view.pool} {running}/{view.max_workers} stats unavailable{why}")
                 continue
             parts.append(f"{view.pool} {running}/{view.max_workers} age "
                          f"{format_duration(metrics.oldest_runnable_age)} "
                          f"ttd {format_duration(metrics.time_to_drain)}")
-        return "; ".join(parts) or "no pools"
+        line = "; ".join(parts) or "no pools"
+        return f"store takes no writes: {self.store_problem}; {line}" if self.store_problem else line
 
 
 def _decision_fields(decision: Decision) -> dict:

@@ -40,6 +40,7 @@ def pool_document(name: str, config: "DaemonConfig", view: "PoolView | None",
         "binding_cap_workers": None,
         "start_cost": None,
         "metrics": None,
+        "stats_error": None,
         "utilisation": None,
         "decision": None,
         "ceiling": None,
@@ -60,6 +61,7 @@ def pool_document(name: str, config: "DaemonConfig", view: "PoolView | None",
         document["binding_cap_workers"] = cap.workers if cap is not None else None
         document["decision"] = {"reason": view.decision.reason, "rationale": view.line}
         document["ceiling"] = ceiling_document(view.decision.history.knee)
+    document["stats_error"] = view.stats_error
     metrics = view.metrics
     if metrics is not None:
         document["metrics"] = {
@@ -144,10 +146,11 @@ def status_document(config: "DaemonConfig | None", config_path: str, config_erro
                     now: float, hosts: Mapping[str, Any] | None = None,
                     held: Mapping[str, "DependencyStats"] | None = None,
                     schedules: Mapping[str, "ScheduleView"] | None = None,
-                    counters: Any = None) -> dict[str, Any]:
+                    counters: Any = None, store_problem: str | None = None) -> dict[str, Any]:
     """The whole Status document: the daemon, then every configured pool by name, the
     dependencies, then the fleet of hosts sharing the store (``hosts``: a ``hosts_document``;
-    None when not known).  ``schedules``: the firing loop's views, for each pool's next fire."""
+    None when not known).  ``schedules``: the firing loop's views, for each pool's next fire.
+    ``store_problem``: why the store takes no writes (its disk)."""
     pools = {}
     if config is not None:
         for name in sorted(config.pools):
@@ -157,6 +160,7 @@ def status_document(config: "DaemonConfig | None", config_path: str, config_erro
         "version": __version__,
         "config_path": config_path,
         "config_error": config_error,
+        "store_problem": store_problem,
         "fleet": config.fleet if config is not None else None,
         "tick": config.tick if config is not None else None,
         "generated_at": now,

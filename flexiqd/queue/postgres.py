@@ -31,7 +31,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 
-from ..errors import QueueError, StoreUnavailable
+from ..errors import QueueError, StoreUnavailable, StoreUnreachable
 from .core import CommitUnknown, Store
 from .dialect import Database, RateRow, Tx
 from .endings import Endings, LeasedRow
@@ -871,7 +871,8 @@ class PostgresDatabase(Database):
     def _translate(self, exc: psycopg.Error, operation: str) -> QueueError:
         text = _first_line(exc)
         if isinstance(exc, psycopg.OperationalError):
-            return StoreUnavailable(f"{operation} on the queue database {self.url} failed: {text}")
+            kind = StoreUnreachable if _passes(exc) else StoreUnavailable
+            return kind(f"{operation} on the queue database {self.url} failed: {text}")
         if isinstance(exc, (pg_errors.InsufficientPrivilege, pg_errors.ReadOnlySqlTransaction)):
             return StoreUnavailable(f"{operation} on the queue database {self.url} was refused: {text}")
         return QueueError(f"{operation} on the queue database {self.url} failed: {text}")
@@ -948,10 +949,30 @@ def _connect(options: ConnectOptions, url: str) -> psycopg.Connection:
     try:
         conn = psycopg.connect(options.conninfo, **kwargs)
     except psycopg.Error as exc:
-        raise StoreUnavailable(f"cannot connect to the queue database {url}: {_first_line(exc)}") from None
+        kind = StoreUnreachable if _passes(exc) else StoreUnavailable
+        raise kind(f"cannot connect to the queue database {url}: {_first_line(exc)}") from None
     if not options.prepare:
         conn.prepare_threshold = None
     return conn
+
+
+# A server that is down, restarting or full of connections: these pass by themselves; a wrong
+# password, a missing database or a refused login do not.  Errors raised while connecting
+# carry no SQLSTATE (libpq gives only a message), so for those the message decides.
+_PASSING_STATES = ("08", "57P01", "57P02", "57P03", "53300")
+_PASSING_WORDS = ("connection refused", "timeout expired", "timed out", "starting up", "shutting down",
+                  "in recovery", "too many clients", "no such file or directory", "server closed the connection",
+                  "connection reset", "terminating connection", "could not receive data", "could not send data",
+                  "no route to host", "network is unreachable", "consuming input failed")
+
+
+def _passes(exc: psycopg.Error) -> bool:
+    """Whether ``exc`` says the server cannot be reached now, rather than that something is wrong."""
+    state = exc.sqlstate
+    if state is not None:
+        return state.startswith(_PASSING_STATES)
+    text = str(exc).lower()
+    return any(words in text for words in _PASSING_WORDS)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -17,9 +17,10 @@ import sqlite3
 import threading
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
-from ..errors import QueueError, StoreUnavailable
+from ..errors import QueueError, StoreUnavailable, StoreUnreachable
 from .core import Store
 from .dialect import Database, RateRow, Tx
+from .disk import disk_problem
 from .endings import Endings, LeasedRow
 from .figures import COMING_DUE_LIMIT, DURATION_HORIZON, DURATION_SAMPLE, READ_BUCKETS, StatsRows, durations_of
 from .limits import TenantCaps
@@ -602,6 +603,9 @@ class SQLiteDatabase(Database):
             raise StoreUnavailable(
                 f"cannot open the queue database {self.path}: directory {directory} does not exist")
         if os.path.exists(self.path) and not os.access(self.path, os.W_OK):
+            problem = disk_problem(self.path)
+            if problem is not None:  # a read-only mount: it may be remounted, so wait
+                raise StoreUnreachable(f"cannot open the queue database {self.path}: {problem}")
             raise StoreUnavailable(
                 f"cannot open the queue database {self.path}: the file is read-only for this user")
         if not os.path.exists(self.path) and not os.access(directory, os.W_OK):
@@ -682,6 +686,10 @@ class SQLiteDatabase(Database):
         if "not a database" in text or "malformed" in text or "corrupt" in text:
             return StoreUnavailable(
                 f"the queue database {self.path} is corrupt or not a SQLite database ({text})")
+        if "disk is full" in text or "readonly" in text or "read-only" in text or "disk I/O error" in text:
+            problem = disk_problem(self.path)
+            if problem is not None:  # the disk, not the store: it passes once there is room again
+                return StoreUnreachable(f"{operation} was not done: {problem}")
         if "readonly" in text or "read-only" in text:
             return StoreUnavailable(f"the queue database {self.path} is read-only ({text})")
         if "unable to open" in text:
@@ -714,13 +722,24 @@ class SQLiteDatabase(Database):
                 conn.execute(begin)
                 try:
                     result = body(SQLiteTx(conn))
+                    conn.execute("COMMIT")
                 except BaseException:
-                    conn.execute("ROLLBACK")
+                    _roll_back(conn)
                     raise
-                conn.execute("COMMIT")
                 return result
             except sqlite3.Error as exc:
                 raise self._translate(exc, operation) from None
+
+
+def _roll_back(conn: sqlite3.Connection) -> None:
+    """End a failed transaction, whatever failed.  A full disk may have rolled it back already
+    (then ROLLBACK itself fails), and a COMMIT that failed leaves it open: either way the
+    connection must come out of it, or every later BEGIN fails ("within a transaction")."""
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # rolled back by SQLite meanwhile: the error that ended it is the one to report
 
 
 class SQLiteBackend(Store):

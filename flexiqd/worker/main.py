@@ -16,17 +16,29 @@ import asyncio
 import logging
 import os
 import threading
+import time
+from typing import Callable
 
 from ..config.runtime import PAUSED_FILE_ENV, is_paused
 from ..config.worker import LimitsReader, TenantCapsReader, WorkerSetup, drain_timeout_now
-from ..errors import StoreUnavailable
+from ..errors import StoreUnavailable, StoreUnreachable
+from ..notify import Notifier
+from ..queue.backend import Backend
 from ..queue.url import open_backend, safe_url
 from .exit import become_subreaper, exit_now, kill_descendants
 from .loader import load_app
-from .runtime import EXIT_UNAVAILABLE, Worker
-from .signals import WorkerSignals
+from .runtime import EXIT_OK, EXIT_UNAVAILABLE, STORE_RETRY_MAX, Worker
+from .signals import STOP_SIGNALS, WorkerSignals
 
 log = logging.getLogger(__name__)
+
+# A store that cannot be reached now (its server restarting, its disk full) is waited for,
+# trying again this often at most: exiting instead would loop through systemd's restarts
+# (RestartSec=1s) into its start limit, and the unit would end failed while the store is away.
+# The pause doubles up to the claim loop's (runtime.STORE_RETRY_MAX).
+STORE_RETRY_FIRST = 0.25
+# How far past the next try the start timeout is pushed each time (EXTEND_TIMEOUT_USEC).
+STORE_WAIT_MARGIN = 10.0
 
 
 def run_worker(setup: WorkerSetup, signals: WorkerSignals | None = None) -> int:
@@ -40,10 +52,13 @@ def run_worker(setup: WorkerSetup, signals: WorkerSignals | None = None) -> int:
     app = load_app(setup.app)
     store_url = setup.store_url or app.url
     try:
-        backend = open_backend(store_url)
+        backend = open_when_reachable(store_url, setup.config.name, signals, Notifier())
     except StoreUnavailable as exc:
         log.error("Worker %s cannot start: %s", setup.config.name, exc)
         return EXIT_UNAVAILABLE
+    if backend is None:
+        log.info("Worker %s stopped while it waited for the store.", setup.config.name)
+        return EXIT_OK
     if app.url != store_url:
         log.info("Worker %s: the application's Queue names %s; its tasks enqueue into the pool's "
                  "store %s, where this worker claims.", setup.config.name, safe_url(app.url),
@@ -70,6 +85,35 @@ def run_worker(setup: WorkerSetup, signals: WorkerSignals | None = None) -> int:
     runner.close()
     backend.close()
     return code
+
+
+def open_when_reachable(url: str, name: str, signals: WorkerSignals, notifier: Notifier, *,
+                        sleep: Callable[[float], None] = time.sleep) -> Backend | None:
+    """The store, opened once it can be reached; None if a stop arrived while it could not.
+
+    Blocking.  ``StoreUnreachable`` is waited out -- the start timeout extended, the
+    watchdog fed, STATUS= saying why -- and every other ``StoreUnavailable`` (a wrong
+    URL or password, a schema too new) is raised: waiting would not mend it.
+    """
+    delay, since = STORE_RETRY_FIRST, time.monotonic()
+    while True:
+        try:
+            backend = open_backend(url)
+        except StoreUnreachable as exc:
+            if any(signum in STOP_SIGNALS for signum in signals.received):
+                return None
+            waited = time.monotonic() - since
+            if delay == STORE_RETRY_FIRST:
+                log.warning("Worker %s waits for the store: %s", name, exc)
+            notifier.status(f"waiting {waited:.0f}s for the store: {exc}")
+            notifier.extend_timeout(delay + STORE_WAIT_MARGIN)
+            notifier.watchdog()
+            sleep(delay)
+            delay = min(delay * 2, STORE_RETRY_MAX)
+            continue
+        if delay != STORE_RETRY_FIRST:
+            log.info("Worker %s reached the store after %.1fs.", name, time.monotonic() - since)
+        return backend
 
 
 def _other_threads_block_exit() -> bool:

@@ -87,6 +87,12 @@ UNSETTLED_MAX = 16
 FENCE_EXIT_GRACE = 0.2
 # How often the dependency limits are looked at again (a reload may have changed them).
 LIMITS_CHECK = 2.0
+# A failed exchange is tried again after a pause that doubles up to this: a store back from a
+# restart sees its workers claim again within it (issue 24 asks for 2 s), and a refused
+# connection a second costs a down server nothing.
+STORE_RETRY_MAX = 1.0
+# While the store fails, the worker's warning is repeated this often (and when the reason changes).
+STORE_LOG_EVERY = 30.0
 # Jobs the store could not be asked to admit (it failed): released with the next exchange.
 HANDED_BACK = Deferral("", 0.0)
 
@@ -181,6 +187,9 @@ class Worker:
         self._stop_before_start = False
         self._paused = False
         self._last_status = 0.0
+        self._store_error: str | None = None  # why the last exchange failed; None once one went through
+        self._store_down: float | None = None  # since when exchanges fail
+        self._store_logged = 0.0
         # On a store shared by hosts the leases follow the heartbeat, and a fence guards them.
         self.timing = (shared_store_timing(config.heartbeat) if backend.shared_by_hosts else
                        LeaseTiming(lease=config.lease_seconds, renew_every=config.lease_seconds / 3,
@@ -306,12 +315,13 @@ class Worker:
                     done = await self._store(self._exchange, outcomes, request, admit)
                 except QueueError as exc:
                     self._outcomes = outcomes + self._outcomes  # keep them; settle on the next try
-                    log.warning("Worker %s: %s; retrying in %.1fs.", self.config.name, exc, idle)
+                    self._store_failed(exc, idle)
                     await self._wait(idle)
-                    idle = min(idle * 2, 5.0)
+                    idle = min(idle * 2, STORE_RETRY_MAX)
                     continue
                 finally:
                     self._settling = 0
+                self._store_back()
                 self._first_outcome_at = time.monotonic() if self._outcomes else None
                 self._admissions_done(admit, done.refused)
                 self._buffer.extend(done.claimed)
@@ -331,6 +341,28 @@ class Worker:
             else:
                 await self._wait(None if not self._paused else self.config.idle_poll_max)
         return EXIT_OK
+
+    def _store_failed(self, exc: QueueError, retry: float) -> None:
+        """An exchange failed: say so when it starts, when the reason changes and every
+        STORE_LOG_EVERY seconds -- not at every retry of an outage -- and in STATUS=."""
+        text, now = str(exc), time.monotonic()
+        if self._store_down is None:
+            self._store_down = now
+        if text != self._store_error or now - self._store_logged >= STORE_LOG_EVERY:
+            log.warning("Worker %s claims nothing while the store fails (%.0fs so far), keeping its %d "
+                        "running jobs and %d results: %s; retrying every %.1fs at most.", self.config.name,
+                        now - self._store_down, len(self._inflight), len(self._outcomes), exc, STORE_RETRY_MAX)
+            self._store_logged = now
+        self._store_error = text
+        self._last_status = 0.0  # the status says so at once
+        self._report_status()
+
+    def _store_back(self) -> None:
+        if self._store_down is not None:
+            log.info("Worker %s reached the store again after %.1fs.", self.config.name,
+                     time.monotonic() - self._store_down)
+            self._store_down = self._store_error = None
+            self._last_status = 0.0
 
     # -- on the store thread: the exchange ------------------------------------------------------
 
@@ -551,7 +583,8 @@ class Worker:
         stuck = self._stuck()
         return (f"{state}: {len(self._inflight)}/{self.config.concurrency} running"
                 f"{f' ({stuck} stuck past their timeout)' if stuck else ''}, "
-                f"{self.counters.done} done, {self.counters.failed} failed")
+                f"{self.counters.done} done, {self.counters.failed} failed"
+                f"{f'; not claiming, the store fails: {self._store_error}' if self._store_error else ''}")
 
     def _report_status(self) -> None:
         now = time.monotonic()

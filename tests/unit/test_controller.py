@@ -68,7 +68,7 @@ def test_a_failed_stats_read_holds_the_pool(backend, monkeypatch):
     assert decision.desired == decision.current == 3
     assert decision.reason == "HoldMetricsUnavailable"
     assert fleet.started == [] and fleet.stopped == []
-    assert "stats unavailable" in controller.status_line()
+    assert controller.status_line() == "default 3/8 stats unavailable (the queue database is locked), holding"
 
 
 def test_the_leases_of_a_dead_worker_are_released_at_once(backend):

@@ -62,6 +62,10 @@ def test_status_table_shows_unknowns_as_such():
     text = render_status(document(metrics=None, utilisation=None, decision=None, desired=None))
     assert "stats unavailable" in text and "desired      - (min 1, max 10)" in text
     assert "decision" not in text
+    down = render_status(document(metrics=None, stats_error="cannot connect to the queue database "
+                                                            "postgresql://q@db/jobs: Connection refused"))
+    assert ("queue        stats unavailable, the pool is held: cannot connect to the queue database "
+            "postgresql://q@db/jobs: Connection refused") in down
     never = render_status(document(metrics={**document()["pools"]["default"]["metrics"], "time_to_drain": None,
                                             "duration_p50": None, "duration_p95": None, "duration_p99": None}))
     assert "drains in never (nothing completes)" in never and "p50 -, p95 -, p99 -" in never

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from flexiqd.errors import QueueError, StoreUnavailable
+from flexiqd.errors import QueueError, StoreUnavailable, StoreUnreachable
 from flexiqd.queue import ClaimRequest, JobState, NewJob, Outcome, open_backend
 from flexiqd.queue.postgres_schema import SCHEMA_VERSION
 from pg_server import PASSWORD, PASSWORD_ROLE, in_ci
@@ -63,6 +63,17 @@ def test_a_store_that_cannot_reconnect_says_so_in_one_line(pg_server, postgres_b
         store.stats("default", now=T0)
     assert "cannot connect to the queue database" in str(caught.value)
     assert "nodb" in str(caught.value) and "\n" not in str(caught.value)
+    assert not isinstance(caught.value, StoreUnreachable)  # no waiting mends a missing database
+
+
+def test_a_server_that_is_down_is_unreachable_for_now_not_broken(pg_server, postgres_backend):
+    store = postgres_backend
+    options = store.database.options
+    # A port nothing listens on: what a client sees while the server restarts.
+    store.database.options = type(options)(conninfo=f"host=127.0.0.1 port=1 dbname=flexiq user=x")
+    cut_connection(pg_server, store)
+    with pytest.raises(StoreUnreachable, match="cannot connect to the queue database .*refused"):
+        store.stats("default", now=T0)
 
 
 # -- concurrency -----------------------------------------------------------------------------
