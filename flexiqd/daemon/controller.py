@@ -55,6 +55,9 @@ from .startcost import StartCost, StartCosts
 
 log = logging.getLogger(__name__)
 
+# How often the daemon writes a probe file beside a SQLite store: a file system that turned
+# read-only after an error says so only to a write (queue.disk).
+DISK_PROBE_INTERVAL = 5.0
 HISTORY_SAVE_INTERVAL = 30.0  # seconds between saves of the histories while nothing changes
 SAMPLES_SAVE_INTERVAL = 60.0  # seconds between saves of the charts' samples
 FORECAST_EVERY = 10.0  # seconds between reads of the schedules' forecasts (ledger, jobs, arrivals)
@@ -142,6 +145,8 @@ class Controller:
         self.waiting_for_stopping: set[str] = set()
         #: Why the store takes no writes, as the last tick found its disk (full, read-only); None: it does.
         self.store_problem: str | None = None
+        self._disk_probed_at = float("-inf")
+        self._probe_problem: str | None = None
         #: Each limited dependency as the store saw it at the last tick (a failed read: absent).
         self.dependency_stats: dict[str, DependencyStats] = {}
         self._cpu = CpuSampler()
@@ -267,14 +272,20 @@ class Controller:
         if not self.config.store.startswith("sqlite:///"):
             return
         self.activity = "looking at the store's disk"
-        problem = disk_problem(sqlite_path(self.config.store))
+        path, now = sqlite_path(self.config.store), time.monotonic()
+        problem = disk_problem(path)
+        if problem is None and now - self._disk_probed_at >= DISK_PROBE_INTERVAL:
+            self._disk_probed_at = now
+            problem = self._probe_problem = disk_problem(path, write_probe=True)
+        elif problem is None:
+            problem = self._probe_problem  # what the last write found: only a write tells it passed
         if problem != self.store_problem:
             if problem is not None:
-                log.warning("The queue takes no writes: %s. Nothing can be enqueued, and workers claim "
-                            "nothing and keep their jobs until there is room again.", problem,
+                log.warning("Writes to the queue fail: %s. Nothing can be enqueued, and workers claim "
+                            "nothing and keep their jobs until it takes writes again.", problem,
                             extra=journal(MessageId.STORE_NOT_WRITABLE, PROBLEM=problem))
             else:
-                log.info("The queue takes writes again: %s no longer holds.", self.store_problem)
+                log.info("The queue takes writes again (it did not: %s).", self.store_problem)
         self.store_problem = problem
 
     def _measure_start_costs(self, workers: list[WorkerInfo], now: float) -> None:

@@ -687,7 +687,7 @@ class SQLiteDatabase(Database):
             return StoreUnavailable(
                 f"the queue database {self.path} is corrupt or not a SQLite database ({text})")
         if "disk is full" in text or "readonly" in text or "read-only" in text or "disk I/O error" in text:
-            problem = disk_problem(self.path)
+            problem = disk_problem(self.path, write_probe=True)
             if problem is not None:  # the disk, not the store: it passes once there is room again
                 return StoreUnreachable(f"{operation} was not done: {problem}")
         if "readonly" in text or "read-only" in text:

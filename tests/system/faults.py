@@ -18,13 +18,39 @@ import time
 from typing import Callable
 
 from .executions import Execution, parse
-from .flexiqd_install import BIN, DAEMON, MARKS
+from .flexiqd_install import BIN, DAEMON, MARKS, REPO, workers
 from .sandbox import Sandbox
 
 CONCURRENCY = 4
 # What one affected worker may make run twice: its running jobs, plus those that finished
 # but whose results were not committed yet (runtime.UNSETTLED_MAX) -- the chaos test's bound.
 RERUN_BOUND = CONCURRENCY + 16
+
+
+
+def config(store: str, *, max_workers: int, marks: str = MARKS, pool_extra: str = "") -> str:
+    """A pool of the chaos app's workers (``concurrency`` CONCURRENCY) on ``store``, quick to
+    scale both ways; ``pool_extra``: more keys of the pool, as YAML lines indented 4."""
+    return f"""
+store: '{store}'
+tick: 500ms
+pools:
+  default:
+    app: chaos_app:queue
+    concurrency: {CONCURRENCY}
+    min_workers: 1
+    max_workers: {max_workers}
+    drain_timeout: 20s
+    environment:
+      PYTHONPATH: {REPO / "tests" / "apps"}
+      FLEXIQ_TEST_MARKS: {marks}
+    targets: {{age: 2s, lead_time: 1s}}
+    behavior:
+      down_window: 2s
+      up_limit: {{workers: {max_workers}, percent: 100, period: 1s}}
+      down_limit: {{workers: {max_workers}, percent: 100, period: 1s}}
+{pool_extra}"""
+
 
 _IDS = re.compile(r"^(?:enqueued \d+ jobs, ids (\d+)\.\.(\d+)|(\d+))$")
 
@@ -71,8 +97,35 @@ class Load(threading.Thread):
         self.join()
 
 
-def executions(sbx: Sandbox) -> list[Execution]:
-    return parse(sbx.run(f"cat {MARKS}/*.log 2>/dev/null || true").stdout)
+class Watch(threading.Thread):
+    """What an operator sees, sampled while a fault lasts: STATUS=, ``flexiqctl status``, the units."""
+
+    def __init__(self, sbx: Sandbox) -> None:
+        super().__init__(name="watch", daemon=True)
+        self.sbx = sbx
+        self.status: list[str] = []
+        self.flexiqctl: list[str] = []
+        self.workers: list[int] = []
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.wait(0.5):
+            status = self.sbx.unit_property(DAEMON, "StatusText")
+            if not self.status or self.status[-1] != status:
+                self.status.append(status)
+            shown = self.sbx.run([str(BIN / "flexiqctl"), "status"], check=False, timeout=30)
+            text = (shown.stdout + shown.stderr).strip()
+            if not self.flexiqctl or self.flexiqctl[-1] != text:
+                self.flexiqctl.append(text)
+            self.workers.append(len(workers(self.sbx)))
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join()
+
+
+def executions(sbx: Sandbox, marks: str = MARKS) -> list[Execution]:
+    return parse(sbx.run(f"cat {marks}/*.log 2>/dev/null || true").stdout)
 
 
 def journal_entries(sbx: Sandbox, *units: str, since: float | None = None) -> list[dict]:

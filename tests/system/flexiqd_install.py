@@ -52,8 +52,12 @@ def unit_text(name: str) -> str:
     return text.replace("/usr/bin/flexiqd ", f"{BIN}/flexiqd ").replace("/usr/bin/flexiq ", f"{BIN}/flexiq ")
 
 
-def install(sbx: Sandbox, config: str = CONFIG, *, daemon_dropin: str | None = None) -> None:
-    """Stop any previous flexiqd and its workers, wipe its state, install and start afresh."""
+def install(sbx: Sandbox, config: str = CONFIG, *, daemon_dropin: str | None = None,
+            before_start: str | None = None) -> None:
+    """Stop any previous flexiqd and its workers, wipe its state, install and start afresh.
+
+    ``before_start``: a shell script run once the state folders exist, just before the daemon
+    starts (a fault test mounts a small file system over /var/lib/flexiq there)."""
     sbx.run(f"systemctl stop {DAEMON} 'flexiq-worker@*' 2>/dev/null; "
             "systemctl reset-failed 'flexiq-worker@*' flexiqd.service 2>/dev/null; "
             "rm -rf /var/lib/flexiq /var/lib/flexiqd /var/lib/flexiq-worker /run/systemd/system/flexiq-worker@*.d "
@@ -73,6 +77,8 @@ def install(sbx: Sandbox, config: str = CONFIG, *, daemon_dropin: str | None = N
     if daemon_dropin:
         sbx.write_file(f"/etc/systemd/system/{DAEMON}.d/50-test.conf", daemon_dropin)
     sbx.systemctl("daemon-reload")
+    if before_start:
+        sbx.script(before_start)
     started = sbx.systemctl("start", DAEMON, check=False)
     if started.returncode != 0:
         tail = sbx.run(f"journalctl --no-pager -n 25 -u {DAEMON}", check=False).stdout

@@ -21,15 +21,14 @@ What must hold, and what is measured (printed; ``pytest -s``):
 from __future__ import annotations
 
 import json
-import threading
 import time
 
 import pytest
 
-from .faults import (CONCURRENCY, RERUN_BOUND, Load, completed_jobs, cut_workers, executions,
+from .faults import (RERUN_BOUND, Load, Watch, config, completed_jobs, cut_workers, executions,
                      journal_entries, start_limit_hits, wait_all_done, worker_restarts)
 from .executions import judge
-from .flexiqd_install import BIN, DAEMON, MARKS, REPO, install, workers
+from .flexiqd_install import BIN, DAEMON, install, workers
 from .sandbox import Sandbox
 from .sandbox_postgres import DATABASE, PASSWORD, start_postgres
 
@@ -39,26 +38,7 @@ CLI_URL = f"postgresql://flexiq@127.0.0.1:5432/{DATABASE}?password_file={SECRET}
 PG_UNIT = "postgresql@15-main"
 PG_DATA = "/var/lib/postgresql/15/main"
 
-CONFIG = f"""
-store: '{STORE_URL}'
-tick: 500ms
-pools:
-  default:
-    app: chaos_app:queue
-    concurrency: {CONCURRENCY}
-    min_workers: 1
-    max_workers: 4
-    drain_timeout: 20s
-    environment:
-      PYTHONPATH: {REPO / "tests" / "apps"}
-      FLEXIQ_TEST_MARKS: {MARKS}
-    credentials: {{flexiq-db: {SECRET}}}
-    targets: {{age: 2s, lead_time: 1s}}
-    behavior:
-      down_window: 2s
-      up_limit: {{workers: 4, percent: 100, period: 1s}}
-      down_limit: {{workers: 4, percent: 100, period: 1s}}
-"""
+CONFIG = config(STORE_URL, max_workers=4, pool_extra=f"    credentials: {{flexiq-db: {SECRET}}}\n")
 
 # Every 0.5 s: short jobs for volume, and a long one so the retiring workers still run work
 # when the server goes.
@@ -73,33 +53,6 @@ def _sql(sbx: Sandbox, query: str) -> str:
 def _states(sbx: Sandbox) -> dict[str, int]:
     rows = _sql(sbx, "SELECT state, count(*) FROM flexiq_jobs GROUP BY state")
     return {state: int(n) for state, n in (line.split("|") for line in rows.splitlines() if line)}
-
-
-class Watch(threading.Thread):
-    """What an operator sees, sampled while a fault lasts: STATUS=, ``flexiqctl status``, the units."""
-
-    def __init__(self, sbx: Sandbox) -> None:
-        super().__init__(name="watch", daemon=True)
-        self.sbx = sbx
-        self.status: list[str] = []
-        self.flexiqctl: list[str] = []
-        self.workers: list[int] = []
-        self._halt = threading.Event()
-
-    def run(self) -> None:
-        while not self._halt.wait(0.5):
-            status = self.sbx.unit_property(DAEMON, "StatusText")
-            if not self.status or self.status[-1] != status:
-                self.status.append(status)
-            shown = self.sbx.run([str(BIN / "flexiqctl"), "status"], check=False, timeout=30)
-            text = (shown.stdout + shown.stderr).strip()
-            if not self.flexiqctl or self.flexiqctl[-1] != text:
-                self.flexiqctl.append(text)
-            self.workers.append(len(workers(self.sbx)))
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.join()
 
 
 def _first_completion_after(sbx: Sandbox, back: float) -> float:
@@ -146,6 +99,7 @@ def postgres(sandbox: Sandbox):
 @pytest.mark.parametrize("mode", ["fast", "immediate"])
 def test_a_postgresql_restart_mid_drain_loses_nothing_and_the_pool_holds(postgres: Sandbox, mode: str):
     sbx = postgres
+    began = time.time()  # the session's journal holds other tests' workers too
     install(sbx, CONFIG, daemon_dropin=f"[Service]\nLoadCredential=flexiq-db:{SECRET}\n")
     sbx.wait_for(lambda: workers(sbx), 30, what="the minimum worker")
     daemon_pid = sbx.unit_property(DAEMON, "MainPID")
@@ -162,10 +116,10 @@ def test_a_postgresql_restart_mid_drain_loses_nothing_and_the_pool_holds(postgre
     total = len(load.enqueues.ids)
     states = wait_all_done(sbx, lambda: _states(sbx), total, 240)
     runs = executions(sbx)
-    workers_journal = journal_entries(sbx, "flexiq-worker@*")
+    workers_journal = journal_entries(sbx, "flexiq-worker@*", since=began)
     affected = cut_workers(workers_journal)
     reruns = judge(runs, affected)
-    daemon_journal = journal_entries(sbx, DAEMON)
+    daemon_journal = journal_entries(sbx, DAEMON, since=began)
     decisions = [e for e in daemon_journal if "FROM" in e and "TO" in e]
     held = {}
     for outage in outages:
@@ -196,6 +150,9 @@ def test_a_postgresql_restart_mid_drain_loses_nothing_and_the_pool_holds(postgre
     exits = [e["MESSAGE"] for e in workers_journal if "Main process exited" in e.get("MESSAGE", "")
              or "Start request repeated" in e.get("MESSAGE", "") or "cannot start" in e.get("MESSAGE", "")]
     print("worker exits:", len(exits), exits[:8])
+    t0 = outages[0]["stop_at"]
+    print("workers cut, seconds from the first stop:", sorted(round(at - t0, 1) for at in affected.values()),
+          "stops at", [round(o["stop_at"] - t0, 1) for o in outages])
     print("flexiqctl status while down:", outages[-1]["flexiqctl_seen"][:3])
     # Nothing lost: every job enqueued ends done, and ran to its end at least once.
     assert states == {"done": total}, "a job was lost or dead-lettered"

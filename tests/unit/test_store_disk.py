@@ -75,3 +75,18 @@ def test_sqlite_rolls_back_on_its_own_when_the_disk_is_full():
     assert not conn.in_transaction  # rolled back already: a ROLLBACK now would fail and hide the error
     with pytest.raises(sqlite3.OperationalError, match="no transaction is active"):
         conn.execute("ROLLBACK")
+
+
+def test_a_file_system_that_refuses_writes_is_found_by_a_write_probe(tmp_path, monkeypatch):
+    path = str(tmp_path / "queue.db")
+    assert disk.disk_problem(path, write_probe=True) is None
+    assert os.listdir(tmp_path) == []  # the probe leaves nothing behind
+
+    def refused(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(disk.os, "open", refused)
+    assert disk.disk_problem(path) is None  # statvfs alone cannot tell (ext4's emergency read-only)
+    assert disk.disk_problem(path, write_probe=True) == (
+        f"the file system {disk.mount_point(path)} holding the queue database {path} takes no writes "
+        "(Read-only file system)")
