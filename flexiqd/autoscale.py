@@ -31,7 +31,6 @@ from typing import Any
 import yaml
 
 from .config import DaemonConfig, parse_config
-from .config.schema import autoscale_default
 from .daemon import pacing
 from .daemon.controller import Controller
 from .errors import ConfigError
@@ -40,6 +39,7 @@ from .fleet.process import ProcessFleet
 from .policy.flexiq_compat import LOG_FORMAT
 from .policy.flexiq_compat import compute_desired_workers as _flexiq_formula
 from .queue.api import Queue
+from .settings_schema import autoscale_default
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ FLEXIQ_NAMES = {
 class AutoscaleConfig:
     """Every option of flexiq's autoscaler, and flexiqd's policy options beside them.
 
-    Each is a pool's setting or one of its own (``flexiqd.config.schema.AUTOSCALE_FIELDS``),
+    Each is a pool's setting or one of its own (``flexiqd.settings_schema.AUTOSCALE_FIELDS``),
     with flexiq's defaults where they differ from a pool's.
     """
 

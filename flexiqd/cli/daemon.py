@@ -8,10 +8,10 @@ import time
 from typing import Sequence
 
 from ..config import DEFAULT_CONFIG_PATH, load_config
-from ..config.schema import format_seconds
 from ..errors import ConfigError, QueueError
 from ..logs import setup_logging
 from ..queue.url import probe_store, safe_url
+from ..settings_schema import format_seconds
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,13 +8,13 @@ import sys
 import time
 from typing import Any, Sequence
 
-from ..config.schema import AUTOSCALE_FIELDS, autoscale_default, listen_default, setting, show_default
 from ..durations import format_duration
 from ..errors import FlexiqdError
 from .argtypes import duration, whole_number
 from ..logs import setup_logging
 from ..queue.types import Job, JobState, NewJob, Stats
 from ..queue.url import URL_ENV, default_url, open_backend
+from ..settings_schema import AUTOSCALE_FIELDS, autoscale_default, listen_default, setting, show_default
 
 EXIT_OK = 0
 EXIT_ERROR = 1  # a user or store error, explained in one line
@@ -34,7 +34,7 @@ def _json_value(text: str) -> Any:
 
 
 def _about(key: str, note: str = "", *, prefix: str = "", default: str | None = None) -> str:
-    """An option's help: the sentence of its setting (``flexiqd.config.schema``), ``note``, and
+    """An option's help: the sentence of its setting (``flexiqd.settings_schema``), ``note``, and
     what it is when not given -- the setting's default unless ``default`` says otherwise."""
     text = setting(key).doc.rstrip(".")
     unset = show_default(key)

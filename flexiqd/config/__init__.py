@@ -1,7 +1,10 @@
-"""The daemon's configuration file: its schema, model and loader.
+"""The daemon's configuration file: its model and loader.
 
-Its names are imported on first use: a worker imports ``flexiqd.config.schema``
-at start-up, and must not pay for the loader (YAML, the policy) to get it.
+The schema of every setting is ``flexiqd.settings_schema`` and the files the daemon publishes
+for its workers are ``flexiqd.runtime_files``: stdlib-only modules on the package's
+ground floor, which ``fleet/``, ``policy/`` and the worker import without this package.
+Its names are imported on first use: a module that needs the model alone must not pay
+for the loader (YAML, the policy) to get it.
 """
 
 from __future__ import annotations

@@ -24,9 +24,9 @@ from ..errors import ConfigError, FlexiqdError, StoreUnavailable
 from ..fleet.base import POOL_NAME, Credential
 from ..queue.limits import DependencyLimit, LimitError, TenantCaps, limit_from_mapping, tenant_caps_from_mapping
 from ..queue.url import check_url, safe_url
+from ..settings_schema import SETTINGS, children, default, setting
 from .model import (DEFAULT_HTTP_HOST, DEFAULT_HTTP_PORT, DEFAULT_STORE, DaemonConfig, FlexiqOptions, HttpConfig,
                     PoolConfig, ScheduleConfig)
-from .schema import SETTINGS, children, default, setting
 
 if TYPE_CHECKING:
     from ..policy.config import Dependency

@@ -11,7 +11,7 @@ from ..queue.limits import DependencyLimit, TenantCaps
 from ..queue.types import NewJob
 from ..schedules.calendar import Calendar
 from ..schedules.plan import CatchUp
-from .schema import default, listen_default
+from ..settings_schema import default, listen_default
 
 if TYPE_CHECKING:  # the decision code is loaded by who decides, not by a worker reading its pool
     from ..policy.config import Dependency, PoolPolicy

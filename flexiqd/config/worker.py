@@ -24,10 +24,10 @@ from ..fleet.base import parse_instance
 from ..queue.limits import DependencyLimit, TenantCaps
 from ..queue.owners import owner_name
 from ..queue.url import URL_ENV
+from ..settings_schema import default
 from ..worker.settings import WorkerConfig
 from .load import load_config
 from .model import DEFAULT_CONFIG_PATH, PoolConfig
-from .schema import default
 
 log = logging.getLogger(__name__)
 

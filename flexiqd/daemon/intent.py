@@ -30,9 +30,9 @@ import json
 import logging
 from typing import Any, Mapping
 
-from ..config.runtime import write_atomically
 from ..policy import History
 from ..policy.history import history_from_dict, history_to_dict
+from ..runtime_files import write_atomically
 from .overrides import Override
 
 log = logging.getLogger(__name__)

@@ -19,12 +19,12 @@ import time
 from typing import Callable, Container, Mapping
 
 from ..config.model import PoolConfig
-from ..config.runtime import write_paused_pools
 from ..errors import ControlError, FleetError
 from ..fleet.base import Fleet, WorkerInfo, WorkerState
 from ..logs import MessageId, journal
 from ..policy import Decision, History
 from ..policy.history import entered_by_others
+from ..runtime_files import write_paused_pools
 from .intent import IntentFile
 from .overrides import Override, apply_override
 

@@ -24,12 +24,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from ..config import DEFAULT_CONFIG_PATH, DaemonConfig, load_config
-from ..config.runtime import APPLIED_CONFIG, PAUSED_FILE, write_published
 from ..errors import ConfigError, FlexiqdError
 from ..fleet.base import Fleet
 from ..logs import MessageId, journal
 from ..notify import Notifier, watchdog_interval
 from ..queue.url import open_backend, safe_url, sqlite_path
+from ..runtime_files import APPLIED_CONFIG, PAUSED_FILE, write_published
 from . import pacing
 from .api_port import DaemonPort
 from .controller import Controller

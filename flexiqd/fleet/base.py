@@ -13,12 +13,12 @@ import enum
 import re
 from typing import Iterable, Mapping
 
-from ..config.schema import STOP_GRACE
+from ..settings_schema import STOP_GRACE
 
 POOL_NAME = re.compile(r"^[a-z0-9_]+$")
 # STOP_GRACE: a worker's stop timeout is its drain budget plus this -- time to interrupt what
 # is still running, hand back (or abandon) its jobs and exit before anything is killed.  Its
-# parts, each a step of the worker's end game, are in flexiqd.config.schema.
+# parts, each a step of the worker's end game, are in flexiqd.settings_schema.
 
 
 class WorkerState(str, enum.Enum):

@@ -10,7 +10,7 @@ control characters in them).  Pure: no I/O.
 
 from __future__ import annotations
 
-from ..config.runtime import PAUSED_FILE_ENV
+from ..runtime_files import PAUSED_FILE_ENV
 from .base import WorkerSpec
 
 CONFIG_ENV = "FLEXIQD_CONFIG"

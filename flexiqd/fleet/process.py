@@ -20,8 +20,8 @@ import sys
 import time
 from typing import Iterable, Mapping, Sequence
 
-from ..config.runtime import PAUSED_FILE_ENV
 from ..queue.url import URL_ENV
+from ..runtime_files import PAUSED_FILE_ENV
 from .base import Fleet, WorkerInfo, WorkerSpec, WorkerState, instance_name
 from .dropin import CONFIG_ENV
 

@@ -13,9 +13,9 @@ import os
 import signal
 from typing import Any, Callable, Iterable
 
-from ..config.runtime import write_atomically
 from ..errors import FleetError
 from ..logs import MessageId, journal
+from ..runtime_files import write_atomically
 from .base import Fleet, WorkerInfo, WorkerSpec, WorkerState, instance_name, parse_instance
 from .dropin import dropin_text
 

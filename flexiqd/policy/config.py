@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..config.schema import default
+from ..settings_schema import default
 from .errors import PolicyConfigError
 from .validation import require_bool, require_int, require_number
 

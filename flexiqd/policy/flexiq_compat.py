@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..config.schema import default
+from ..settings_schema import default
 from .config import Behavior, PoolPolicy
 from .errors import PolicyConfigError
 from .smoothing import record, stabilize

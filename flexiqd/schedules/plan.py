@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..config.schema import default, setting
+from ..settings_schema import default, setting
 from .calendar import Calendar
 
 CATCH_UPS = setting("schedules.<name>.catch_up").choices

@@ -30,14 +30,14 @@ import time
 import traceback
 from typing import Any, Callable
 
-from ..config.schema import INTERRUPT_GRACE
 from ..queue.tasks import Task
 from ..queue.types import Job, Outcome
+from ..settings_schema import INTERRUPT_GRACE
 
 current_job_var: contextvars.ContextVar[Job | None] = contextvars.ContextVar("flexiqd_job", default=None)
 
 # INTERRUPT_GRACE: how long an interrupted task has to unwind before the worker counts it as
-# stuck -- a part of the stop grace (flexiqd.config.schema), since a drain ends with it.
+# stuck -- a part of the stop grace (flexiqd.settings_schema), since a drain ends with it.
 
 _SET_ASYNC_EXC = ctypes.pythonapi.PyThreadState_SetAsyncExc
 

@@ -19,12 +19,12 @@ import threading
 import time
 from typing import Callable
 
-from ..config.runtime import PAUSED_FILE_ENV, is_paused
 from ..config.worker import LimitsReader, TenantCapsReader, WorkerSetup, drain_timeout_now
 from ..errors import StoreUnavailable, StoreUnreachable
 from ..notify import Notifier
 from ..queue.backend import Backend
 from ..queue.url import open_backend, safe_url
+from ..runtime_files import PAUSED_FILE_ENV, is_paused
 from .exit import become_subreaper, exit_now, kill_descendants
 from .loader import load_app
 from .runtime import EXIT_OK, EXIT_UNAVAILABLE, STORE_RETRY_MAX, Worker

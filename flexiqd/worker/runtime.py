@@ -48,7 +48,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping
 
-from ..config.schema import EXIT_TIME, FINAL_SETTLE_TIME, LAST_FLUSH_TIME, PROGRESS_PROMISE
 from ..errors import QueueError
 from ..notify import Notifier, watchdog_interval
 from ..queue.api import Queue
@@ -56,6 +55,7 @@ from ..queue.backend import Backend
 from ..queue.hosts import LeaseTiming, shared_store_timing
 from ..queue.limits import DependencyLimit, TenantCaps, limits_for
 from ..queue.types import ClaimRequest, Deferral, Exchanged, Job, Outcome, OutcomeKind
+from ..settings_schema import EXIT_TIME, FINAL_SETTLE_TIME, LAST_FLUSH_TIME, PROGRESS_PROMISE
 from .execution import INTERRUPT_GRACE, Executor, Run, timed_out_outcome
 from .exit import exit_now, kill_descendants
 from .fence import LeaseFence
@@ -81,7 +81,7 @@ SETTLE_DELAY = 0.02
 # Most finished jobs whose results are not committed yet (with the running ones, what a
 # SIGKILL can make run again): at this many, no new job starts until a commit goes through.
 UNSETTLED_MAX = 16
-# FINAL_SETTLE_TIME (config.schema): at exit, how long to keep trying to commit the last
+# FINAL_SETTLE_TIME (flexiqd.settings_schema): at exit, how long to keep trying to commit the last
 # results -- one of the parts of the stop grace beyond the drain budget.
 # After a fence's breach, the process ends within this even if logging blocks.
 FENCE_EXIT_GRACE = 0.2

@@ -5,16 +5,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
-from ..config.schema import default
 from ..queue.limits import DependencyLimit, TenantCaps
 from ..queue.owners import owner_name
+from ..settings_schema import default
 
 
 @dataclasses.dataclass(frozen=True)
 class WorkerConfig:
     """How one worker claims and drains.  ``name`` is its lease owner name (``host:instance:pid``).
 
-    The defaults are a pool's left at its defaults (``flexiqd.config.schema``).
+    The defaults are a pool's left at its defaults (``flexiqd.settings_schema``).
     """
 
     queues: tuple[str, ...] = default("pools.<pool>.queues")

@@ -270,7 +270,7 @@ def test_a_damaged_intent_file_is_one_warning_not_a_failure(backend, tmp_path, c
 
 
 def test_a_paused_pool_is_published_and_workers_that_become_ready_are_paused(backend, tmp_path):
-    from flexiqd.config.runtime import is_paused
+    from flexiqd.runtime_files import is_paused
 
     clock = Clock()
     controller, fleet = restarted(backend, POOL, tmp_path, clock)

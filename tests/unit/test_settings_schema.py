@@ -1,4 +1,4 @@
-"""Every setting has one definition, ``flexiqd.config.schema``, and everything that states one agrees.
+"""Every setting has one definition, ``flexiqd.settings_schema``, and everything that states one agrees.
 
 The code reads its defaults from the schema (the loader, the config's model, the policy,
 the worker's settings, ``AutoscaleConfig``, the ``flexiq`` options); what cannot -- the
@@ -26,8 +26,8 @@ import yaml
 from test_worker import run_until
 
 from flexiqd import Queue
-from flexiqd.config import schema
-from flexiqd.config.schema import AUTOSCALE_FIELDS, BY_KEY, REQUIRED, SETTINGS, default, schema_key, show_default
+from flexiqd import settings_schema as schema
+from flexiqd.settings_schema import AUTOSCALE_FIELDS, BY_KEY, REQUIRED, SETTINGS, default, schema_key, show_default
 from flexiqd.durations import parse_duration
 from flexiqd.worker.settings import WorkerConfig
 
@@ -375,7 +375,7 @@ def _check_shows_the_defaults(source: dict[str, tuple[str, bool]], where: str) -
     for path, key, value, example, inside in _shown(source):
         if key.endswith(">"):  # a name of the user's own: pools.default, dependencies.db
             continue
-        assert key in BY_KEY, f"{where}: {path} is not in flexiqd.config.schema"
+        assert key in BY_KEY, f"{where}: {path} is not in flexiqd.settings_schema"
         documented.add(key)
         s = BY_KEY[key]
         if inside and not key.rpartition(".")[0].endswith(">"):

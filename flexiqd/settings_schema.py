@@ -15,7 +15,8 @@ for any pool's, dependency's, tenant's or credential's name.  A duration's defau
 is in seconds.  A default of None means unset (the sentence says what that does);
 ``REQUIRED``, that the key must be given wherever its parent is.
 
-Standard library only, and data only: every worker imports it at start-up.
+Standard library only, and data only: every worker imports it at start-up, and
+``fleet/`` and ``policy/`` read it without reaching up into ``config/``.
 """
 
 from __future__ import annotations
