@@ -2,7 +2,7 @@
 
 The config loader (``config.load``) and its model, the policy's dataclasses
 (``policy.config``, ``policy.flexiq_compat``), a worker's settings
-(``config.worker``, ``worker.settings``), ``flexiqd.autoscale.AutoscaleConfig`` and
+(``worker.settings_reader``, ``worker.settings``), ``flexiqd.autoscale.AutoscaleConfig`` and
 the ``flexiq worker`` / ``flexiq autoscale`` / ``flexiq scaler`` options read their
 defaults here, never from a literal of their own.  What cannot read them at run
 time -- the shipped ``units/flexiqd.yaml`` and the flexiqd.yaml(5) page made from

@@ -243,7 +243,7 @@ def _worker(args: argparse.Namespace) -> int:
     from ..worker.signals import WorkerSignals
 
     signals = WorkerSignals.install()
-    from ..config.worker import worker_setup
+    from ..worker.settings_reader import worker_setup
     from ..worker.main import run_worker
 
     setup = worker_setup(app=args.app, url=args.url, instance=args.instance, config=args.config,
@@ -337,7 +337,7 @@ def _dependencies(args: argparse.Namespace) -> int:
     import os
 
     from ..config.load import load_config
-    from ..config.worker import config_path
+    from ..worker.settings_reader import config_path
 
     config = load_config(config_path(args.config))
     url = args.url or os.environ.get(URL_ENV) or config.store

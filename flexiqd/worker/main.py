@@ -19,7 +19,6 @@ import threading
 import time
 from typing import Callable
 
-from ..config.worker import LimitsReader, TenantCapsReader, WorkerSetup, drain_timeout_now
 from ..errors import StoreUnavailable, StoreUnreachable
 from ..notify import Notifier
 from ..queue.backend import Backend
@@ -28,6 +27,7 @@ from ..runtime_files import PAUSED_FILE_ENV, is_paused
 from .exit import become_subreaper, exit_now, kill_descendants
 from .loader import load_app
 from .runtime import EXIT_OK, EXIT_UNAVAILABLE, STORE_RETRY_MAX, Worker
+from .settings_reader import LimitsReader, TenantCapsReader, WorkerSetup, drain_timeout_now
 from .signals import STOP_SIGNALS, WorkerSignals
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from flexiqd.config.load import parse_config
-from flexiqd.config.worker import worker_setup
+from flexiqd.worker.settings_reader import worker_setup
 from flexiqd.errors import ConfigError, TaskError
 from flexiqd.queue import Queue
 from flexiqd.queue.limits import DependencyLimit
@@ -92,7 +92,7 @@ def test_a_task_declares_the_dependencies_it_uses():
 def test_a_running_worker_reads_the_limits_again_when_the_file_changes(tmp_path):
     import os
 
-    from flexiqd.config.worker import LimitsReader
+    from flexiqd.worker.settings_reader import LimitsReader
 
     path = tmp_path / "flexiqd.yaml"
     path.write_text(FILE)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from flexiqd.config import parse_config
-from flexiqd.config.worker import worker_setup
+from flexiqd.worker.settings_reader import worker_setup
 from flexiqd.errors import ConfigError
 
 

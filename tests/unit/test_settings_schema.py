@@ -183,7 +183,7 @@ def test_the_policys_defaults_are_the_schemas():
 
 def test_a_worker_left_at_its_defaults_runs_a_default_pools_settings():
     from flexiqd.config.model import FlexiqOptions, HttpConfig
-    from flexiqd.config.worker import DEFAULT_SETTINGS, pool_settings
+    from flexiqd.worker.settings_reader import DEFAULT_SETTINGS, pool_settings
     from flexiqd.queue.types import ClaimRequest
     from flexiqd.queue.url import DEFAULT_URL
     from flexiqd.worker.settings import WorkerConfig

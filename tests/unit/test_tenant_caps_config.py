@@ -7,7 +7,7 @@ import os
 import pytest
 
 from flexiqd.config.load import parse_config
-from flexiqd.config.worker import TenantCapsReader, worker_setup
+from flexiqd.worker.settings_reader import TenantCapsReader, worker_setup
 from flexiqd.errors import ConfigError
 from flexiqd.queue import NewJob, open_backend
 from flexiqd.queue.limits import TenantCaps

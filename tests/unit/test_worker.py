@@ -449,7 +449,7 @@ pools:
 
 
 def test_a_worker_takes_its_pools_settings_from_the_config_file_and_flags_override_them(tmp_path):
-    from flexiqd.config.worker import worker_setup
+    from flexiqd.worker.settings_reader import worker_setup
 
     path = tmp_path / "flexiqd.yaml"
     path.write_text(POOL_FILE)
@@ -464,7 +464,7 @@ def test_a_worker_takes_its_pools_settings_from_the_config_file_and_flags_overri
 
 
 def test_a_drain_reads_the_budget_a_reload_wrote_unless_a_flag_fixed_it(tmp_path, monkeypatch):
-    from flexiqd.config.worker import drain_timeout_now, worker_setup
+    from flexiqd.worker.settings_reader import drain_timeout_now, worker_setup
 
     path = tmp_path / "flexiqd.yaml"
     path.write_text(POOL_FILE)
@@ -480,7 +480,7 @@ def test_a_drain_reads_the_budget_a_reload_wrote_unless_a_flag_fixed_it(tmp_path
 
 
 def test_a_worker_with_neither_app_nor_a_known_pool_gets_one_clear_line(tmp_path):
-    from flexiqd.config.worker import worker_setup
+    from flexiqd.worker.settings_reader import worker_setup
     from flexiqd.errors import FlexiqdError
 
     path = tmp_path / "flexiqd.yaml"

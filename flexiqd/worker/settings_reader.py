@@ -19,15 +19,15 @@ import logging
 import os
 from typing import Any, Mapping
 
+from ..config.load import load_config
+from ..config.model import DEFAULT_CONFIG_PATH, PoolConfig
 from ..errors import ConfigError, FlexiqdError
 from ..fleet.base import parse_instance
 from ..queue.limits import DependencyLimit, TenantCaps
 from ..queue.owners import owner_name
 from ..queue.url import URL_ENV
 from ..settings_schema import default
-from ..worker.settings import WorkerConfig
-from .load import load_config
-from .model import DEFAULT_CONFIG_PATH, PoolConfig
+from .settings import WorkerConfig
 
 log = logging.getLogger(__name__)
 
