@@ -17,9 +17,8 @@ so a stabilisation window can never keep a pool above a ceiling.
 from __future__ import annotations
 
 from .config import PoolPolicy
-from .knee import knee_cap
 from .sharing import DependencyCap
-from .types import CapValue, KneeState, Observation
+from .types import CapValue, Observation
 
 # Cap name -> the reason token when it binds.
 CAP_REASONS = {
@@ -39,14 +38,14 @@ def starting_allowance(burst: int, starting: int, granted: int = 0) -> int:
 
 
 def collect_caps(
-    obs: Observation, policy: PoolPolicy, knee: KneeState, dependency_cap: DependencyCap | None, now: float,
-    start_allowances: tuple[tuple[str, int], ...] = (), late: bool = False,
+    obs: Observation, policy: PoolPolicy, knee: int | None, dependency_cap: DependencyCap | None,
+    start_allowances: tuple[tuple[str, int], ...] = (),
 ) -> tuple[CapValue, ...]:
     """Every ceiling that applies to this pool now, ``max`` first.
 
+    ``knee``: the knee's cap (``knee.knee_cap``), None when nothing holds growth.
     ``start_allowances``: ``(dependency, new starts allowed now)`` per
     declared dependency the pool uses (see ``starting_allowance``).
-    ``late``: the backlog is late, so a known knee is re-probed sooner.
     """
     caps = [CapValue("max", policy.max_workers)]
     caps.extend(CapValue(f"starting:{name}", obs.current + allowed) for name, allowed in start_allowances)
@@ -58,9 +57,8 @@ def collect_caps(
             latency = obs.metrics.dependency_latency(use.dependency)
             if use.max_latency is not None and latency is not None and latency > use.max_latency:
                 caps.append(CapValue(f"latency:{use.dependency}", obs.current))
-    discovered = knee_cap(knee, policy.knee, now, late, obs, policy.targets.age)
-    if discovered is not None:
-        caps.append(CapValue("knee", discovered[0]))
+    if knee is not None:
+        caps.append(CapValue("knee", knee))
     return tuple(caps)
 
 

@@ -176,7 +176,8 @@ def finish(
     current = obs.current
     assert obs.metrics is not None
 
-    caps = collect_caps(obs, policy, history.knee, dependency_cap, now, start_allowances, late=stage.late)
+    knee = knee_cap(history.knee, policy.knee, now, stage.late, obs, policy.targets.age)
+    caps = collect_caps(obs, policy, knee[0] if knee else None, dependency_cap, start_allowances)
     capped, cap_bound = apply_caps(stage.raw, caps)
     sustained = min(apply_caps(stage.sustained, caps)[0], capped)
 
@@ -217,6 +218,7 @@ def finish(
     outcome = _Outcome(
         capped=capped, windowed=windowed, stabilized=stabilized, limited=limited, desired=desired,
         cap=hard_cap or cap_bound, raised=raised, floor=floor,
+        knee_rule=describe(history.knee, knee[1], knee[0]) if knee else "",
     )
     reason, message = _explain(stage, outcome)
     if reversed_workers:
@@ -248,6 +250,7 @@ class _Outcome:
     cap: CapValue | None
     raised: bool
     floor: int
+    knee_rule: str = ""  # the knee's cap in words, with its measurements
 
 
 def _explain(stage: Combined, out: _Outcome) -> tuple[str, str]:
@@ -272,10 +275,7 @@ def _explain(stage: Combined, out: _Outcome) -> tuple[str, str]:
     if out.cap is not None and out.desired == out.cap.workers and (
         out.desired < out.limited or out.capped < stage.raw
     ):
-        rule = ""
-        if out.cap.cap == "knee":
-            found = knee_cap(stage.history.knee, stage.policy.knee, stage.now, stage.late, obs, stage.policy.targets.age)
-            rule = f" ({describe(stage.history.knee, found[1], found[0])})" if found else ""
+        rule = f" ({out.knee_rule})" if out.cap.cap == "knee" and out.knee_rule else ""
         return cap_reason(out.cap), f"{why}; signals want {stage.raw}, {out.cap.cap} caps at {out.cap.workers}{rule}"
     if out.limited != out.stabilized:
         return "RateLimited", f"{why}; {out.stabilized} wanted, the rate limit allows {out.limited} now"

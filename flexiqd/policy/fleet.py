@@ -33,7 +33,7 @@ from .decide import Combined, combine_signals, finish, hold
 from .flexiq_compat import decide_flexiq, flexiq_log_line
 from .history import entered_by_others
 from .sharing import DependencyCap, PoolDemand, share_dependencies, with_fleet_grants
-from .types import Decision, History, KneeState, Observation
+from .types import Decision, History, Observation
 
 #: ``PoolInput.kind`` of pools sized by flexiqd's policy (the default) and by flexiq's formula.
 FLEXIQD, FLEXIQ = "flexiqd", "flexiq"
@@ -245,7 +245,7 @@ def _flexiq_under_caps(item: PoolInput, decision: Decision, share: DependencyCap
                        allowances: tuple[tuple[str, int], ...], now: float) -> Decision:
     """flexiq's count under the same ceilings as every pool: max_workers, the dependency shares
     and staggered starts (then its min_workers, as flexiqd's floor comes after the caps)."""
-    caps = collect_caps(item.observation, item.policy, KneeState(), share, now, allowances)
+    caps = collect_caps(item.observation, item.policy, None, share, allowances)
     capped, binding = apply_caps(decision.desired, caps)
     desired = max(capped, item.policy.min_workers)
     if binding is None or desired >= decision.desired:

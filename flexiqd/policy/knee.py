@@ -17,7 +17,7 @@ is no sign of a new job mix and no reason to doubt the count.
   judged on the sample at ``m``: it **pays** when completions rose by at least
   ``EFFICIENCY`` of what the extra workers would add at ``n``'s pace, and then
   the next step may double the pool.  One that does not (beyond the counting
-  noise) shows the extra workers only queue on something shared: the pool is
+  noise: the per-second counts' own spread, at least a Poisson count's) shows the extra workers only queue on something shared: the pool is
   held at the count of the best measured throughput (the knee) and shrinks
   back to it.
 - Where a step cannot be judged within the budget (long jobs, few
@@ -26,7 +26,8 @@ is no sign of a new job mix and no reason to doubt the count.
 - A knee is **re-probed** rarely and in small steps: ``reprobe_interval``
   seconds after it was found or confirmed (sooner, ``2 x settle_time``, while
   the oldest job is late) a quarter more workers (at least one) are tried.  A
-  step that pays moves the knee up; one that does not confirms it.  A knee
+  step that pays shows the knee was not there: it is forgotten, and growth goes
+  on in steps; one that does not confirms it.  A knee
   with no sample for ``sample_max_age`` is forgotten: whatever was shared may
   have changed since.
 - A pool that **other hosts of a fleet serve too** is not measured: the store
@@ -105,13 +106,18 @@ def steady_since(load: tuple[LoadSample, ...], slots_per_worker: int) -> float |
 
 
 def completions_between(series: tuple[tuple[int, int], ...], start: float,
-                        now: float) -> tuple[int, int] | None:
-    """(completions, whole seconds) counted from the first whole second at or after ``start`` to
-    the last second that has ended by ``now``; None when no whole second lies between."""
+                        now: float) -> tuple[int, int, float] | None:
+    """(completions, whole seconds, the variance of the per-second counts) from the first whole
+    second at or after ``start`` to the last second that has ended by ``now``; None when no whole
+    second lies between."""
     first, last = math.ceil(start), math.floor(now)
     if last - first < MIN_SPAN:
         return None
-    return sum(count for second, count in series if first <= second < last), last - first
+    by_second = dict(series)
+    counts = [by_second.get(second, 0) for second in range(first, last)]
+    mean = sum(counts) / len(counts)
+    variance = sum((count - mean) ** 2 for count in counts) / max(1, len(counts) - 1)
+    return sum(counts), len(counts), variance
 
 
 def mean_duration(load: tuple[LoadSample, ...], metrics) -> float | None:
@@ -147,8 +153,10 @@ def measure(obs: Observation, load: tuple[LoadSample, ...], now: float,
     counted = completions_between(metrics.completion_series, start, now)
     if counted is None or counted[0] < MIN_COMPLETIONS:
         return None
-    completions, seconds = counted
-    return ThroughputSample(load[-1].active, completions / seconds, lag, now, completions)
+    completions, seconds, variance = counted
+    # Jobs of unlike lengths end in bunches: their counts spread wider than a Poisson count's.
+    error = max(math.sqrt(completions), math.sqrt(variance * seconds)) / seconds
+    return ThroughputSample(load[-1].active, completions / seconds, lag, now, completions, error)
 
 
 def wanted_rate(smaller: ThroughputSample, workers: int, share: float = EFFICIENCY) -> float:
@@ -158,9 +166,11 @@ def wanted_rate(smaller: ThroughputSample, workers: int, share: float = EFFICIEN
 
 
 def noise(sample: ThroughputSample) -> float:
-    """``NOISE_SIGMAS`` standard deviations of a completion rate counted from ``sample.completions``."""
+    """``NOISE_SIGMAS`` standard errors of ``sample``'s completion rate: as its per-second counts
+    spread, at least a Poisson count's of ``sample.completions``."""
     count = max(sample.completions, 1)
-    return NOISE_SIGMAS * math.sqrt(count) * sample.completion_rate / count
+    poisson = math.sqrt(count) * sample.completion_rate / count
+    return NOISE_SIGMAS * max(poisson, sample.error or 0.0)
 
 
 def clearly_paid(sample: ThroughputSample, smaller: ThroughputSample) -> bool:
@@ -255,12 +265,16 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
             return state  # counting on
         state = replace(state, probe=None)
         # Counted as long as it may be and still unclear: a step that added less than a quarter
-        # of its share has shown nothing for its workers either.
-        if ceiling or sample.completion_rate < wanted_rate(probe.start, sample.workers, FLAT_SHARE):
+        # of its share (beyond one standard error of both counts) has shown nothing for its
+        # workers either.
+        flat = sample.completion_rate + math.hypot(noise(sample), noise(probe.start)) / NOISE_SIGMAS \
+            < wanted_rate(probe.start, sample.workers, FLAT_SHARE)
+        if ceiling or flat:
             return _held(state, sample, config, now)
         if state.held_at is not None:
-            # A re-probe that paid: the knee moves up, and the next step may follow at once.
-            return replace(state, held_at=sample.workers, held_since=now - config.reprobe_interval)
+            # A re-probe that paid: the knee was not where it was held (or has moved).  Forget
+            # it: growth goes on in steps that may double while they pay.
+            return replace(state, held_at=None, held_since=None)
         return state
     # Apart from a step, counts taken minutes apart may straddle a change of job mix (a batch of
     # slow jobs among quick ones cuts completions as a ceiling would): only alike jobs compare.

@@ -236,13 +236,15 @@ class LoadSample(NamedTuple):
 class ThroughputSample(NamedTuple):
     """Completion rate of a saturated pool of ``workers`` working workers, measured at ``at`` over
     ``completions`` completions, counted from ``duration`` seconds (the jobs' mean duration then)
-    after the count settled."""
+    after the count settled.  ``error``: the rate's standard error as the per-second counts
+    spread (None: as a Poisson count's)."""
 
     workers: int
     completion_rate: float
     duration: float
     at: float
     completions: int = 0
+    error: float | None = None
 
 
 class KneeProbe(NamedTuple):

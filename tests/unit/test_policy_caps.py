@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import dataclasses
 
 import pytest
@@ -20,7 +21,7 @@ from flexiqd.policy import (
     share_dependencies,
     water_fill,
 )
-from flexiqd.policy.types import DependencyObservation, PoolMetrics
+from flexiqd.policy.types import DependencyObservation, PoolMetrics, ThroughputSample
 
 from test_policy_support import busy, observe, run
 
@@ -244,3 +245,26 @@ def test_a_pool_other_hosts_serve_too_is_not_measured_and_forgets_its_knee():
     decision = decide(shared, KNEE_POLICY, history, 41.0)
     assert decision.binding_cap != ("knee", 2) and decision.desired > 2
     assert decision.history.knee.held_at is None and not decision.history.knee.samples
+
+
+def test_a_reprobe_that_pays_forgets_the_knee_and_the_steps_go_on():
+    history = ramp(KNEE_POLICY, pace_of(CEILING), end=40.0)[-1][2].history
+    decisions = ramp(KNEE_POLICY, LINEAR, start=330.0, end=420.0, history=history, workers=2)
+    counts = [workers for _, workers, _ in decisions]
+    # Not a quarter more at a time (3, 4, 5, 7, ...): doubling steps, as before any knee was known.
+    assert counts[-1] == 40 and decisions[-1][2].history.knee.held_at is None
+    steps = sorted(set(counts))
+    assert steps[:3] == [2, 3, 6]
+
+
+def test_completions_that_end_in_bunches_count_as_noisier_than_a_poisson_count():
+    from flexiqd.policy.knee import completions_between, noise
+
+    steady = tuple((second, 10) for second in range(100, 110))
+    bunched = tuple((second, 20 if second % 2 else 0) for second in range(100, 110))
+    assert completions_between(steady, 100.0, 110.0) == (100, 10, 0.0)
+    total, seconds, variance = completions_between(bunched, 100.0, 110.0)
+    assert (total, seconds) == (100, 10) and variance > 100
+    poisson = ThroughputSample(4, 10.0, 1.0, 110.0, 100)
+    spread = poisson._replace(error=math.sqrt(variance * seconds) / seconds)
+    assert noise(spread) > 3 * noise(poisson)
