@@ -19,6 +19,7 @@ import logging
 import os
 import signal
 import sys
+import time
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,11 @@ _PR_SET_CHILD_SUBREAPER = 36
 # Rounds of listing and killing descendants: a process forking while the first round runs
 # is caught by the next; a killed process cannot fork any more.
 _KILL_ROUNDS = 5
+# How long to wait for the killed processes to be gone: a SIGKILL is delivered when the
+# process next runs, and until it has exited it still holds what the job held (its files,
+# its locks).  The worker's pid is what says "the job's holder is gone", so it must not
+# exit first.
+_KILL_WAIT = 5.0
 
 
 def become_subreaper() -> bool:
@@ -43,7 +49,8 @@ def become_subreaper() -> bool:
 
 
 def kill_descendants() -> int:
-    """SIGKILL every descendant process of this one; return how many were killed."""
+    """SIGKILL every descendant process of this one and wait until they have exited (at most
+    ``_KILL_WAIT``); return how many were killed."""
     killed: set[int] = set()
     for _ in range(_KILL_ROUNDS):
         alive = descendants(os.getpid()) - killed
@@ -55,7 +62,47 @@ def kill_descendants() -> int:
                 killed.add(pid)
             except (ProcessLookupError, PermissionError):
                 pass
+    if killed and not _wait_exited(killed, _KILL_WAIT):
+        log.warning("Processes a task started were still exiting %gs after SIGKILL: %s.", _KILL_WAIT,
+                    ", ".join(map(str, sorted(_running(killed)))))
     return len(killed)
+
+
+def _running(pids: set[int]) -> set[int]:
+    """Those of ``pids`` that have not exited (a zombie has: its files and locks are released)."""
+    left = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue  # gone (reaped)
+        if stat[stat.rfind(b")") + 2:].split()[:1] != [b"Z"]:
+            left.add(pid)
+    return left
+
+
+def _wait_exited(pids: set[int], timeout: float) -> bool:
+    """Wait until every one of ``pids`` has exited (reaping this process's children); False on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        _reap()
+        if not _running(pids):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+
+
+def _reap() -> None:
+    """Collect the exit status of any child that has exited (as a subreaper, orphans included)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def descendants(root: int) -> set[int]:
