@@ -215,13 +215,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "scaler":
         return _scaler(args)
     if args.command == "bench":
+        from . import bench  # the simulator's commands: imported only for them
+
         if args.what == "replay":
-            from ..sim.replay import main as replay_main
-
-            return replay_main(args.rest)
-        from ..sim.bench import main as bench_main
-
-        return bench_main([args.what, *args.rest])
+            return bench.replay_main(args.rest)
+        return bench.main([args.what, *args.rest])
     if args.command == "dependencies":
         return _dependencies(args)
     backend = open_backend(args.url or default_url())

@@ -2,5 +2,6 @@
 
 ``trace`` reads and realises workloads; ``engine`` simulates one pool under a
 policy and its fleet semantics; ``policies`` and ``oracle`` are what is
-compared; ``metrics`` summarises a run; ``report`` and ``bench`` present them.
+compared; ``metrics`` summarises a run; ``bench`` runs every policy on a trace and
+``report`` presents the runs.  The command lines are in ``flexiqd.cli.bench``.
 """

@@ -1,7 +1,7 @@
-"""``python -m flexiqd.sim policies ...``: the policy benchmark (see ``bench``)."""
+"""``python -m flexiqd.sim policies ...``: the policy benchmark (``flexiq bench``, cli/bench.py)."""
 
 import sys
 
-from .bench import main
+from ..cli.bench import main
 
 sys.exit(main(sys.argv[1:]))

@@ -1,11 +1,11 @@
-"""``bench replay``: a trace's jobs, time-compressed, through the real daemon on a real systemd.
+"""``bench replay``'s parts: a trace's jobs, time-compressed, through the real daemon on a real systemd.
 
     flexiq bench replay --trace FILE [--trace FILE ...] [--speed K] [--json | --markdown]
 
-Every time in the trace is divided by ``K`` (arrivals, job durations, delays,
-the age target, the tick, the workers' cold start and stop timeout), so a
-30-minute trace runs in 3 minutes at ``--speed 10``.  The compressed trace is
-then run twice with the same pool policy:
+(the command itself is ``flexiqd.cli.bench``).  Every time in the trace is divided by
+``K`` (arrivals, job durations, delays, the age target, the tick, the workers' cold
+start and stop timeout), so a 30-minute trace runs in 3 minutes at ``--speed 10``.
+The compressed trace is then run twice with the same pool policy:
 
 - in the simulator (``flexiqd.policy.decide_fleet`` through the engine, as
   ``bench policies`` runs it), which gives the *simulated* row;
@@ -27,24 +27,15 @@ Traces whose jobs share a dependency (``dependency``) or are CPU-bound
 (``workers.cpu_bound``) are refused: sleeping jobs cannot reproduce a
 dependency's slowdown or a CPU signal.  This is a benchmark: its timings vary
 with the machine's load, and no test depends on them.
-
-Exit codes: 0 done, 2 bad arguments or an unusable trace, 69 no systemd
-container can be booted here (not root, no systemd-nspawn, no checkout), 1 the
-container or the daemon failed during a run (one line on stderr each).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import signal
-import sys
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from ..cli.argtypes import number
 from ..policy import PoolPolicy, Targets
 from .engine import FLAP_WINDOW, run
 from .metrics import RunResult, percentile
@@ -60,16 +51,9 @@ from .trace import (
     Source,
     Steady,
     Trace,
-    TraceError,
-    load_trace,
     realise,
 )
 
-EXIT_OK = 0
-EXIT_FAILED = 1  # the container, the daemon or the driver failed during a run
-EXIT_USAGE = 2  # bad arguments, an unreadable, invalid or unreplayable trace
-EXIT_UNAVAILABLE = 69  # EX_UNAVAILABLE: no systemd container can be booted on this machine
-PROG = "flexiq bench replay"
 DEFAULT_SPEED = 10.0
 POOL = "replay"  # the pool's and its queue's name: units are flexiq-worker@replay-<n>.service
 APP = "flexiqd.demo:queue"
@@ -77,10 +61,6 @@ STORE = "sqlite:////var/lib/flexiq/queue.db"
 # The aim for a measured row: within this fraction of the simulated one on
 # worker-seconds and wait p95.
 DIVERGENCE_AIM = 0.15
-
-
-class UsageError(Exception):
-    """A command-line or input problem, reported as one line."""
 
 
 # --- compressing a trace -----------------------------------------------------------------------
@@ -505,85 +485,3 @@ def _percent(value: float | None) -> str:
 
 def to_json(results: Sequence[ReplayResult]) -> dict[str, Any]:
     return {"divergence_aim": DIVERGENCE_AIM, "traces": [result.as_dict() for result in results]}
-
-
-# --- the command -------------------------------------------------------------------------------
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse would print usage and exit itself
-        raise UsageError(message)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="Replay a trace, time-compressed, through the real daemon "
-                                            "and real worker units in a throw-away systemd container, "
-                                            "beside the simulator's run of the same jobs.")
-    parser.add_argument("--trace", action="append", required=True, metavar="FILE",
-                        help="a trace file (repeatable; e.g. flexiqd/sim/traces/steady.json)")
-    parser.add_argument("--speed", type=number(positive=True), default=DEFAULT_SPEED, metavar="K",
-                        help=f"divide every time in the trace by K (default {DEFAULT_SPEED:g})")
-    output = parser.add_mutually_exclusive_group()
-    output.add_argument("--json", action="store_true",
-                        help="print JSON (with both sides' decisions) instead of a table")
-    output.add_argument("--markdown", action="store_true", help="print the comparison as a Markdown table")
-    return parser
-
-
-def main(argv: Sequence[str]) -> int:
-    """Run ``bench replay`` with ``argv`` (after the subcommand's name); returns the exit code."""
-    from . import replay_machine  # imported here: the pure parts above need none of it
-
-    try:
-        args = build_parser().parse_args(list(argv))
-        traces = []
-        for path in args.trace:
-            trace = load_trace(Path(path))
-            why = unreplayable(trace)
-            if why:
-                raise UsageError(f"{path}: cannot be replayed: {why}")
-            traces.append(trace)
-    except (UsageError, TraceError) as error:
-        print(f"{PROG}: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    reason = replay_machine.unavailable_reason()
-    if reason:
-        print(f"{PROG}: cannot boot a systemd container here: {reason}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
-    results = []
-    # SIGTERM tears the container down as Ctrl-C does (the sandbox stops on the way out);
-    # the previous handler is restored afterwards.
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        for trace in traces:
-            results.append(replay_one(trace, args.speed, replay_machine))
-    except replay_machine.ReplayError as error:
-        print(f"{PROG}: error: {error}", file=sys.stderr)
-        return EXIT_FAILED
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    if args.json:
-        print(json.dumps(to_json(results), indent=2))
-    elif args.markdown:
-        sys.stdout.write(format_markdown(results))
-    else:
-        sys.stdout.write(format_table(results))
-    return EXIT_OK
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
-
-
-def replay_one(trace: Trace, speed: float, machine: Any) -> ReplayResult:
-    """Simulate and replay one trace; both rows in the trace's own seconds."""
-    compressed = compress_trace(trace, speed)
-    policy = replay_policy(compressed, speed)
-    simulated, simulated_decisions = simulate(compressed, policy)
-    jobs = schedule(compressed)
-    print(f"{PROG}: {trace.name}: {len(jobs)} jobs over {compressed.duration:g} s ...", file=sys.stderr, flush=True)
-    recording = machine.replay(compressed, daemon_config(compressed, policy), jobs)
-    measured = measure(recording, compressed.target_age)
-    return ReplayResult(trace=trace.name, speed=speed, jobs=len(jobs),
-                        simulated=Row.from_result(simulated).scaled(speed), measured=measured.scaled(speed),
-                        simulated_decisions=simulated_decisions, measured_decisions=recording.decisions)

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import pytest
 
+from flexiqd.cli import bench
 from flexiqd.config.load import parse_config
 from flexiqd.sim import replay
 from flexiqd.sim.bench import standard_traces
@@ -169,7 +170,7 @@ def test_the_scaled_row_is_in_the_traces_own_seconds():
 
 def test_the_command_refuses_an_unreplayable_trace_with_one_line(capsys):
     path = standard_traces()[0].parent / "tight_db.json"
-    assert replay.main(["--trace", str(path)]) == replay.EXIT_USAGE
+    assert bench.replay_main(["--trace", str(path)]) == bench.EXIT_USAGE
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "tight_db.json: cannot be replayed" in err
 
@@ -179,7 +180,7 @@ def test_the_command_refuses_clearly_when_no_container_can_be_booted(monkeypatch
 
     monkeypatch.setattr(replay_machine, "unavailable_reason", lambda: "system tests need root")
     path = standard_traces()[0].parent / "steady.json"
-    assert replay.main(["--trace", str(path)]) == replay.EXIT_UNAVAILABLE
+    assert bench.replay_main(["--trace", str(path)]) == bench.EXIT_UNAVAILABLE
     assert capsys.readouterr().err.strip() == (
         "flexiq bench replay: cannot boot a systemd container here: system tests need root")
 
@@ -189,7 +190,7 @@ def test_the_command_refuses_clearly_when_no_container_can_be_booted(monkeypatch
     ([], "--trace"),
 ])
 def test_bad_arguments_get_one_line(argv, message, capsys):
-    assert replay.main(argv) == replay.EXIT_USAGE
+    assert bench.replay_main(argv) == bench.EXIT_USAGE
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err
 

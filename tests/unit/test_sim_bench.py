@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from flexiqd.sim.bench import main
+from flexiqd.cli.bench import main
 
 from test_sim_support import small_data, write_trace
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from flexiqd.sim.bench import main
+from flexiqd.cli.bench import main
 from flexiqd.sim.families import FAMILIES, draw, sample
 from flexiqd.sim.trace import realise
 
