@@ -223,7 +223,11 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
     if state.probe is None:
         # A step begun: more workers asked for than a fresh sample's count.
         last = _latest(state.samples)
-        if (last is not None and obs.current > last.workers and now - last.at <= wait and homogeneous(metrics)
+        # Only a step the knee let through (at most STEP_GROWTH times the count): a larger jump
+        # came from rules that found the jobs unlike (a new mix), and a count at it would be
+        # judged against a pace of other jobs.
+        if (last is not None and last.workers < obs.current <= math.ceil(last.workers * STEP_GROWTH)
+                and now - last.at <= wait and homogeneous(metrics)
                 and (state.held_at is None or last.workers >= state.held_at)):
             state = replace(state, probe=KneeProbe(start=last, to_workers=obs.current, since=now, lag=last.duration))
     probe = state.probe

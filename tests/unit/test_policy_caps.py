@@ -268,3 +268,22 @@ def test_completions_that_end_in_bunches_count_as_noisier_than_a_poisson_count()
     poisson = ThroughputSample(4, 10.0, 1.0, 110.0, 100)
     spread = poisson._replace(error=math.sqrt(variance * seconds) / seconds)
     assert noise(spread) > 3 * noise(poisson)
+
+
+def test_a_jump_past_the_step_is_not_judged_as_one():
+    # Quick jobs counted at 2 workers; then slow jobs arrive and the signals, finding the jobs
+    # unlike, take the pool to 20 at once.  Its count (few of the slow jobs ended yet) is of
+    # other jobs, not a ceiling: the knee does not judge the jump as a step from 2.
+    history = ramp(KNEE_POLICY, pace_of(CEILING), end=8.0)[-1][2].history
+    assert any(kept.workers == 2 for kept in history.knee.samples)
+    now, series = 9.0, {}
+    for tick in range(30):
+        series[int(now)] = 2.0
+        obs = counted(now, 20, 2.0, rates=series)
+        if tick:  # the slow jobs in flight: far older than the quick ones finished
+            obs = dataclasses.replace(obs, metrics=dataclasses.replace(obs.metrics, duration_p50=0.4,
+                                                                       duration_p95=0.6, running_age_mean=30.0))
+        decision = decide(obs, KNEE_POLICY, history, now)
+        history = decision.history
+        now += 1.0
+    assert history.knee.held_at is None and decision.binding_cap != ("knee", 2)
