@@ -23,6 +23,7 @@ the container or the daemon failed during a run.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import multiprocessing
 import os
@@ -49,6 +50,8 @@ EXIT_USAGE = 2  # bad arguments, unreadable, invalid or unreplayable trace, plot
 EXIT_UNAVAILABLE = 69  # EX_UNAVAILABLE: replay: no systemd container can be booted on this machine
 PROG = "flexiq bench"
 REPLAY_PROG = "flexiq bench replay"
+# The replay's systemd-nspawn harness: in a source checkout's bench/, never installed.
+HARNESS = Path(__file__).resolve().parents[2] / "bench" / "replay_machine.py"
 
 
 class UsageError(Exception):
@@ -172,8 +175,6 @@ def build_replay_parser() -> argparse.ArgumentParser:
 
 def replay_main(argv: Sequence[str]) -> int:
     """Run ``bench replay`` with ``argv`` (after the subcommand's name); returns the exit code."""
-    from ..sim import replay_machine  # imported here: the pure parts need none of it
-
     try:
         args = build_replay_parser().parse_args(list(argv))
         traces = []
@@ -186,7 +187,9 @@ def replay_main(argv: Sequence[str]) -> int:
     except (UsageError, TraceError) as error:
         print(f"{REPLAY_PROG}: error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    reason = replay_machine.unavailable_reason()
+    machine = replay_harness()
+    reason = (f"it needs a source checkout of flexiqd ({HARNESS} is missing: the packages do not ship "
+              f"the replay's harness)" if machine is None else machine.unavailable_reason())
     if reason:
         print(f"{REPLAY_PROG}: cannot boot a systemd container here: {reason}", file=sys.stderr)
         return EXIT_UNAVAILABLE
@@ -196,14 +199,32 @@ def replay_main(argv: Sequence[str]) -> int:
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         for trace in traces:
-            results.append(replay_one(trace, args.speed, replay_machine))
-    except replay_machine.ReplayError as error:
+            results.append(replay_one(trace, args.speed, machine))
+    except machine.ReplayError as error:
         print(f"{REPLAY_PROG}: error: {error}", file=sys.stderr)
         return EXIT_FAILED
     finally:
         signal.signal(signal.SIGTERM, previous)
     _print(args, results, replay_json, replay_markdown, replay_table)
     return EXIT_OK
+
+
+def replay_harness() -> Any:
+    """The systemd-nspawn harness, ``bench/replay_machine.py`` of the source checkout this
+    flexiqd runs from; None from an installed package, which does not ship it."""
+    if not HARNESS.is_file():
+        return None
+    name = "flexiqd_bench_replay_machine"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, HARNESS)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    return sys.modules[name]
 
 
 def _interrupt(signum: int, frame: Any) -> None:

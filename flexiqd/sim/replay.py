@@ -10,11 +10,12 @@ The compressed trace is then run twice with the same pool policy:
 - in the simulator (``flexiqd.policy.decide_fleet`` through the engine, as
   ``bench policies`` runs it), which gives the *simulated* row;
 - through the real flexiqd and real ``flexiq-worker@replay-<n>.service`` units
-  in a throw-away systemd container (``replay_machine``): a driver inside
-  enqueues each job of ``flexiqd.demo.sleep`` (``time.sleep``, blocking in C)
-  at its compressed time, and the *measured* row is computed afterwards from
-  the store (each job's first execution), the daemon's scale events and
-  systemd's journal (when each worker unit was starting and stopped).
+  in a throw-away systemd container (the harness, ``bench/replay_machine.py`` of a
+  source checkout, not installed): a driver inside enqueues each job of
+  ``flexiqd.demo.sleep`` (``time.sleep``, blocking in C) at its compressed time,
+  and the *measured* row is computed afterwards from the store (each job's
+  first execution), the daemon's scale events and systemd's journal (when each
+  worker unit was starting and stopped).
 
 Both rows cover the trace's compressed duration from its time 0 and use the
 simulator's definitions (``metrics.RunResult``): waits are ages at first start,

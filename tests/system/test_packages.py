@@ -209,6 +209,15 @@ def test_the_cockpit_page_and_its_chart_library_links_are_installed(debian: Debi
         assert target == f"/usr/share/javascript/dygraphs/{name}", target
 
 
+def test_the_replay_harness_is_not_shipped(debian: DebianMachine):
+    # The systemd-nspawn replay harness lives in the checkout's bench/ (docs/replay.md).
+    shipped = debian.run(["dpkg-query", "-L", "flexiqd"]).stdout.split()
+    assert not [path for path in shipped if "replay_machine" in path or "replay_driver" in path], shipped
+    trace = next(path for path in shipped if path.endswith("/flexiqd/sim/traces/steady.json"))
+    out = debian.run(["flexiq", "bench", "replay", "--trace", trace], check=False)
+    assert out.returncode == 69 and "needs a source checkout of flexiqd" in out.stderr, out
+
+
 def test_the_units_exposure_is_no_worse_than_documented(debian: DebianMachine):
     # docs/packaging.md records these; a unit that loosens its sandboxing fails here.
     recorded = {DAEMON: 1.6, "flexiq-worker@default-1.service": 1.1}

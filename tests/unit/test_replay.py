@@ -176,13 +176,21 @@ def test_the_command_refuses_an_unreplayable_trace_with_one_line(capsys):
 
 
 def test_the_command_refuses_clearly_when_no_container_can_be_booted(monkeypatch, capsys):
-    from flexiqd.sim import replay_machine
-
-    monkeypatch.setattr(replay_machine, "unavailable_reason", lambda: "system tests need root")
+    harness = bench.replay_harness()   # bench/replay_machine.py of this checkout
+    assert harness is not None and callable(harness.replay)
+    monkeypatch.setattr(harness, "unavailable_reason", lambda: "system tests need root")
     path = standard_traces()[0].parent / "steady.json"
     assert bench.replay_main(["--trace", str(path)]) == bench.EXIT_UNAVAILABLE
     assert capsys.readouterr().err.strip() == (
         "flexiq bench replay: cannot boot a systemd container here: system tests need root")
+
+
+def test_an_installed_flexiqd_has_no_harness_and_says_so(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(bench, "HARNESS", tmp_path / "bench" / "replay_machine.py")
+    path = standard_traces()[0].parent / "steady.json"
+    assert bench.replay_main(["--trace", str(path)]) == bench.EXIT_UNAVAILABLE
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "needs a source checkout of flexiqd" in err, err
 
 
 @pytest.mark.parametrize("argv, message", [

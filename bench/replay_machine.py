@@ -1,11 +1,14 @@
 """The replay's machine: a throw-away systemd container running this checkout's flexiqd.
 
-The container is the system tests' sandbox (``tests/system/sandbox.py``: this
-machine's own root file system booted by ``systemd-nspawn`` on a volatile
-overlay, nothing on the host changes), so the replay needs a source checkout
-with its ``.venv`` (``make venv``), root, and systemd-nspawn.  flexiqd is
-installed into it as ``make demo`` installs it: the shipped units with their
-programs pointed at the checkout's ``.venv``.
+``flexiq bench replay`` (flexiqd/cli/bench.py) loads this file from the checkout's
+bench/: it is the benchmark's harness, not part of the installed package (the packages
+do not ship it), since it needs a source checkout anyway.  The container is the system
+tests' sandbox (``tests/system/sandbox.py``: this machine's own root file system booted
+by ``systemd-nspawn`` on a volatile overlay, nothing on the host changes), so the
+replay needs a source checkout with its ``.venv`` (``make venv``), root, and
+systemd-nspawn.  flexiqd is installed into it as ``make demo`` installs it: the shipped
+units with their programs pointed at the checkout's ``.venv``; ``replay_driver.py``
+beside this file runs inside it.
 
 ``replay()`` is blocking: it boots a container, runs one compressed trace and
 tears the container down, whatever happens (Ctrl-C included).
@@ -21,11 +24,12 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..busnames import BUS_NAME
-from .replay import POOL, STORE, JobRecord, Recording, ScheduledJob, job_records, worker_spans
-from .trace import Trace
+from flexiqd.busnames import BUS_NAME
+from flexiqd.sim.replay import POOL, STORE, JobRecord, Recording, ScheduledJob, job_records, worker_spans
+from flexiqd.sim.trace import Trace
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
+DRIVER = REPO / "bench" / "replay_driver.py"  # run inside the container (the checkout is at the same path there)
 BIN = REPO / ".venv" / "bin"
 SANDBOX_FILE = REPO / "tests" / "system" / "sandbox.py"
 DATABASE = "/var/lib/flexiq/queue.db"
@@ -99,7 +103,7 @@ def _run(machine: Any, compressed: Trace, config: str, jobs: Sequence[ScheduledJ
     machine.write_file(SCHEDULE, json.dumps([[job.enqueue_at, job.delay, job.duration] for job in jobs]))
     start = time.time() + LEAD_IN
     end = start + compressed.duration
-    driven = machine.run([str(BIN / "python"), "-m", "flexiqd.sim.replay_driver", "enqueue", SCHEDULE, STORE,
+    driven = machine.run([str(BIN / "python"), str(DRIVER), "enqueue", SCHEDULE, STORE,
                           POOL, repr(start)], timeout=compressed.duration + 300)
     print(f"  driver: {driven.stderr.strip().splitlines()[-1] if driven.stderr.strip() else 'done'}",
           file=sys.stderr, flush=True)
@@ -110,7 +114,7 @@ def _run(machine: Any, compressed: Trace, config: str, jobs: Sequence[ScheduledJ
 
 
 def _collect(machine: Any, start: float, end: float, enqueued: list[tuple[int, float]]) -> Recording:
-    started = json.loads(machine.run([str(BIN / "python"), "-m", "flexiqd.sim.replay_driver", "executions",
+    started = json.loads(machine.run([str(BIN / "python"), str(DRIVER), "executions",
                                       DATABASE, POOL], timeout=120).stdout)
     jobs: tuple[JobRecord, ...] = job_records(enqueued, ((int(job), at) for job, at in started))
     events, decisions = [], []

@@ -1,7 +1,7 @@
 """The replay's side inside the container: enqueue a schedule on time, and read the store afterwards.
 
-    python -m flexiqd.sim.replay_driver enqueue SCHEDULE URL QUEUE START
-    python -m flexiqd.sim.replay_driver executions DATABASE QUEUE
+    python bench/replay_driver.py enqueue SCHEDULE URL QUEUE START
+    python bench/replay_driver.py executions DATABASE QUEUE
 
 ``enqueue`` reads SCHEDULE (JSON: a list of [enqueue_at, delay, duration]),
 waits until wall-clock START + enqueue_at for each job and enqueues it as
@@ -23,7 +23,7 @@ import sqlite3
 import sys
 import time
 
-from ..queue import NewJob, open_backend
+from flexiqd.queue import NewJob, open_backend
 
 TASK = "flexiqd.demo.sleep"
 # Enqueue together what falls due within this many seconds: one transaction
