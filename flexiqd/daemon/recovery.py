@@ -79,12 +79,15 @@ class Recovery:
                 busy[instance] = busy.get(instance, 0) + running
                 continue
             self._doing(f"releasing the jobs of dead worker {instance}")
+            how = self.fleet.how_it_ended(instance, pid)
+            reason = f"worker {instance} died" + (f": {how}" if how else "")
             try:
-                recovered = self.backend.recover_owner(owner, now=now, reason=f"worker {instance} died")
+                recovered = self.backend.recover_owner(owner, now=now, reason=reason)
             except QueueError as exc:
                 log.warning("Could not release the jobs of dead worker %s: %s", instance, exc)
                 continue
-            log.warning("Worker %s (pid %d) is gone: released its %d jobs to run again.", instance, pid, recovered,
+            log.warning("Worker %s (pid %d) is gone%s: released its %d jobs to run again.", instance, pid,
+                        f" ({how})" if how else "", recovered,
                         extra=self._released_fields(instance, pid, recovered))
         return busy
 

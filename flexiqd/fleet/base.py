@@ -131,6 +131,12 @@ class Fleet(abc.ABC):
         self.stop([w for w in self.list() if w.pool == pool
                    and w.state in (WorkerState.ACTIVE, WorkerState.STARTING)])
 
+    def how_it_ended(self, instance: str, pid: int) -> str | None:
+        """How worker ``instance``'s process ``pid`` ended ("killed by SIGKILL", "out of memory:
+        killed by the kernel's OOM killer", "exited with status 75"), when the fleet knows;
+        None otherwise.  For the reason a dead worker's jobs are recorded with."""
+        return None
+
     @abc.abstractmethod
     def leave(self) -> None:
         """What becomes of the workers when the daemon exits (each fleet says in its own docs)."""

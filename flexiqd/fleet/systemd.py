@@ -157,6 +157,25 @@ class Systemd:
         return _text(self.unit_property(job_path, JOB, "JobType", b"s"))
 
 
+# ExecMainCode: how the main process ended, as siginfo's si_code (CLD_*).
+_CLD_EXITED, _CLD_KILLED, _CLD_DUMPED = 1, 2, 3
+
+
+def exit_description(code: int, status: int, result: str) -> str | None:
+    """A process's end in words, from systemd's ExecMainCode/ExecMainStatus and the unit's Result."""
+    if result == "oom-kill":
+        return "out of memory: killed by the kernel's OOM killer"
+    if code in (_CLD_KILLED, _CLD_DUMPED):
+        try:
+            name = signal.Signals(status).name
+        except ValueError:
+            name = f"signal {status}"
+        return f"killed by {name}" + (" (core dumped)" if code == _CLD_DUMPED else "")
+    if code == _CLD_EXITED:
+        return f"exited with status {status}"
+    return None
+
+
 def _dbus_error_text(exc: Exception) -> str:
     name = getattr(exc, "err_name", None) or getattr(exc, "errno", None)
     message = getattr(exc, "err_message", None)
@@ -233,6 +252,24 @@ class SystemdFleet(Fleet):
         return self._timings[key]
 
     # -- changing ---------------------------------------------------------------------------
+
+    def how_it_ended(self, instance: str, pid: int) -> str | None:
+        """From the unit's ``ExecMainPID``/``ExecMainCode``/``ExecMainStatus`` and ``Result``: what
+        systemd recorded of its last main process -- only if that process was ``pid`` (a unit
+        restarted meanwhile describes its new process)."""
+        pool, index = parse_instance(instance) or (None, None)
+        if pool is None:
+            return None
+        path = unit_path(unit_name(pool, index))
+        try:
+            if int(self.systemd.unit_property(path, SERVICE, "ExecMainPID", b"u")) != pid:
+                return None
+            code = int(self.systemd.unit_property(path, SERVICE, "ExecMainCode", b"i"))
+            status = int(self.systemd.unit_property(path, SERVICE, "ExecMainStatus", b"i"))
+            result = _text(self.systemd.unit_property(path, SERVICE, "Result", b"s"))
+        except FleetError:
+            return None
+        return exit_description(code, status, result)
 
     def configure(self, specs: Iterable[WorkerSpec]) -> None:
         """Rewrite the drop-ins of running instances and write those of the instances a pool

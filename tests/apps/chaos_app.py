@@ -32,3 +32,15 @@ def work(seconds: float = 0.0) -> str:
     time.sleep(seconds)
     _mark("end")
     return "ok"
+
+
+@queue.task("hog")
+def hog(megabytes: int = 1024) -> str:
+    """Allocate ``megabytes`` and touch every page, 16 MiB at a time: under a memory limit
+    smaller than that, the kernel's OOM killer ends the worker mid-job."""
+    _mark("start")
+    held = []
+    for _ in range(megabytes // 16):
+        held.append(bytearray(b"\x01") * (16 << 20))
+    _mark("end")
+    return f"held {len(held) * 16} MiB"

@@ -231,3 +231,24 @@ def test_a_ready_workers_start_is_read_from_systemds_timestamps_once_per_run(tmp
     systemd.units["flexiq-worker@p-1.service"] = ("active", "", 201)  # restarted by systemd
     systemd.stamps["flexiq-worker@p-1.service"] = (9_000_000, 9_300_000)
     assert {w.instance: w.ready_after for w in fleet.list()}["p-1"] == pytest.approx(0.3)
+
+
+def test_how_a_worker_ended_is_told_from_its_units_last_main_process_only():
+    from flexiqd.fleet.systemd import exit_description
+
+    class Ended:
+        def __init__(self, **props):
+            self.props = props
+
+        def unit_property(self, path, interface, prop, signature):
+            assert path == unit_path("flexiq-worker@default-2.service")
+            return self.props[prop]
+
+    fleet = SystemdFleet(Ended(ExecMainPID=41, ExecMainCode=2, ExecMainStatus=9, Result="signal"))
+    assert fleet.how_it_ended("default-2", 41) == "killed by SIGKILL"
+    assert fleet.how_it_ended("default-2", 40) is None  # restarted since: the unit tells of another process
+    oom = SystemdFleet(Ended(ExecMainPID=41, ExecMainCode=2, ExecMainStatus=9, Result="oom-kill"))
+    assert oom.how_it_ended("default-2", 41) == "out of memory: killed by the kernel's OOM killer"
+    assert exit_description(1, 75, "exit-code") == "exited with status 75"
+    assert exit_description(3, 6, "core-dump") == "killed by SIGABRT (core dumped)"
+    assert exit_description(0, 0, "success") is None
