@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import types
 from dataclasses import replace
 
 import pytest
@@ -175,10 +176,17 @@ def test_the_command_refuses_an_unreplayable_trace_with_one_line(capsys):
     assert len(err.splitlines()) == 1 and "tight_db.json: cannot be replayed" in err
 
 
+def test_the_checkouts_harness_loads():
+    if not bench.HARNESS.is_file():
+        pytest.skip(f"no {bench.HARNESS} here: the package build runs the unit tests without bench/")
+    harness = bench.replay_harness()
+    assert callable(harness.replay) and callable(harness.unavailable_reason)
+    assert issubclass(harness.ReplayError, Exception)
+
+
 def test_the_command_refuses_clearly_when_no_container_can_be_booted(monkeypatch, capsys):
-    harness = bench.replay_harness()   # bench/replay_machine.py of this checkout
-    assert harness is not None and callable(harness.replay)
-    monkeypatch.setattr(harness, "unavailable_reason", lambda: "system tests need root")
+    harness = types.SimpleNamespace(unavailable_reason=lambda: "system tests need root", ReplayError=RuntimeError)
+    monkeypatch.setattr(bench, "replay_harness", lambda: harness)
     path = standard_traces()[0].parent / "steady.json"
     assert bench.replay_main(["--trace", str(path)]) == bench.EXIT_UNAVAILABLE
     assert capsys.readouterr().err.strip() == (
