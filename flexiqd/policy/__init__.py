@@ -15,7 +15,7 @@ Typical use, once per tick and pool::
 ``decide_fleet`` decides every pool at once -- sharing the dependencies, the
 fleet's global caps and the starts a dependency allows -- and is what the
 daemon and the simulator run.  No I/O, no clock reads, no logging; standard library only
-(and ``flexiqd.config.schema``, the settings' defaults, which is data).
+(and ``flexiqd.settings_schema``, the settings' defaults, which is data).
 """
 
 from .config import (

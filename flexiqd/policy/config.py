@@ -4,7 +4,7 @@ Every class validates itself when built and raises ``PolicyConfigError`` naming
 the option (``targets.utilisation: must be in (0, 1], got 1.5``), so a bad
 config is refused whole before the first decision.  ``pool_policy_from_mapping``
 builds one from a parsed YAML/JSON mapping and names unknown keys the same way.
-The defaults are the config file's, read from ``flexiqd.config.schema`` (data only).
+The defaults are the config file's, read from ``flexiqd.settings_schema`` (data only).
 """
 
 from __future__ import annotations
