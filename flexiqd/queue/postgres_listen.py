@@ -13,6 +13,7 @@ import logging
 import os
 import select
 import threading
+import time
 from typing import Callable
 
 import psycopg
@@ -29,6 +30,8 @@ _MAX_CHANNEL = 63
 # before opening its connection again after losing it.
 _LISTEN_TICK = 1.0
 _LISTEN_RETRY = 2.0
+# While the server stays away, the same reason is logged again at most this often (seconds).
+_REPEAT_WARNING = 30.0
 
 
 def channel_of(queue: str) -> str:
@@ -56,6 +59,7 @@ class Listener(threading.Thread):
         self._stop_read, self._stop_write = os.pipe()
         self._pipe_lock = threading.Lock()  # the thread closes the pipe as it ends
         self._pipe_open = True
+        self._warned: tuple[str, float] | None = None  # the outage's last logged reason, and when
 
     def stop(self) -> None:
         """Stop listening; returns once the thread has ended, or after a few seconds if it is
@@ -83,12 +87,15 @@ class Listener(threading.Thread):
             try:
                 conn = self._connect()
             except StoreUnavailable as exc:
-                log.warning("Not listening for new jobs: %s; trying again in %gs.", exc, _LISTEN_RETRY)
+                self._warn("Not listening for new jobs: %s; trying again every %gs.", str(exc))
                 self._pause(_LISTEN_RETRY)
                 continue
             try:
                 for channel in self._channels:
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                if self._warned is not None:
+                    log.info("Listening for new jobs again.")
+                    self._warned = None
                 # Jobs that came before the LISTEN (or while a lost connection was down)
                 # sent their notices to nobody: look once now.
                 self._wake()
@@ -96,11 +103,19 @@ class Listener(threading.Thread):
             except psycopg.Error as exc:
                 if not self._stopping.is_set():
                     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                    log.warning("Listening for new jobs stopped (%s); listening again in %gs.",
-                                reason, _LISTEN_RETRY)
+                    self._warn("Listening for new jobs stopped (%s); listening again in %gs.", reason)
                     self._pause(_LISTEN_RETRY)
             finally:
                 conn.close()
+
+    def _warn(self, message: str, reason: str) -> None:
+        """Log an outage's reason: when it starts or changes, then every ``_REPEAT_WARNING`` s
+        (a server away for minutes must not fill the journal every retry)."""
+        now = time.monotonic()
+        if self._warned is not None and self._warned[0] == reason and now - self._warned[1] < _REPEAT_WARNING:
+            return
+        self._warned = (reason, now)
+        log.warning(message, reason, _LISTEN_RETRY)
 
     def _listen(self, conn: psycopg.Connection) -> None:
         pgconn = conn.pgconn
