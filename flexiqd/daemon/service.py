@@ -24,10 +24,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from ..config import DEFAULT_CONFIG_PATH, DaemonConfig, load_config
-from ..errors import ConfigError, FlexiqdError
+from ..errors import ConfigError, FlexiqdError, StoreUnreachable
 from ..fleet.base import Fleet
 from ..logs import MessageId, journal
 from ..notify import Notifier, watchdog_interval
+from ..queue.backend import Backend
 from ..queue.url import open_backend, safe_url, sqlite_path
 from ..runtime_files import APPLIED_CONFIG, PAUSED_FILE, write_published
 from . import pacing
@@ -50,6 +51,11 @@ EVENTS_FILE = "events.jsonl"
 HEARTBEAT = 1.0
 # A tick running longer than this is reported in STATUS= as blocked.
 BLOCKED_AFTER = 5.0
+# A store out of reach at start (its server down or restarting, its disk full) is waited for,
+# retried after this pause, doubling up to the most; systemd's start timeout is extended meanwhile.
+STORE_RETRY_FIRST = 0.5
+STORE_RETRY_MAX = 5.0
+STORE_WAIT_MARGIN = 10.0
 
 
 def blocked_status(seconds: float, activity: str | None, last_status: str) -> str:
@@ -200,7 +206,8 @@ class Daemon:
         heartbeat = loop.create_task(self._heartbeat())
         try:
             try:
-                await self._startup(loop)
+                if not await self._startup(loop):
+                    return EXIT_OK  # stopped while it waited for the store
             except ConfigError as exc:
                 log.error("Cannot start: %s", exc)
                 self.notifier.status(f"config error: {exc}")
@@ -217,11 +224,14 @@ class Daemon:
         finally:
             heartbeat.cancel()
 
-    async def _startup(self, loop: asyncio.AbstractEventLoop) -> None:
+    async def _startup(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Start everything; False when a stop came while the store was out of reach."""
         self.config = load_config(self.options.config_path, fleet=self.options.fleet)
         self._publish(self.config)
         kind = self.config.fleet
-        backend = await self.io(open_backend, self.config.store, what="opening the store")
+        backend = await self._open_store()
+        if backend is None:
+            return False
         self.fleet = await self.io(self._make_fleet, kind, what="connecting to systemd")
         folder = state_dir(self.options, self.config)
         events_path = intent_path = history_path = samples_path = None
@@ -278,6 +288,38 @@ class Daemon:
         log.info("flexiqd ready with %s fleet; pools: %s.", kind, pools or "none")
         self._status = self.controller.status_line()
         self.notifier.ready(self._status)
+        return True
+
+    async def _open_store(self) -> Backend | None:
+        """The store, once it can be reached; None when a stop comes first.
+
+        A store out of reach for a reason that passes (``StoreUnreachable``: its server down
+        or restarting, its disk full) is waited for -- STATUS= and the journal say why,
+        systemd's start timeout is extended -- rather than failing the start, which systemd
+        would repeat into its start limit.  Any other ``StoreUnavailable`` (a wrong URL or
+        password, a schema too new) is raised: waiting would not mend it.
+        """
+        delay, since = STORE_RETRY_FIRST, time.monotonic()
+        while True:
+            try:
+                backend = await self.io(open_backend, self.config.store, what="opening the store")
+            except StoreUnreachable as exc:
+                waited = time.monotonic() - since
+                if delay == STORE_RETRY_FIRST:
+                    log.warning("Waiting for the store before starting: %s", exc)
+                self._set_status(f"waiting {waited:.0f}s for the store: {exc}")
+                self.notifier.extend_timeout(delay + STORE_WAIT_MARGIN)
+                try:
+                    await asyncio.wait_for(self._stop.wait(), delay)
+                    log.info("Stopped while waiting for the store.")
+                    return None
+                except asyncio.TimeoutError:
+                    pass
+                delay = min(delay * 2, STORE_RETRY_MAX)
+                continue
+            if delay != STORE_RETRY_FIRST:
+                log.info("Reached the store after %.1fs.", time.monotonic() - since)
+            return backend
 
     def _make_fleet(self, kind: str) -> Fleet:
         if kind == "process":
