@@ -56,6 +56,7 @@ class MessageId:
     SCHEDULE_FIRED = "0cd086efd4d148f7841dc944e3518987"      # a schedule's slot enqueued its job
     SCHEDULE_SKIPPED = "468134bd312f4c41b47d87b339c818b0"    # a slot (or a run of missed ones) skipped
     STORE_NOT_WRITABLE = "a4db2ae382bb4a26a7204a0a3ecd55f6"  # the SQLite store's disk is full or read-only
+    POOL_CRASH_LOOP = "4e0173177ebd43e8816bcbaa72b7cbcf"     # a pool's workers keep failing: starts back off
 
 
 def journal(message_id: str, **fields: object) -> dict:

@@ -66,6 +66,12 @@ def pool_rows(pool: Mapping[str, Any], now: float) -> list[tuple[str, str]]:
             if workers.get(key):
                 line += f", {workers[key]} {key}"
         rows.append(("workers", line))
+    loop = pool.get("crash_loop")
+    if loop:
+        rows.append(("CRASH LOOP", f"{loop['failures']} workers failed since "
+                                   f"{_clock(loop['since'])}, the last at {_clock(loop['last_at'])}: "
+                                   f"{loop['last_error'] or 'how it ended is unknown'}; "
+                                   f"no new worker before {_clock(loop['next_start_at'])}"))
     desired = f"{_count(pool.get('desired'))} (min {pool['min_workers']}, max {pool['max_workers']})"
     if pool.get("binding_cap"):
         desired += f", capped by {pool['binding_cap']}"
@@ -206,3 +212,8 @@ def render_event(event: Mapping[str, Any]) -> str:
     text = event.get("rationale") or (f"{event['pool']} {event['previous']} -> {event['desired']}: "
                                       f"{event['reason']}")
     return f"{_clock(event.get('at'))}  #{event['seq']}  {text}"
+
+
+def _clock(at: float) -> str:
+    """An epoch time as the local clock's ``HH:MM:SS``."""
+    return time.strftime("%H:%M:%S", time.localtime(at))

@@ -43,6 +43,7 @@ from ..queue.owners import process_exists, this_host
 from ..queue.url import sqlite_path
 from ..queue.types import DependencyStats
 from ..schedules.forecast import Forecast, jobs_coming_due
+from .crashloop import WINDOW as CRASH_WINDOW, CrashLoop, CrashLoops
 from .events import EventLog
 from .samples import Samples
 from .intent import HistoryFile, IntentFile, SamplesFile
@@ -79,6 +80,7 @@ class PoolView:
     start_cost: StartCost | None = None  # measured; None until a worker started for work claimed
     line: str | None = None              # the decision's one line, as logged
     stats_error: str | None = None       # why the stats could not be read (stats None)
+    crash_loop: CrashLoop | None = None  # its workers keep failing (daemon.crashloop)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +129,8 @@ class Controller:
         self.clock = clock
         self.histories: dict[str, History] = {}
         self.start_costs = StartCosts()
+        self.crash_loops = CrashLoops()
+        self._backoff_said: dict[str, float] = {}  # pool -> the failure whose backoff was logged
         self.history_file = history or HistoryFile(None)
         self._saved_at: float | None = None
         self.samples_file = samples or SamplesFile(None)
@@ -233,6 +237,7 @@ class Controller:
                                                         if w.pid and w.state is not WorkerState.FAILED})
         self.recovery.maintain(now)
         failed = collections.Counter(w.pool for w in workers if w.state is WorkerState.FAILED)
+        self._count_failures(workers, now)
         self.recovery.forget_failed(workers)
         self.retiring.forget_gone(workers)
         by_pool: dict[str, list[WorkerInfo]] = collections.defaultdict(list)
@@ -526,6 +531,14 @@ class Controller:
         count -= self.retiring.take_back(workers, count, seen.busy)
         if count <= 0:
             return
+        loop = self.crash_loops.loop(pool.name, now)
+        if loop is not None and now < loop.next_start_at:
+            if self._backoff_said.get(pool.name) != loop.last_at:  # once per failure, not per tick
+                self._backoff_said[pool.name] = loop.last_at
+                log.info("Pool %s: no new worker for %.0fs: %d workers failed within %.0fs, the last %s.",
+                         pool.name, loop.next_start_at - now, loop.failures, CRASH_WINDOW,
+                         loop.last_error or "ended in a way systemd did not record")
+            return
         allowed = room.allow(pool.name, count)
         if allowed.held:
             log.info("%s", allowed.sentence(pool.name))
@@ -583,20 +596,42 @@ class Controller:
     def _record(self, decisions: dict[str, Decision], seen: _Seen, now: float) -> None:
         """What the tick leaves for readers between ticks: the views, the histories kept on disk,
         the report for the other hosts."""
-        self.views = {name: self._view(name, decisions.get(name), seen) for name in self.config.pools
+        self.views = {name: self._view(name, decisions.get(name), seen, now) for name in self.config.pools
                       if name in seen.observations}
         self._save_histories(now, force=any(d.changed for d in decisions.values()))
         self.samples.record(self.views, now)
         self._save_samples(now)
         self._fleet_report = self._report(decisions, seen)
 
-    def _view(self, name: str, decision: Decision | None, seen: _Seen) -> PoolView:
+    def _view(self, name: str, decision: Decision | None, seen: _Seen, now: float) -> PoolView:
         obs = seen.observations[name]
         return PoolView(pool=name, active=obs.active, starting=obs.starting, draining=obs.draining,
                         failed=seen.failed.get(name, 0), max_workers=self.config.pools[name].policy.max_workers,
                         decision=decision, stats=seen.stats[name], metrics=obs.metrics,
                         start_cost=self.start_costs.estimate(name), stats_error=seen.stats_errors.get(name),
-                        line=self._line(name, decision, obs) if decision is not None else None)
+                        line=self._line(name, decision, obs) if decision is not None else None,
+                        crash_loop=self.crash_loops.loop(name, now))
+
+    def _count_failures(self, workers: list[WorkerInfo], now: float) -> None:
+        """Count each failed worker (with how it ended) toward its pool's crash loop; say so when
+        a pool's failures begin to make one."""
+        for worker in workers:
+            if worker.state is not WorkerState.FAILED:
+                continue
+            looping = self.crash_loops.loop(worker.pool, now) is not None
+            try:
+                ending = self.fleet.how_it_ended(worker.instance, worker.pid)
+            except FleetError:
+                ending = None
+            self.crash_loops.failed(worker.pool, now, ending)
+            loop = self.crash_loops.loop(worker.pool, now)
+            if loop is not None and not looping:
+                log.error("Pool %s is crash-looping: %d workers failed within %.0fs (the last %s); each new "
+                          "start waits after the last failure, up to a minute.", worker.pool, loop.failures,
+                          CRASH_WINDOW, ending or "ended in a way systemd did not record",
+                          extra=journal(MessageId.POOL_CRASH_LOOP, POOL=worker.pool, FAILURES=loop.failures,
+                                        LAST_ERROR=ending))
+        self.crash_loops.forget(set(self.config.pools))
 
     def _line(self, name: str, decision: Decision, obs: Observation) -> str:
         return decision_line(decision, obs, self.config.pools[name].policy_kind)
@@ -661,7 +696,11 @@ class Controller:
                 why = f" ({view.stats_error}), holding" if view.stats_error else ""
                 parts.append(f"{view.pool} {running}/{view.max_workers} stats unavailable{why}")
                 continue
-            parts.append(f"{view.pool} {running}/{view.max_workers} age "
+            looping = ""
+            if view.crash_loop is not None:
+                looping = (f" CRASH-LOOPING ({view.crash_loop.failures} workers failed: "
+                           f"{view.crash_loop.last_error or 'unknown'})")
+            parts.append(f"{view.pool} {running}/{view.max_workers}{looping} age "
                          f"{format_duration(metrics.oldest_runnable_age)} "
                          f"ttd {format_duration(metrics.time_to_drain)}")
         line = "; ".join(parts) or "no pools"

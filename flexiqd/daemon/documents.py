@@ -41,6 +41,7 @@ def pool_document(name: str, config: "DaemonConfig", view: "PoolView | None",
         "start_cost": None,
         "metrics": None,
         "stats_error": None,
+        "crash_loop": None,
         "utilisation": None,
         "decision": None,
         "ceiling": None,
@@ -62,6 +63,7 @@ def pool_document(name: str, config: "DaemonConfig", view: "PoolView | None",
         document["decision"] = {"reason": view.decision.reason, "rationale": view.line}
         document["ceiling"] = ceiling_document(view.decision.history.knee)
     document["stats_error"] = view.stats_error
+    document["crash_loop"] = view.crash_loop.as_dict() if view.crash_loop is not None else None
     metrics = view.metrics
     if metrics is not None:
         document["metrics"] = {

@@ -131,10 +131,11 @@ class Fleet(abc.ABC):
         self.stop([w for w in self.list() if w.pool == pool
                    and w.state in (WorkerState.ACTIVE, WorkerState.STARTING)])
 
-    def how_it_ended(self, instance: str, pid: int) -> str | None:
+    def how_it_ended(self, instance: str, pid: int | None) -> str | None:
         """How worker ``instance``'s process ``pid`` ended ("killed by SIGKILL", "out of memory:
         killed by the kernel's OOM killer", "exited with status 75"), when the fleet knows;
-        None otherwise.  For the reason a dead worker's jobs are recorded with."""
+        None otherwise (``pid`` None: its last process, whichever it was).  For the reason a
+        dead worker's jobs are recorded with, and a crash loop's."""
         return None
 
     @abc.abstractmethod

@@ -22,7 +22,7 @@ from typing import Iterable, Mapping, Sequence
 
 from ..queue.url import URL_ENV
 from ..runtime_files import PAUSED_FILE_ENV
-from .base import Fleet, WorkerInfo, WorkerSpec, WorkerState, instance_name
+from .base import Fleet, WorkerInfo, WorkerSpec, WorkerState, instance_name, parse_instance
 from .dropin import CONFIG_ENV
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,7 @@ class ProcessFleet(Fleet):
         super().__init__()
         self._children: dict[tuple[str, int], _Child] = {}
         self._failed: dict[tuple[str, int], WorkerInfo] = {}
+        self._endings: dict[int, str] = {}  # pid -> how a failed worker's process ended
         self._specs: dict[str, WorkerSpec] = {}
         self._log_dir = log_dir
         self.config_path = config_path
@@ -168,6 +169,7 @@ class ProcessFleet(Fleet):
                 log.warning("Worker %s (pid %d) exited with %s.", instance_name(*key), child.proc.pid,
                             f"signal {-code}" if code < 0 else f"code {code}")
                 self._failed[key] = WorkerInfo(key[0], key[1], WorkerState.FAILED, child.proc.pid)
+                self._endings[child.proc.pid] = _ending(code)
         self._forget_pids(w.pid for w in workers)
         return workers + list(self._failed.values())
 
@@ -178,6 +180,15 @@ class ProcessFleet(Fleet):
 
     def forget(self, worker: WorkerInfo) -> None:
         self._failed.pop((worker.pool, worker.index), None)
+        if worker.pid is not None:
+            self._endings.pop(worker.pid, None)
+
+    def how_it_ended(self, instance: str, pid: int | None) -> str | None:
+        if pid is not None:
+            return self._endings.get(pid)
+        parsed = parse_instance(instance)
+        failed = self._failed.get(parsed) if parsed else None
+        return self._endings.get(failed.pid) if failed is not None and failed.pid else None
 
     def _enforce_deadlines(self) -> None:
         now = time.monotonic()
@@ -235,3 +246,13 @@ class ProcessFleet(Fleet):
 
     def close(self) -> None:
         pass
+
+
+def _ending(code: int) -> str:
+    """A worker process's end in words, from its exit code (negative: the signal)."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"

@@ -253,7 +253,7 @@ class SystemdFleet(Fleet):
 
     # -- changing ---------------------------------------------------------------------------
 
-    def how_it_ended(self, instance: str, pid: int) -> str | None:
+    def how_it_ended(self, instance: str, pid: int | None) -> str | None:
         """From the unit's ``ExecMainPID``/``ExecMainCode``/``ExecMainStatus`` and ``Result``: what
         systemd recorded of its last main process -- only if that process was ``pid`` (a unit
         restarted meanwhile describes its new process)."""
@@ -262,7 +262,7 @@ class SystemdFleet(Fleet):
             return None
         path = unit_path(unit_name(pool, index))
         try:
-            if int(self.systemd.unit_property(path, SERVICE, "ExecMainPID", b"u")) != pid:
+            if pid is not None and int(self.systemd.unit_property(path, SERVICE, "ExecMainPID", b"u")) != pid:
                 return None
             code = int(self.systemd.unit_property(path, SERVICE, "ExecMainCode", b"i"))
             status = int(self.systemd.unit_property(path, SERVICE, "ExecMainStatus", b"i"))

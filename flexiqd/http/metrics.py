@@ -92,9 +92,16 @@ def pool_families(snapshot: Snapshot) -> list[Metric]:
                      "throughput (the knee) that holds the pool; absent while none is known.", p)
     ceiling_rate = _gauge("flexiqd_pool_measured_ceiling_jobs_per_second", "What the pool completed at its "
                           "measured ceiling; absent while none is known.", p)
+    crash_loop = _gauge("flexiqd_pool_crash_looping", "1 while the pool's workers keep failing (3 or more within "
+                        "5 minutes; new starts back off), else 0.", p)
+    failures = _gauge("flexiqd_pool_recent_worker_failures", "Workers of the pool that failed within the last "
+                      "5 minutes, while it is crash-looping (else 0).", p)
     events = _counter("flexiqd_scale_events_total", "Changes of a pool's desired count, by direction and reason.",
                       ("pool", "direction", "reason"))
     for name, document in sorted(snapshot.status["pools"].items()):
+        loop = document.get("crash_loop")
+        crash_loop.add_metric([name], 1 if loop else 0)
+        failures.add_metric([name], loop["failures"] if loop else 0)
         minimum.add_metric([name], document["min_workers"])
         maximum.add_metric([name], document["max_workers"])
         paused.add_metric([name], 1 if document["paused"] else 0)
@@ -123,7 +130,7 @@ def pool_families(snapshot: Snapshot) -> list[Metric]:
     for (pool, direction, reason), count in sorted(snapshot.scale_events.items()):
         events.add_metric([pool, direction, reason], count)
     return [workers, desired, minimum, maximum, cap, utilisation, start_cost, paused, queues, age, target_age,
-            ceiling, ceiling_rate, events]
+            ceiling, ceiling_rate, crash_loop, failures, events]
 
 
 def dependency_families(snapshot: Snapshot) -> list[Metric]:
