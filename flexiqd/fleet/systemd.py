@@ -50,10 +50,15 @@ def worker_state(active_state: str, job_type: str) -> WorkerState | None:
 
     A queued job wins over ActiveState: right after StartUnit the unit is still
     "inactive" with a start job pending, and must already count as starting, or
-    the next tick would start another worker in its place.
+    the next tick would start another worker in its place; a unit being restarted
+    counts as starting throughout.
     """
     if job_type == "stop":
         return WorkerState.DRAINING
+    if job_type in ("restart", "try-restart"):
+        # Restarted (by an operator, a deploy): it comes back by itself.  Counted as capacity
+        # on its way, or the tick would start a replacement and then stop one of the two.
+        return WorkerState.STARTING
     if job_type and active_state not in ("active", "reloading", "deactivating"):
         return WorkerState.STARTING
     return _STATES.get(active_state)

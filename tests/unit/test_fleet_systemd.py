@@ -19,6 +19,14 @@ def test_a_pending_start_job_counts_as_starting_before_the_unit_leaves_inactive(
     assert worker_state("inactive", "") is None
 
 
+def test_a_unit_being_restarted_counts_as_starting_not_as_leaving():
+    # `systemctl restart` of a worker: it comes back by itself, so no replacement is started.
+    assert worker_state("deactivating", "restart") is WorkerState.STARTING
+    assert worker_state("active", "restart") is WorkerState.STARTING
+    assert worker_state("inactive", "restart") is WorkerState.STARTING
+    assert worker_state("deactivating", "try-restart") is WorkerState.STARTING
+
+
 def test_unit_names_and_paths_follow_systemds_escaping():
     assert unit_name("default", 3) == "flexiq-worker@default-3.service"
     assert unit_path("flexiq-worker@default-3.service") == \
