@@ -15,7 +15,9 @@ from .test_daemon_process_fleet import start_daemon, worker_pids
 
 def test_the_daemon_waits_for_a_store_that_is_down_and_starts_once_it_is_up(tmp_path, workers):
     server = PostgresServer()          # its port chosen, the server not started yet
-    daemon, _, log = start_daemon(tmp_path, server.url(), workers.marks)
+    # The database initdb makes: the test's own is created only after the server is up, and a
+    # database that does not exist is no outage (the daemon rightly gives up on it).
+    daemon, _, log = start_daemon(tmp_path, server.url("postgres"), workers.marks)
     try:
         wait_for(lambda: "Waiting for the store before starting" in log.read_text(), 30, "the daemon to wait")
         time.sleep(3)                  # several retries: still there, nothing started
@@ -35,7 +37,7 @@ def test_the_daemon_waits_for_a_store_that_is_down_and_starts_once_it_is_up(tmp_
 
 def test_a_stop_while_the_daemon_waits_for_the_store_ends_it_cleanly(tmp_path, workers):
     server = PostgresServer()
-    daemon, _, log = start_daemon(tmp_path, server.url(), workers.marks)
+    daemon, _, log = start_daemon(tmp_path, server.url("postgres"), workers.marks)
     try:
         wait_for(lambda: "Waiting for the store before starting" in log.read_text(), 30, "the daemon to wait")
         daemon.send_signal(signal.SIGTERM)
