@@ -24,7 +24,9 @@ def test_the_daemon_waits_for_a_store_that_is_down_and_starts_once_it_is_up(tmp_
         assert daemon.poll() is None, log.read_text()
         assert worker_pids(daemon.pid) == []
         server.start()
-        wait_for(lambda: "flexiqd ready" in log.read_text(), 60, "the daemon to start once the server is up")
+        wait_for(lambda: "flexiqd ready" in log.read_text() or daemon.poll() is not None, 60,
+                 "the daemon to start once the server is up")
+        assert daemon.poll() is None, f"the daemon gave up:\n{log.read_text()}"
         wait_for(lambda: len(worker_pids(daemon.pid)) == 1, 30, "the minimum worker")
         assert "Reached the store after" in log.read_text()
         daemon.send_signal(signal.SIGTERM)
