@@ -83,6 +83,12 @@ class SharedServer(PostgresServer):
 @pytest.fixture
 def fleet():
     """A PostgreSQL, a shared marks folder, and three booted sandboxes; all torn down after."""
+    yield from machines(HOSTS)
+
+
+def machines(count: int):
+    """(server, marks, sandboxes): a PostgreSQL, a shared marks folder and ``count`` booted
+    sandboxes, torn down after (a fixture's body)."""
     for reason in (unavailable_reason(), pg_unavailable()):
         if reason is not None:
             if in_ci():
@@ -91,7 +97,7 @@ def fleet():
     server = SharedServer().start()
     marks = Path(tempfile.mkdtemp(prefix="fleet-marks-", dir=REPO / ".cache"))
     marks.chmod(0o777)
-    sandboxes = [Sandbox() for _ in range(HOSTS)]
+    sandboxes = [Sandbox() for _ in range(count)]
     try:
         for sbx in sandboxes:
             sbx.start()

@@ -11,22 +11,16 @@ from __future__ import annotations
 import collections
 import math
 import random
-import shutil
 import signal
-import tempfile
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 
 from flexiqd.config.model import slot_key
-from pg_server import unavailable_reason as pg_unavailable
 
-from .conftest import in_ci
 from .flexiqd_install import DAEMON, REPO
-from .sandbox import Sandbox, unavailable_reason
-from .test_fleet_hosts_systemd import SharedServer, start_flexiqd
+from .test_fleet_hosts_systemd import machines, start_flexiqd
 
 KILLS = 8
 
@@ -50,24 +44,7 @@ schedules:
 
 @pytest.fixture
 def two_machines():
-    for reason in (unavailable_reason(), pg_unavailable()):
-        if reason is not None:
-            if in_ci():
-                pytest.fail(f"system tests must run in CI, but {reason}", pytrace=False)
-            pytest.skip(reason)
-    server = SharedServer().start()
-    marks = Path(tempfile.mkdtemp(prefix="sched-marks-", dir=REPO / ".cache"))
-    marks.chmod(0o777)
-    sandboxes = [Sandbox() for _ in range(2)]
-    try:
-        for sbx in sandboxes:
-            sbx.start()
-        yield server, marks, sandboxes
-    finally:
-        for sbx in sandboxes:
-            sbx.stop()
-        server.stop()
-        shutil.rmtree(marks, ignore_errors=True)
+    yield from machines(2)
 
 
 def jobs_per_slot(queue) -> collections.Counter:
