@@ -450,6 +450,9 @@ the worker that every `flexiq-worker@.service` instance runs; `flexiq autoscale`
 runs one autoscaled pool in the foreground, without flexiqd.
 """,
         sections=(
+            ("THE JOB STORE", """
+`enqueue`, `stats`, `jobs` and `dead-letter` use, in this order: `--url`; `$FLEXIQ_URL`; the `store:` of the daemon's config file ($FLEXIQD_CONFIG, else /etc/flexiqd/flexiqd.yaml) where that file is readable, so they read and write the queue the daemon's workers claim from, also after a move to PostgreSQL; else sqlite:////var/lib/flexiq/queue.db. Only the `store:` key is read. When the store is not that default and was not given with `--url`, one line on stderr names it and where it came from, any password shown as ***. When the config file exists but cannot be read or parsed, one line on stderr says so and the default is used; a `store:` that is not a URL is an error. `flexiq dependencies` reads the same config file; `flexiq scaler` and `flexiq autoscale` use `--url`, else $FLEXIQ_URL, else the default.
+"""),
             ("SIGNALS", """
 - SIGTERM: A worker stops claiming, hands back the jobs it had not started, lets running jobs finish within its drain timeout, then interrupts the rest: a job whose task ended is handed back (no attempt used); one whose task still runs stays leased until the worker is gone, so it never runs twice at once. The worker kills the processes its tasks started and exits 0.
 
@@ -467,9 +470,9 @@ runs one autoscaled pool in the foreground, without flexiqd.
 - 70: A worker whose every slot was held by a task past its timeout, which did not stop when interrupted: it exits so that a fresh worker takes over.
 """),
             ("ENVIRONMENT", """
-- FLEXIQ_URL: The job store when `--url` is not given (else sqlite:////var/lib/flexiq/queue.db).
+- FLEXIQ_URL: The job store when `--url` is not given.
 
-- FLEXIQD_CONFIG: The daemon's config file that `flexiq worker --instance` reads its pool's settings from.
+- FLEXIQD_CONFIG: The daemon's config file (else /etc/flexiqd/flexiqd.yaml): `flexiq worker --instance` reads its pool's settings from it, and `enqueue`, `stats`, `jobs` and `dead-letter` its `store:`.
 
 - FLEXIQD_PAUSED_FILE: The daemon's list of paused pools; a worker of a paused pool starts paused.
 

@@ -13,7 +13,9 @@ from ..errors import FlexiqdError
 from .argtypes import duration, whole_number
 from ..logs import setup_logging
 from ..queue.types import Job, JobState, NewJob, Stats
-from ..queue.url import URL_ENV, default_url, open_backend
+from ..config.model import DEFAULT_CONFIG_PATH
+from ..queue.url import DEFAULT_URL, URL_ENV, default_url, open_backend
+from .store_choice import CONFIG_ENV, store_for_command
 from ..settings_schema import AUTOSCALE_FIELDS, autoscale_default, listen_default, setting, show_default
 
 EXIT_OK = 0
@@ -68,7 +70,9 @@ def _queues(text: str) -> tuple[str, ...]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="flexiq", description=__doc__)
     parser.add_argument("--url", default=None,
-                        help=f"the job store (default: ${URL_ENV}, else {default_url()})")
+                        help=f"the job store (default: ${URL_ENV}; else, for enqueue, stats, jobs and "
+                             f"dead-letter, the store: of the daemon's config file (${CONFIG_ENV}, else "
+                             f"{DEFAULT_CONFIG_PATH}) where it is readable; else {DEFAULT_URL})")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -222,7 +226,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return bench.main([args.what, *args.rest])
     if args.command == "dependencies":
         return _dependencies(args)
-    backend = open_backend(args.url or default_url())
+    store = store_for_command(args.url)
+    if store.note:
+        print(f"flexiq: {store.note}", file=sys.stderr)
+    backend = open_backend(store.url)
     try:
         if args.command == "enqueue":
             return _enqueue(backend, args)

@@ -157,3 +157,37 @@ def test_check_config_says_in_one_line_why_the_database_cannot_be_used(pg_server
     assert done.returncode == 1
     assert expected in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith("flexiqd: ")
+
+
+def test_without_url_the_commands_use_the_configs_postgresql_store_and_hide_its_password(pg_server, tmp_path):
+    from pg_server import PASSWORD, PASSWORD_ROLE
+    from urllib.parse import quote
+
+    schema = pg_server.fresh_schema()
+    pg_server.admin(f"ALTER SCHEMA {schema} OWNER TO {PASSWORD_ROLE}", database="flexiq")
+    options = quote(f"-csearch_path={schema}", safe="")
+    url = f"postgresql://{PASSWORD_ROLE}:{PASSWORD}@127.0.0.1:{pg_server.port}/flexiq?options={options}"
+    config = tmp_path / "flexiqd.yaml"
+    config.write_text(f"store: {url}\npools:\n  default:\n    app: counting_app:queue\n")
+    env = {key: value for key, value in os.environ.items() if key != "FLEXIQ_URL"}
+    env.update(PYTHONPATH=str(REPO), FLEXIQD_CONFIG=str(config))
+
+    def run(*argv: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, "-m", "flexiqd.cli.flexiq", *argv], capture_output=True,
+                              text=True, cwd=str(REPO), timeout=60, env=env)
+        assert done.returncode == 0, done.stderr
+        assert PASSWORD not in done.stdout + done.stderr
+        # First: the schema's creation, at the first command, is logged after it.
+        assert done.stderr.splitlines()[0] == (f"flexiq: using the store postgresql://{PASSWORD_ROLE}:***@127.0.0.1:"
+                                       f"{pg_server.port}/flexiq?options={options} (from {config})")
+        return done
+
+    job_id = int(run("enqueue", "count", "0.1", "--queue", "moved").stdout)
+    backend = open_backend(url)
+    try:
+        assert backend.get(job_id).queue == "moved"  # in PostgreSQL, not in a SQLite file
+    finally:
+        backend.close()
+    assert json.loads(run("stats", "--json").stdout)["moved"]["runnable"] == 1
+    assert [job["id"] for job in json.loads(run("jobs", "list", "--json").stdout)] == [job_id]
+    assert json.loads(run("dead-letter", "list", "--json").stdout) == []
