@@ -98,6 +98,9 @@ SETTINGS: tuple[Setting, ...] = (
        "The pools of workers by name (a-z, 0-9, _); none: one pool, default, with every default."),
     _s("pools.<pool>.app", "module:attribute", "flexiqd.demo:queue",
        "The application: module:attribute of its flexiqd.Queue."),
+    _s("pools.<pool>.python", "path", None,
+       "The workers' Python: a virtual environment's bin/python, made with --system-site-packages so that "
+       "flexiqd itself is found (none: the system's python3)."),
     _s("pools.<pool>.queues", "list of queue names", ("default",),
        "The queues the pool's workers claim from, in order of preference."),
     _s("pools.<pool>.concurrency", "whole number", 4, "Jobs one worker runs at once.", unit="jobs"),

@@ -19,8 +19,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="flexiqd", description="Autoscale flexiq-worker@ units from the state of their queues.")
     parser.add_argument("--config", default=DEFAULT_CONFIG_PATH, help="the config file (default: %(default)s)")
     parser.add_argument("--check-config", nargs="?", const=True, default=None, metavar="FILE",
-                        help="validate the config file (or FILE), show each schedule's next five fire times "
-                             "(UTC and its zone), and exit: 0 valid, 1 invalid")
+                        help="validate the config file (or FILE), import each pool's app as its workers would, "
+                             "show each schedule's next five fire times (UTC and its zone), and exit: "
+                             "0 valid, 1 invalid or an app its workers could not run")
     parser.add_argument("--fleet", choices=["systemd", "process"], default=None,
                         help="where workers run (default: the config's 'fleet', else systemd)")
     parser.add_argument("--no-api", action="store_true",
@@ -58,6 +59,32 @@ def schedule_lines(config, now: float) -> list[str]:
     return lines
 
 
+def app_lines(probes) -> list[str]:
+    """One line per pool: its app, who imported it with which python, and the tasks it registers."""
+    lines = []
+    for probe in probes:
+        who = probe.identity.name + ("" if probe.identity.is_worker_user else " (the workers' user is not here)")
+        if probe.error is None:
+            tasks = ", ".join(sorted(probe.tasks)) or "none"
+            lines.append(f"pool {probe.pool}: app {probe.app} imports as {who} with {probe.python}; tasks: {tasks}")
+        else:
+            lines.append(f"pool {probe.pool}: app {probe.app} does not import as {who} with {probe.python}")
+    return lines
+
+
+def check_apps_and_say(config) -> bool:
+    """Import each pool's app as its workers would; print what was found, errors and warnings
+    on stderr.  False when a worker of some pool could not run."""
+    from ..apps.check import check_apps
+
+    probes, findings = check_apps(config)
+    for line in app_lines(probes):
+        print(line)
+    for finding in findings:
+        print(f"flexiqd: {finding}", file=sys.stderr)
+    return not any(finding.severity == "error" for finding in findings)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.check_config is not None:
@@ -75,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"store {safe_url(config.store)}{f' ({reached})' if reached else ''}; fleet {config.fleet}")
         for line in schedule_lines(config, time.time()):
             print(line)
-        return 0
+        return 0 if check_apps_and_say(config) else 1
     setup_logging(args.log_level)
     from ..daemon.service import DaemonOptions, run_daemon
 

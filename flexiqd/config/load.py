@@ -318,6 +318,7 @@ def _pool(name: str, value: Any, dependencies: Mapping[str, Dependency], fleet: 
     app = value.get("app", default("pools.<pool>.app"))
     if not isinstance(app, str) or app.count(":") != 1 or not all(app.split(":")):
         raise _fail(f"{where}.app", f"must be module:attribute, got {_show(app)}")
+    python = _python(value.get("python"), f"{where}.python")
     queues = value.get("queues", list(default("pools.<pool>.queues")))
     if isinstance(queues, str):
         queues = [queues]
@@ -353,7 +354,19 @@ def _pool(name: str, value: Any, dependencies: Mapping[str, Dependency], fleet: 
         memory_max=memory_max, cpu_weight=cpu_weight,
         batch_size=(_int(value["batch_size"], f"{where}.batch_size", 1)
                     if value.get("batch_size") is not None else None),
-        credentials=_credentials(value.get("credentials"), f"{where}.credentials", fleet))
+        credentials=_credentials(value.get("credentials"), f"{where}.credentials", fleet),
+        python=python)
+
+
+def _python(value: Any, where: str) -> str | None:
+    """``pools.<pool>.python``: an absolute path that an ExecStart= line takes verbatim."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise _fail(where, f"must be an absolute path to a python interpreter, got {_show(value)}")
+    if re.search(r"[\s\"'\\%;$`]", value) or not value.isprintable():
+        raise _fail(where, "must not contain spaces, quotes, backslashes, %, ;, $ or control characters")
+    return value
 
 
 def _credentials(value: Any, where: str, fleet: str) -> tuple[Credential, ...]:

@@ -51,6 +51,7 @@ class PoolConfig:
     cpu_weight: int | None
     batch_size: int | None = None
     credentials: tuple[Credential, ...] = ()
+    python: str | None = None           # the workers' interpreter; None: the system's
 
     def decision_input(self, observation: Observation, history: History | None,
                        fleet_grants: Mapping[str, int] | None = None, stopping: int = 0) -> PoolInput:
@@ -67,7 +68,7 @@ class PoolConfig:
                           lease_seconds=self.lease, store_url=store_url,
                           environment=dict(self.environment), memory_max=self.memory_max,
                           cpu_weight=self.cpu_weight, batch_size=self.batch_size,
-                          credentials=self.credentials,
+                          credentials=self.credentials, python=self.python,
                           ready_ahead=self.policy.max_workers if self.policy is not None else 0)
 
 

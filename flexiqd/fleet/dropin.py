@@ -56,6 +56,10 @@ def dropin_text(spec: WorkerSpec, *, config_path: str | None = None, paused_path
         lines.append(environment_line(PAUSED_FILE_ENV, paused_path))
     for key, value in sorted(spec.environment.items()):
         lines.append(environment_line(key, str(value)))
+    if spec.python:
+        # The pool's own interpreter (a virtual environment): the template's command line is
+        # replaced, since ExecStart= adds to a list unless it is first emptied.
+        lines += ["ExecStart=", f"ExecStart={escape_specifiers(spec.python)} -m flexiqd.cli.flexiq worker --instance %i"]
     for credential in spec.credentials:
         directive = "LoadCredentialEncrypted" if credential.encrypted else "LoadCredential"
         lines.append(f"{directive}={credential.name}:{escape_specifiers(credential.path)}")

@@ -52,12 +52,13 @@ def worker_command(spec: WorkerSpec, index: int, config_path: str | None = None)
     there (and re-reads them on a reload); without one they are spelled out.
     """
     instance = instance_name(spec.pool, index)
+    python = spec.python or sys.executable
     if config_path:
-        return [sys.executable, "-m", "flexiqd.cli.flexiq", "worker", "--instance", instance,
+        return [python, "-m", "flexiqd.cli.flexiq", "worker", "--instance", instance,
                 "--config", config_path]
     # The store's URL (it may hold a password) goes in the environment, which only the
     # worker's user can read, never on a command line that every user sees.
-    return [sys.executable, "-m", "flexiqd.cli.flexiq", "worker",
+    return [python, "-m", "flexiqd.cli.flexiq", "worker",
             "--app", spec.app, "--queues", ",".join(spec.queues),
             "--concurrency", str(spec.concurrency), "--lease", f"{spec.lease_seconds:g}",
             "--drain-timeout", f"{spec.drain_timeout:g}", "--instance", instance,

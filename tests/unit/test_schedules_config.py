@@ -73,11 +73,11 @@ def test_a_worker_reading_the_file_leaves_the_schedules_out():
 def test_check_config_prints_the_next_five_fire_times_in_utc_and_in_the_zone(tmp_path, capsys):
     path = tmp_path / "flexiqd.yaml"
     path.write_text(f"store: sqlite:///{tmp_path}/q.db\n"
-                    "schedules: {nightly: {task: app.report, cron: '30 2 * * *', timezone: America/New_York}}\n")
+                    "schedules: {nightly: {task: flexiqd.demo.sleep, cron: '30 2 * * *', timezone: America/New_York}}\n")
     assert flexiqd_cli.main(["--check-config", str(path)]) == 0
     out = capsys.readouterr().out
     print(out)
-    assert "schedule nightly: app.report to queue default, cron '30 2 * * *' in America/New_York" in out
+    assert "schedule nightly: flexiqd.demo.sleep to queue default, cron '30 2 * * *' in America/New_York" in out
     fires = [line for line in out.splitlines() if line.startswith("  2")]
     assert len(fires) == 5
     assert all(" UTC  =  " in line and ("EST" in line or "EDT" in line) and "02:30:00" in line for line in fires)
