@@ -57,6 +57,7 @@ class MessageId:
     SCHEDULE_SKIPPED = "468134bd312f4c41b47d87b339c818b0"    # a slot (or a run of missed ones) skipped
     STORE_NOT_WRITABLE = "a4db2ae382bb4a26a7204a0a3ecd55f6"  # the SQLite store's disk is full or read-only
     POOL_CRASH_LOOP = "4e0173177ebd43e8816bcbaa72b7cbcf"     # a pool's workers keep failing: starts back off
+    APP_PROBLEM = "d0c6a3e4b7e14f0c9a51c2f8e36b7d42"         # a pool's app would not run in its workers
 
 
 def journal(message_id: str, **fields: object) -> dict:

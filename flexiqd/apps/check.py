@@ -52,14 +52,19 @@ class AppProbe:
     files: tuple[str, ...] = ()                # every file the import loaded
 
 
-def worker_identity(user: str = WORKER_USER) -> WorkerIdentity:
+def current_identity() -> WorkerIdentity:
     me = pwd.getpwuid(os.getuid()).pw_name if _has_uid(os.getuid()) else str(os.getuid())
+    return WorkerIdentity(me, os.getuid(), tuple(dict.fromkeys((os.getgid(), *os.getgroups()))), False)
+
+
+def worker_identity(user: str = WORKER_USER) -> WorkerIdentity:
+    """The workers' user when it exists and we are root; else ourselves."""
     try:
         entry = pwd.getpwnam(user)
     except KeyError:
-        return WorkerIdentity(me, os.getuid(), (os.getgid(), *os.getgroups()), False)
+        return current_identity()
     if os.geteuid() != 0:
-        return WorkerIdentity(me, os.getuid(), (os.getgid(), *os.getgroups()), False)
+        return current_identity()
     return WorkerIdentity(user, entry.pw_uid, tuple(dict.fromkeys(
         (entry.pw_gid, *os.getgrouplist(user, entry.pw_gid)))), True)
 
@@ -97,9 +102,19 @@ def probe_pool(pool: PoolConfig, *, fleet: str = "systemd", identity: WorkerIden
     result = AppProbe(pool.name, pool.app, python, identity)
     drop = {"user": identity.uid, "group": identity.gids[0], "extra_groups": list(identity.gids[1:])} \
         if identity.is_worker_user else {}
+    command = [python, "-m", "flexiqd.apps.probe", pool.app]
     try:
-        done = subprocess.run([python, "-m", "flexiqd.apps.probe", pool.app], capture_output=True, text=True,
-                              cwd="/", env=probe_environment(pool, fleet), timeout=timeout, **drop)
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, cwd="/",
+                                  env=probe_environment(pool, fleet), timeout=timeout, **drop)
+        except PermissionError:
+            if not drop:
+                raise
+            # Root without the power to change user (flexiqd.service has no capabilities):
+            # import as ourselves, and say so.
+            result = dataclasses.replace(result, identity=current_identity())
+            done = subprocess.run(command, capture_output=True, text=True, cwd="/",
+                                  env=probe_environment(pool, fleet), timeout=timeout)
     except FileNotFoundError:
         return dataclasses.replace(result, error=f"python {python} does not exist")
     except PermissionError:

@@ -63,7 +63,7 @@ def app_lines(probes) -> list[str]:
     """One line per pool: its app, who imported it with which python, and the tasks it registers."""
     lines = []
     for probe in probes:
-        who = probe.identity.name + ("" if probe.identity.is_worker_user else " (the workers' user is not here)")
+        who = probe.identity.name + ("" if probe.identity.is_worker_user else " (not as the workers' user)")
         if probe.error is None:
             tasks = ", ".join(sorted(probe.tasks)) or "none"
             lines.append(f"pool {probe.pool}: app {probe.app} imports as {who} with {probe.python}; tasks: {tasks}")

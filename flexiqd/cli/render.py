@@ -66,6 +66,8 @@ def pool_rows(pool: Mapping[str, Any], now: float) -> list[tuple[str, str]]:
             if workers.get(key):
                 line += f", {workers[key]} {key}"
         rows.append(("workers", line))
+    if pool.get("app_problem"):
+        rows.append(("APP PROBLEM", f"its workers cannot run: {pool['app_problem']} (flexiqd --check-config)"))
     loop = pool.get("crash_loop")
     if loop:
         rows.append(("CRASH LOOP", f"{loop['failures']} workers failed since "

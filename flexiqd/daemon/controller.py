@@ -81,6 +81,7 @@ class PoolView:
     line: str | None = None              # the decision's one line, as logged
     stats_error: str | None = None       # why the stats could not be read (stats None)
     crash_loop: CrashLoop | None = None  # its workers keep failing (daemon.crashloop)
+    app_problem: str | None = None       # why its workers could not run its app (flexiqd.apps), as last checked
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,6 +131,9 @@ class Controller:
         self.histories: dict[str, History] = {}
         self.start_costs = StartCosts()
         self.crash_loops = CrashLoops()
+        # Per pool, what the last check of its app found wrong (set by the daemon after it
+        # imported each app as the workers would, at start and on every reload).
+        self.app_problems: dict[str, str] = {}
         self._backoff_said: dict[str, float] = {}  # pool -> the failure whose backoff was logged
         self.history_file = history or HistoryFile(None)
         self._saved_at: float | None = None
@@ -610,7 +614,7 @@ class Controller:
                         decision=decision, stats=seen.stats[name], metrics=obs.metrics,
                         start_cost=self.start_costs.estimate(name), stats_error=seen.stats_errors.get(name),
                         line=self._line(name, decision, obs) if decision is not None else None,
-                        crash_loop=self.crash_loops.loop(name, now))
+                        crash_loop=self.crash_loops.loop(name, now), app_problem=self.app_problems.get(name))
 
     def _count_failures(self, workers: list[WorkerInfo], now: float) -> None:
         """Count each failed worker (with how it ended) toward its pool's crash loop; say so when
@@ -696,9 +700,9 @@ class Controller:
                 why = f" ({view.stats_error}), holding" if view.stats_error else ""
                 parts.append(f"{view.pool} {running}/{view.max_workers} stats unavailable{why}")
                 continue
-            looping = ""
+            looping = f" APP-PROBLEM ({view.app_problem})" if view.app_problem else ""
             if view.crash_loop is not None:
-                looping = (f" CRASH-LOOPING ({view.crash_loop.failures} workers failed: "
+                looping += (f" CRASH-LOOPING ({view.crash_loop.failures} workers failed: "
                            f"{view.crash_loop.last_error or 'unknown'})")
             parts.append(f"{view.pool} {running}/{view.max_workers}{looping} age "
                          f"{format_duration(metrics.oldest_runnable_age)} "

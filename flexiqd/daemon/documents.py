@@ -42,6 +42,7 @@ def pool_document(name: str, config: "DaemonConfig", view: "PoolView | None",
         "metrics": None,
         "stats_error": None,
         "crash_loop": None,
+        "app_problem": None,
         "utilisation": None,
         "decision": None,
         "ceiling": None,
@@ -64,6 +65,7 @@ def pool_document(name: str, config: "DaemonConfig", view: "PoolView | None",
         document["ceiling"] = ceiling_document(view.decision.history.knee)
     document["stats_error"] = view.stats_error
     document["crash_loop"] = view.crash_loop.as_dict() if view.crash_loop is not None else None
+    document["app_problem"] = view.app_problem
     metrics = view.metrics
     if metrics is not None:
         document["metrics"] = {

@@ -130,6 +130,7 @@ class Daemon:
         self._unsubscribe: Callable[[], None] | None = None
         self._watched_queues: tuple[str, ...] = ()
         self._reload_requested = False
+        self._app_checks = 0              # app checks started; a finished one older than the last is dropped
         # Told ("tick", seconds), ("scale", ScaleEvent), ("reload", (ok, message)): the faces, through the port.
         self.listeners: list[Callable[[str, Any], None]] = []
 
@@ -288,7 +289,39 @@ class Daemon:
         log.info("flexiqd ready with %s fleet; pools: %s.", kind, pools or "none")
         self._status = self.controller.status_line()
         self.notifier.ready(self._status)
+        self._check_apps()
         return True
+
+    def _check_apps(self) -> None:
+        """Import each pool's app as its workers would, off the I/O thread (it takes a child
+        process per pool); what is wrong goes to the journal and the pool's status."""
+        from ..apps.check import check_apps
+
+        config, controller = self.config, self.controller
+        self._app_checks += 1
+        generation = self._app_checks
+
+        def check() -> None:
+            try:
+                _, findings = check_apps(config)
+            except Exception as exc:  # a check that cannot run must not take the daemon down
+                log.warning("Could not check the pools' apps: %s", exc)
+                return
+            if generation != self._app_checks:
+                return  # a reload started a newer check
+            problems: dict[str, str] = {}
+            for finding in findings:
+                if finding.severity == "error":
+                    problems.setdefault(finding.pool, finding.text)
+                    log.error("Pool %s: its workers cannot run: %s", finding.pool, finding.text,
+                              extra=journal(MessageId.APP_PROBLEM, POOL=finding.pool, ERROR=finding.text))
+                else:
+                    log.warning("Pool %s: %s", finding.pool, finding.text)
+            for pool in sorted(set(controller.app_problems) - set(problems)):
+                log.info("Pool %s: its app imports again as its workers would.", pool)
+            controller.app_problems = problems
+
+        asyncio.get_running_loop().run_in_executor(None, check)
 
     async def _open_store(self) -> Backend | None:
         """The store, once it can be reached; None when a stop comes first.
@@ -484,6 +517,7 @@ class Daemon:
             await self._watch_queues(asyncio.get_running_loop())
             if self.schedules is not None:
                 self.schedules.wake()
+            self._check_apps()
             log.info("Reloaded %s: pools %s.", path, ", ".join(sorted(config.pools)) or "none",
                      extra=journal(MessageId.RELOADED, CONFIG_FILE=path, POOLS=" ".join(sorted(config.pools)) or None))
             self._emit("reload", (True, f"reloaded {path}"))

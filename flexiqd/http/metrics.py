@@ -96,11 +96,14 @@ def pool_families(snapshot: Snapshot) -> list[Metric]:
                         "5 minutes; new starts back off), else 0.", p)
     failures = _gauge("flexiqd_pool_recent_worker_failures", "Workers of the pool that failed within the last "
                       "5 minutes, while it is crash-looping (else 0).", p)
+    app_problem = _gauge("flexiqd_pool_app_problem", "1 while the last check of the pool's app (at start and "
+                         "each reload, imported as its workers would) found that its workers cannot run it.", p)
     events = _counter("flexiqd_scale_events_total", "Changes of a pool's desired count, by direction and reason.",
                       ("pool", "direction", "reason"))
     for name, document in sorted(snapshot.status["pools"].items()):
         loop = document.get("crash_loop")
         crash_loop.add_metric([name], 1 if loop else 0)
+        app_problem.add_metric([name], 1 if document.get("app_problem") else 0)
         failures.add_metric([name], loop["failures"] if loop else 0)
         minimum.add_metric([name], document["min_workers"])
         maximum.add_metric([name], document["max_workers"])
@@ -130,7 +133,7 @@ def pool_families(snapshot: Snapshot) -> list[Metric]:
     for (pool, direction, reason), count in sorted(snapshot.scale_events.items()):
         events.add_metric([pool, direction, reason], count)
     return [workers, desired, minimum, maximum, cap, utilisation, start_cost, paused, queues, age, target_age,
-            ceiling, ceiling_rate, crash_loop, failures, events]
+            ceiling, ceiling_rate, crash_loop, failures, app_problem, events]
 
 
 def dependency_families(snapshot: Snapshot) -> list[Metric]:

@@ -161,3 +161,27 @@ def test_a_process_fleet_worker_gets_its_store_password_out_of_its_command_line(
     finally:
         fleet.leave()
         backend.close()
+
+
+def test_a_pool_whose_app_does_not_import_is_named_at_start_and_cleared_by_a_reload(tmp_path, store, workers):
+    code = tmp_path / "code"
+    code.mkdir()
+    extra = (f"  reports:\n    app: reports_app:queue\n    queues: [reports]\n    min_workers: 0\n"
+             f"    scale_to_zero: true\n    environment: {{PYTHONPATH: '{code}:{REPO}'}}\n")
+    daemon, config, log = start_daemon(tmp_path, store, workers.marks, extra=extra)
+    try:
+        wait_for(lambda: "its workers cannot run" in log.read_text(), 30, "the app check at start")
+        assert "Pool reports: its workers cannot run: app reports_app:queue: no module named 'reports_app'" \
+            in log.read_text()
+        assert "Pool default: its workers cannot run" not in log.read_text()
+        (code / "reports_app.py").write_text("from flexiqd import Queue\nqueue = Queue()\n")
+        daemon.send_signal(signal.SIGHUP)
+        wait_for(lambda: "Pool reports: its app imports again" in log.read_text(), 30, "the check after the reload")
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(timeout=60)
+        finally:
+            if daemon.poll() is None:
+                daemon.kill()
+    assert "Traceback" not in log.read_text()
