@@ -470,7 +470,11 @@ class Controller:
                 continue
             wants = min(max(decision.raw_desired, obs.current, pool.policy.floor), pool.policy.max_workers)
             pools[name] = {"wants": wants, "current": obs.current + obs.draining, "uses": uses}
-        return {"pools": pools}
+        # When the oldest worker became active: one from before this daemon may run older code
+        # (one not active yet has no time, and is one this daemon is starting).
+        since = min((worker.started_at for workers in seen.workers.values() for worker in workers
+                     if worker.started_at is not None), default=None)
+        return {"pools": pools, "workers_since": since}
 
     def fleet_report(self) -> dict:
         """The report of the last tick (thread-safe: replaced whole)."""

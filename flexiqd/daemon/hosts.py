@@ -57,6 +57,7 @@ class HostHeartbeat:
         self._interval = interval
         self._report = report
         self._capacities = capacities
+        self._started = clock()
         self._intent: dict[str, int] = {}   # pool -> the share computed at the last beat
         self._grants: dict[str, dict[str, int]] = {}  # pool -> global cap -> workers, in force
         self._clock = clock
@@ -130,13 +131,17 @@ class HostHeartbeat:
         return rescued
 
     def _published(self, report: Mapping[str, Any]) -> dict[str, Any]:
-        """The report with each pool's claim: what it may run until the next beat."""
+        """The report with each pool's claim: what it may run until the next beat; and the
+        schema this host's code knows, once it is the only code it runs."""
         pools = {}
         for pool, entry in (report.get("pools") or {}).items():
             granted = min(self._grants.get(pool, {}).values(), default=0)
             claim = max(int(entry.get("current", 0)), self._intent.get(pool, 0), granted)
             pools[pool] = {**entry, "claim": claim}
-        return {**report, "pools": pools}
+        published = {**report, "pools": pools}
+        if runs_only_own_code(report, self._started):
+            published["schema"] = dict(self.backend.schema_versions)
+        return published
 
     def _busy_dead_hosts(self, fleet: list[HostInfo]) -> set[str]:
         """Dead hosts whose workers still hold jobs (a daemon down, its workers running on):
@@ -196,3 +201,13 @@ def _pairs(host: str, report: Mapping[str, Any]) -> list[FleetPool]:
         except (TypeError, ValueError, AttributeError):
             continue
     return pairs
+
+
+def runs_only_own_code(report: Mapping[str, Any], started: float) -> bool:
+    """Whether every worker of this host runs this daemon's code: none started before the
+    daemon did (an upgrade leaves the older workers running until they end).  A report from
+    before the first tick says nothing of the workers: no."""
+    if "workers_since" not in report:
+        return False
+    since = report["workers_since"]
+    return since is None or since >= started

@@ -270,6 +270,9 @@ class Backend(abc.ABC):
     #: Whether processes on several machines may share this store (their leases are then
     #: kept by the shared-store timing, flexiqd.queue.hosts.LeaseTiming).
     shared_by_hosts: bool = False
+    #: The newest schema step this code knows, per dialect (flexiqd.queue.schema_steps): what
+    #: a host reports with its beat, so a contract step waits while older code runs.
+    schema_versions: Mapping[str, int] = {}
 
     def heartbeat(self, host: str, *, now: float, interval: float,
                   report: Mapping[str, Any] | None = None) -> None:

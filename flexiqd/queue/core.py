@@ -96,6 +96,10 @@ class Store(Backend):
     def shared_by_hosts(self) -> bool:  # type: ignore[override]
         return self.database.shared_by_hosts
 
+    @property
+    def schema_versions(self) -> Mapping[str, int]:  # type: ignore[override]
+        return self.database.schema_versions
+
     def close(self) -> None:
         self.database.close()
 

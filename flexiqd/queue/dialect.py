@@ -360,6 +360,8 @@ class Database(abc.ABC):
     appends_changes = False
     # Whether several hosts share the store (``Backend.shared_by_hosts``).
     shared_by_hosts = False
+    # This dialect's name and the newest schema step this code knows (``Backend.schema_versions``).
+    schema_versions: Mapping[str, int] = {}
 
     @abc.abstractmethod
     def write(self, operation: str, body: Callable[[Tx], T]) -> T:

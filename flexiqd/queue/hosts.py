@@ -55,13 +55,18 @@ def is_alive(last_beat: float, interval: float, now: float) -> bool:
 def host_info(name: str, last_beat: float, interval: float, report: str | None,
               registered_at: float, now: float) -> HostInfo:
     """A HostInfo from a stored row (``report`` as stored: JSON text)."""
+    return HostInfo(name=name, last_beat=last_beat, interval=interval,
+                    alive=is_alive(last_beat, interval, now),
+                    report=decode_report(report), registered_at=registered_at)
+
+
+def decode_report(report: str | None) -> dict[str, Any]:
+    """A report as stored (JSON text); {} for one that does not parse."""
     try:
         decoded = json.loads(report) if report else {}
     except ValueError:
         decoded = {}
-    return HostInfo(name=name, last_beat=last_beat, interval=interval,
-                    alive=is_alive(last_beat, interval, now),
-                    report=decoded if isinstance(decoded, dict) else {}, registered_at=registered_at)
+    return decoded if isinstance(decoded, dict) else {}
 
 
 def encode_report(report: Mapping[str, Any]) -> str:

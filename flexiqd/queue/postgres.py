@@ -36,10 +36,12 @@ from .core import CommitUnknown, Store
 from .dialect import Database, RateRow, Tx
 from .endings import Endings, LeasedRow
 from .figures import COMING_DUE_LIMIT, DURATION_HORIZON, DURATION_SAMPLE, READ_BUCKETS, Durations, StatsRows
+from .hosts import decode_report, is_alive
 from .limits import TenantCaps
 from .postgres_listen import Listener, channel_of
-from .postgres_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION, VERSION_TABLE
+from .postgres_schema import SCHEMA, SCHEMA_LEVEL, SCHEMA_VERSION, STEPS, STEPS_TABLE, VERSION_TABLE
 from .rows import JOB_COLUMNS, in_claim_order, job_from_row
+from .schema_steps import Plan, Step, describe_schema, host_is_older, plan, too_new
 from .shares import Share
 from .types import RECENT_WINDOW, Job, JobState
 
@@ -47,6 +49,8 @@ __all__ = ["CommitUnknown", "ConnectOptions", "PostgresBackend", "channel_of", "
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+DIALECT = "postgresql"  # the key of this dialect's schema in a host's report
 
 # A batch is one INSERT of arrays (one trigger run, one round trip), with ids taken from
 # the sequence first so they follow the batch's order.  A live idempotency key makes a
@@ -746,6 +750,7 @@ class PostgresDatabase(Database):
 
     appends_changes = True
     shared_by_hosts = True
+    schema_versions = {DIALECT: SCHEMA_VERSION}
 
     def __init__(self, options: ConnectOptions, *, url: str) -> None:
         self.url = url  # as shown in messages: never with a password
@@ -779,33 +784,50 @@ class PostgresDatabase(Database):
         return self.connection
 
     def _migrate(self, conn: psycopg.Connection) -> None:
-        """Create the schema, or bring an older one up to date, in one transaction.
+        """Create the schema, or apply the steps this code knows and the store lacks, in one
+        transaction (schema_steps.py: expand steps at once, contract steps once no older
+        host is alive).
 
-        The version is read again under an advisory lock (one per schema): processes
-        opening a new store at once must not both run the DDL.
+        The state is read again under an advisory lock (one per schema): processes
+        opening a store at once must not both run the DDL.
         """
-        version = read_version(conn)
-        if version > SCHEMA_VERSION:
-            raise StoreUnavailable(
-                f"the queue database {self.url} has schema version {version}, newer than "
-                f"this flexiqd understands ({SCHEMA_VERSION}): upgrade flexiqd")
-        if version == SCHEMA_VERSION:
+        if not self._schema_work(conn).record:
             return
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('flexiq schema of ' || current_schema()))")
-            version = read_version(conn)
-            if version >= SCHEMA_VERSION:
-                return
-            if version == 0:
-                statements: Sequence[str] = SCHEMA
+            level = read_version(conn)
+            if level == 0:
                 conn.execute(f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} (version integer NOT NULL)")
-            else:
-                statements = [s for v in sorted(MIGRATIONS) if v > version for s in MIGRATIONS[v]]
-            for statement in statements:
-                conn.execute(statement)
-            conn.execute(f"DELETE FROM {VERSION_TABLE}")
-            conn.execute(f"INSERT INTO {VERSION_TABLE} (version) VALUES (%s)", (SCHEMA_VERSION,))
-        log.info("The queue database %s is at schema version %d (was %d).", self.url, SCHEMA_VERSION, version)
+                for statement in SCHEMA:
+                    conn.execute(statement)
+                _record_steps(conn, STEPS, SCHEMA_LEVEL)
+                log.info("The queue database %s was created at schema version %d.", self.url, SCHEMA_VERSION)
+                return
+            work = self._schema_work(conn)
+            if not work.record:
+                return
+            for step in work.run:
+                for statement in step.statements:
+                    conn.execute(statement)
+            _record_steps(conn, [*work.earlier, *work.run], work.level)
+        if work.run:
+            log.info("The queue database %s took schema steps %s (level %d, was %d).", self.url,
+                     ", ".join(f"{step.number} ({step.kind.value})" for step in work.run), work.level, level)
+        for step in work.waiting:
+            log.info("Schema step %d (contract) of the queue database %s waits until no host of an "
+                     "older flexiqd is alive.", step.number, self.url)
+
+    def _schema_work(self, conn: psycopg.Connection) -> Plan:
+        """What opening the store has to do; StoreUnavailable when the store took a contract
+        step this code does not know."""
+        level = read_version(conn)
+        if too_new(STEPS, level):
+            raise StoreUnavailable(
+                f"the queue database {self.url} has schema version {level}, newer than "
+                f"this flexiqd understands ({SCHEMA_VERSION}): upgrade flexiqd")
+        if level == 0:
+            return Plan(run=STEPS, waiting=(), level=SCHEMA_LEVEL, record=True)
+        return plan(STEPS, level, read_applied(conn), lambda step: older_hosts_alive(conn, step))
 
     def close(self) -> None:
         with self._lock:
@@ -904,17 +926,50 @@ class PostgresBackend(Store):
 
 
 def read_version(conn: psycopg.Connection) -> int:
-    """The store's schema version (0: not created yet)."""
-    # Read from pg_class, not with to_regclass(): the backend's name cache may still say
-    # "no such table" after another process created it while we waited for the lock;
-    # opening the catalog in this transaction makes the backend catch up first.
-    if not conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
-            "ON n.oid = c.relnamespace WHERE c.relname = %s AND n.nspname = current_schema())",
-            (VERSION_TABLE,)).fetchone()[0]:
+    """The store's schema level, as older code reads it (0: not created yet)."""
+    if not _table_exists(conn, VERSION_TABLE):
         return 0
     row = conn.execute(f"SELECT max(version) FROM {VERSION_TABLE}").fetchone()
     return row[0] or 0
+
+
+def _table_exists(conn: psycopg.Connection, table: str) -> bool:
+    # Read from pg_class, not with to_regclass(): the backend's name cache may still say
+    # "no such table" after another process created it while we waited for the lock;
+    # opening the catalog in this transaction makes the backend catch up first.
+    return conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+        "ON n.oid = c.relnamespace WHERE c.relname = %s AND n.nspname = current_schema())",
+        (table,)).fetchone()[0]
+
+
+def read_applied(conn: psycopg.Connection) -> frozenset[int] | None:
+    """The schema steps applied to the store (None: a store from before they were recorded)."""
+    if not _table_exists(conn, STEPS_TABLE):
+        return None
+    return frozenset(row[0] for row in conn.execute(f"SELECT step FROM {STEPS_TABLE}"))
+
+
+def older_hosts_alive(conn: psycopg.Connection, step: int) -> bool:
+    """Whether a live host may run code that does not know schema step ``step`` (its last beat
+    reports no newer schema), by the database's clock."""
+    if not _table_exists(conn, "flexiq_hosts"):
+        return False
+    rows = conn.execute("SELECT last_beat, interval, report, extract(epoch FROM clock_timestamp())::float8 "
+                        "FROM flexiq_hosts").fetchall()
+    return any(is_alive(last_beat, interval, now) and host_is_older(decode_report(report), step, DIALECT)
+               for last_beat, interval, report, now in rows)
+
+
+def _record_steps(conn: psycopg.Connection, steps: Iterable[Step], level: int) -> None:
+    """Record ``steps`` as applied and ``level`` as what older code reads."""
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {STEPS_TABLE} (step integer PRIMARY KEY, kind text NOT NULL, "
+                 "applied_at timestamptz NOT NULL DEFAULT clock_timestamp())")
+    for step in steps:
+        conn.execute(f"INSERT INTO {STEPS_TABLE} (step, kind) VALUES (%s, %s) ON CONFLICT (step) DO NOTHING",
+                     (step.number, step.kind.value))
+    conn.execute(f"DELETE FROM {VERSION_TABLE}")
+    conn.execute(f"INSERT INTO {VERSION_TABLE} (version) VALUES (%s)", (level,))
 
 
 def probe(options: ConnectOptions, url: str) -> str:
@@ -923,16 +978,16 @@ def probe(options: ConnectOptions, url: str) -> str:
     connection = _connect(options, url)
     try:
         server = connection.info.parameter_status("server_version") or "?"
-        version = read_version(connection)
+        level = read_version(connection)
+        applied = read_applied(connection) if level else None
     except psycopg.Error as exc:
         raise StoreUnavailable(f"cannot read the queue database {url}: {_first_line(exc)}") from None
     finally:
         connection.close()
-    if version > SCHEMA_VERSION:
-        raise StoreUnavailable(f"the queue database {url} has schema version {version}, newer than "
+    if too_new(STEPS, level):
+        raise StoreUnavailable(f"the queue database {url} has schema version {level}, newer than "
                                f"this flexiqd understands ({SCHEMA_VERSION}): upgrade flexiqd")
-    schema = f"schema version {version}" if version else "schema not created yet (the first process creates it)"
-    return f"PostgreSQL {server.split()[0]}, {schema}"
+    return f"PostgreSQL {server.split()[0]}, {describe_schema(level, applied)}"
 
 
 def _connect(options: ConnectOptions, url: str) -> psycopg.Connection:

@@ -26,9 +26,10 @@ jobs is vacuumed at 2% dead rows instead of 20%, the small tables that are
 rewritten all day after a fixed number of dead rows.
 """
 
-SCHEMA_VERSION = 5
+from .schema_steps import Kind, fresh_level, newest, steps_of
 
-VERSION_TABLE = "flexiq_schema"
+VERSION_TABLE = "flexiq_schema"  # the level older code checks (see schema_steps.py)
+STEPS_TABLE = "flexiq_schema_steps"  # which steps were applied, read by this code alone
 
 _BUCKET = "CASE WHEN state = 'queued' AND delayed THEN 'delayed' ELSE state END"
 
@@ -282,6 +283,15 @@ SCHEMA = (*SCHEMA, *_V5_TABLES)
 
 # Statements that bring a store of the version before each key up to it, in order;
 # a new store gets SCHEMA whole.  Append, never edit: stores in the field ran them.
+#
+# Each step declares its kind in KINDS (flexiqd.queue.schema_steps, docs/postgresql.md
+# "Upgrading"): hosts of this version and of the one before share the schema during a
+# rolling upgrade, so a step is EXPAND (a new table, a nullable column or one with a
+# default, an index, a function: the older version does not see it) or CONTRACT (a drop,
+# a rename, NOT NULL on an existing column, a new meaning for existing rows: applied only
+# once no older host is alive, and this version's code must work without it).  Never
+# both at once: a change the older version cannot live with is an expand step in one
+# release and its contract step in the next.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: (
         "ALTER TABLE flexiq_jobs ADD COLUMN waiting_for text",
@@ -296,3 +306,16 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     4: _V4_TABLES,
     5: _V5_TABLES,
 }
+
+# Steps 1-4 came before the rule: each refused the code before it.
+KINDS: dict[int, Kind] = {
+    1: Kind.BREAKING,
+    2: Kind.BREAKING,
+    3: Kind.BREAKING,
+    4: Kind.BREAKING,
+    5: Kind.EXPAND,
+}
+
+STEPS = steps_of(MIGRATIONS, KINDS)
+SCHEMA_VERSION = newest(STEPS)  # the newest step, as reported
+SCHEMA_LEVEL = fresh_level(STEPS)  # what a store this code creates records for older code

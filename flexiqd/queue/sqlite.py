@@ -15,6 +15,7 @@ import os
 import random
 import sqlite3
 import threading
+import time
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from ..errors import QueueError, StoreUnavailable, StoreUnreachable
@@ -23,13 +24,17 @@ from .dialect import Database, RateRow, Tx
 from .disk import disk_problem
 from .endings import Endings, LeasedRow
 from .figures import COMING_DUE_LIMIT, DURATION_HORIZON, DURATION_SAMPLE, READ_BUCKETS, StatsRows, durations_of
+from .hosts import decode_report, is_alive
 from .limits import TenantCaps
 from .rows import JOB_COLUMNS, NEW_JOB_COLUMNS, in_claim_order, job_from_row
 from .shares import Share
-from .sqlite_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
+from .schema_steps import Plan, Step, host_is_older, plan, too_new
+from .sqlite_schema import SCHEMA, SCHEMA_LEVEL, SCHEMA_VERSION, STEPS, STEPS_TABLE
 from .types import RECENT_WINDOW, Job, JobState
 
 T = TypeVar("T")
+
+DIALECT = "sqlite"  # the key of this dialect's schema in a host's report
 
 _INSERT_JOB = (f"INSERT INTO jobs ({', '.join(NEW_JOB_COLUMNS)}) "
                f"VALUES ({', '.join(':' + name for name in NEW_JOB_COLUMNS)})")
@@ -583,8 +588,40 @@ def _where(*, state: str | None = None, queue: str | None = None, ids: Sequence[
     return (f"WHERE {' AND '.join(terms)}" if terms else ""), args
 
 
+def read_applied(conn: sqlite3.Connection) -> frozenset[int] | None:
+    """The schema steps applied to the store (None: a store from before they were recorded)."""
+    if not _table_exists(conn, STEPS_TABLE):
+        return None
+    return frozenset(row[0] for row in conn.execute(f"SELECT step FROM {STEPS_TABLE}"))
+
+
+def older_hosts_alive(conn: sqlite3.Connection, step: int) -> bool:
+    """Whether a live host may run code that does not know schema step ``step`` (its last beat
+    reports no newer schema)."""
+    if not _table_exists(conn, "hosts"):
+        return False
+    now = time.time()
+    return any(is_alive(last_beat, interval, now) and host_is_older(decode_report(report), step, DIALECT)
+               for last_beat, interval, report in conn.execute("SELECT last_beat, interval, report FROM hosts"))
+
+
+def _record_steps(conn: sqlite3.Connection, steps: Iterable[Step], level: int) -> None:
+    """Record ``steps`` as applied and ``level`` as what older code reads."""
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {STEPS_TABLE} (step INTEGER PRIMARY KEY, kind TEXT NOT NULL, "
+                 "applied_at REAL NOT NULL DEFAULT ((julianday('now') - 2440587.5) * 86400.0))")
+    conn.executemany(f"INSERT OR IGNORE INTO {STEPS_TABLE} (step, kind) VALUES (?, ?)",
+                     [(step.number, step.kind.value) for step in steps])
+    conn.execute(f"PRAGMA user_version = {int(level)}")
+
+
+def _table_exists(conn: sqlite3.Connection, table: str) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone() is not None
+
+
 class SQLiteDatabase(Database):
     """One SQLite file; calls are serialised on one connection by a lock."""
+
+    schema_versions = {DIALECT: SCHEMA_VERSION}
 
     def __init__(self, path: str, *, synchronous: str = "full", busy_timeout: float = 5.0,
                  url: str | None = None) -> None:
@@ -634,12 +671,7 @@ class SQLiteDatabase(Database):
                 raise StoreUnavailable(
                     f"cannot use the queue database {self.path}: WAL mode refused (got {mode})")
             conn.execute(f"PRAGMA synchronous = {synchronous}")
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise StoreUnavailable(
-                    f"the queue database {self.path} has schema version {version}, newer than "
-                    f"this flexiqd understands ({SCHEMA_VERSION}): upgrade flexiqd")
-            if version < SCHEMA_VERSION:
+            if self._schema_work(conn).record:
                 self._migrate(conn)
         except sqlite3.Error as exc:
             conn.close()
@@ -649,27 +681,42 @@ class SQLiteDatabase(Database):
             raise
         return conn
 
-    @staticmethod
-    def _migrate(conn: sqlite3.Connection) -> None:
-        """Create the schema, or bring an older one up to date, in one transaction.
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        """Create the schema, or apply the steps this code knows and the store lacks, in one
+        transaction (schema_steps.py: expand steps at once, contract steps once no older
+        host is alive).
 
-        The version is read again under the write lock: two processes opening a
-        new store at once must not both run the migrations.
+        The state is read again under the write lock: two processes opening a store at
+        once must not both run the migrations.
         """
         conn.execute("BEGIN IMMEDIATE")
         try:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version == 0:
-                statements: Sequence[str] = SCHEMA
+            work = self._schema_work(conn)
+            if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
+                for statement in SCHEMA:
+                    conn.execute(statement)
             else:
-                statements = [s for v in sorted(MIGRATIONS) if v > version for s in MIGRATIONS[v]]
-            for statement in statements:
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                for step in work.run:
+                    for statement in step.statements:
+                        conn.execute(statement)
+            if work.record:
+                _record_steps(conn, [*work.earlier, *work.run], work.level)
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
+
+    def _schema_work(self, conn: sqlite3.Connection) -> Plan:
+        """What opening the store has to do; StoreUnavailable when the store took a contract
+        step this code does not know."""
+        level = conn.execute("PRAGMA user_version").fetchone()[0]
+        if too_new(STEPS, level):
+            raise StoreUnavailable(
+                f"the queue database {self.path} has schema version {level}, newer than "
+                f"this flexiqd understands ({SCHEMA_VERSION}): upgrade flexiqd")
+        if level == 0:
+            return Plan(run=STEPS, waiting=(), level=SCHEMA_LEVEL, record=True)
+        return plan(STEPS, level, read_applied(conn), lambda step: older_hosts_alive(conn, step))
 
     def close(self) -> None:
         with self._lock:

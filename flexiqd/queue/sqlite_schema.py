@@ -45,7 +45,9 @@ running jobs from ``counts``; with tenants at their cap it reads the head of eac
 other tenant's due jobs through jobs_tenant_claim.
 """
 
-SCHEMA_VERSION = 10
+from .schema_steps import Kind, fresh_level, newest, steps_of
+
+STEPS_TABLE = "schema_steps"  # which steps were applied; PRAGMA user_version: the level (schema_steps.py)
 
 # -- pieces of the v3 schema: a new store and the migration to v3 share their text ----------
 
@@ -231,6 +233,12 @@ _V10_TABLES = (
 
 # Statements that bring a store of the version before each key up to it, in order;
 # a new store gets SCHEMA whole.  Append, never edit: stores in the field ran them.
+#
+# Each step declares its kind in KINDS, as postgres_schema.py's (flexiqd.queue.schema_steps):
+# EXPAND (new tables, columns with a default or NULL, indexes, triggers older code's writes
+# satisfy) is applied at once; CONTRACT (a drop, a rename, a new meaning for existing rows)
+# waits until no host of an older flexiqd beats -- here the one host, whose workers an
+# upgrade leaves running the older code until they end.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     # v2: what to do with a job whose worker exits while it may still run (Backend.abandon).
     2: ("ALTER TABLE jobs ADD COLUMN lease_outcome TEXT",),
@@ -334,3 +342,10 @@ SCHEMA: tuple[str, ...] = (
     *_V9_TABLES,
     *_V10_TABLES,
 )
+
+# Steps 1-9 came before the rule: each refused the code before it.
+KINDS: dict[int, Kind] = {**{number: Kind.BREAKING for number in range(1, 10)}, 10: Kind.EXPAND}
+
+STEPS = steps_of(MIGRATIONS, KINDS)
+SCHEMA_VERSION = newest(STEPS)  # the newest step, as reported
+SCHEMA_LEVEL = fresh_level(STEPS)  # what a store this code creates records for older code

@@ -17,7 +17,7 @@ from test_queue_postgres import run_together
 try:
     import psycopg
 
-    from flexiqd.queue.postgres_schema import SCHEMA_VERSION
+    from flexiqd.queue.postgres_schema import SCHEMA_LEVEL, SCHEMA_VERSION
 except ImportError:  # no psycopg: skipped on a laptop, a failure in CI
     if in_ci():
         raise
@@ -101,6 +101,8 @@ def test_a_version_1_store_is_migrated_to_the_shape_of_a_new_one(pg_server):
     before = _jobs(pg_server, schema)
     store = open_backend(url)
     assert pg_server.admin(f"SELECT version FROM {schema}.flexiq_schema", database="flexiq") == [
+        (SCHEMA_LEVEL,)]
+    assert pg_server.admin(f"SELECT max(step) FROM {schema}.flexiq_schema_steps", database="flexiq") == [
         (SCHEMA_VERSION,)]
     assert _jobs(pg_server, schema) == before
     fresh = pg_server.fresh_url()

@@ -10,9 +10,9 @@ import time
 from flexiqd.queue import ClaimRequest, NewJob, Outcome
 from flexiqd.queue.limits import DependencyLimit
 from flexiqd.queue.sqlite import SQLiteBackend
-from flexiqd.queue.sqlite_schema import MIGRATIONS, SCHEMA_VERSION
+from flexiqd.queue.sqlite_schema import MIGRATIONS, SCHEMA_LEVEL, SCHEMA_VERSION
 
-from test_queue_sqlite import _jobs_as_stored, _old_store, _schema_shape
+from test_queue_sqlite import _jobs_as_stored, _old_store, _schema_shape, schema_state
 
 T0 = 1_700_000_000.0
 
@@ -34,7 +34,7 @@ def test_a_version_4_store_is_migrated_to_the_shape_of_a_new_one(tmp_path):
     before = _jobs_as_stored(path)
     store = SQLiteBackend(path, synchronous="normal")
     with contextlib.closing(sqlite3.connect(path)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert schema_state(conn) == (SCHEMA_LEVEL, SCHEMA_VERSION)
     assert _jobs_as_stored(path) == before
     SQLiteBackend(str(tmp_path / "fresh.db")).close()
     assert _schema_shape(path) == _schema_shape(str(tmp_path / "fresh.db"))

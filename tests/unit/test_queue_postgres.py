@@ -10,7 +10,7 @@ import pytest
 
 from flexiqd.errors import QueueError, StoreUnavailable, StoreUnreachable
 from flexiqd.queue import ClaimRequest, JobState, NewJob, Outcome, open_backend
-from flexiqd.queue.postgres_schema import SCHEMA_VERSION
+from flexiqd.queue.postgres_schema import SCHEMA_LEVEL, SCHEMA_VERSION
 from pg_server import PASSWORD, PASSWORD_ROLE, in_ci
 
 try:
@@ -171,6 +171,8 @@ def test_processes_opening_a_new_store_at_once_create_it_once(pg_server):
     assert stores[3].stats("default", now=T0).runnable == 1
     schema = url.rsplit("search_path%3D", 1)[1]
     assert pg_server.admin(f"SELECT version FROM {schema}.flexiq_schema", database="flexiq") == [
+        (SCHEMA_LEVEL,)]
+    assert pg_server.admin(f"SELECT max(step) FROM {schema}.flexiq_schema_steps", database="flexiq") == [
         (SCHEMA_VERSION,)]
     for store in stores:
         store.close()

@@ -24,7 +24,7 @@ from flexiqd.queue import ClaimRequest, JobState, NewJob, Outcome, default_url, 
 from flexiqd.queue import sqlite as sqlite_module
 from flexiqd.queue import core as core_module
 from flexiqd.queue.sqlite import SQLiteBackend
-from flexiqd.queue.sqlite_schema import SCHEMA_VERSION
+from flexiqd.queue.sqlite_schema import SCHEMA_LEVEL, SCHEMA_VERSION
 
 T0 = 1_700_000_000.0
 NOBODY = 65534
@@ -672,7 +672,7 @@ def test_an_older_store_is_migrated_keeping_every_job_and_its_state(tmp_path, ve
     before = _jobs_as_stored(path)
     store = SQLiteBackend(path, synchronous="normal")
     with contextlib.closing(sqlite3.connect(path)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert schema_state(conn) == (SCHEMA_LEVEL, SCHEMA_VERSION)
     assert _jobs_as_stored(path) == before
     fresh = tmp_path / "fresh.db"
     SQLiteBackend(str(fresh)).close()
@@ -694,10 +694,16 @@ def test_an_older_store_is_migrated_keeping_every_job_and_its_state(tmp_path, ve
     store.close()
 
 
+def schema_state(conn: sqlite3.Connection) -> tuple[int, int]:
+    """(the level older code reads, the newest step recorded)."""
+    return (conn.execute("PRAGMA user_version").fetchone()[0],
+            conn.execute("SELECT max(step) FROM schema_steps").fetchone()[0])
+
+
 def test_a_new_store_is_made_at_the_current_version(tmp_path):
     SQLiteBackend(str(tmp_path / "queue.db")).close()
     with contextlib.closing(sqlite3.connect(tmp_path / "queue.db")) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert schema_state(conn) == (SCHEMA_LEVEL, SCHEMA_VERSION)
 
 
 # -- counts stay small ---------------------------------------------------------------------
