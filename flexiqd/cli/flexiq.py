@@ -10,6 +10,7 @@ from typing import Any, Sequence
 
 from ..durations import format_duration
 from ..errors import FlexiqdError
+from . import store_ops
 from .argtypes import duration, whole_number
 from ..logs import setup_logging
 from ..queue.types import Job, JobState, NewJob, Stats
@@ -189,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     scaler.add_argument("--token-file", default=None,
                         help="a file holding the bearer token clients must send (Authorization: Bearer)")
 
+    store_ops.add_commands(commands)
+
     bench = commands.add_parser("bench", help="benchmarks")
     bench.add_argument("what", choices=["policies", "replay"],
                        help="what to run: policies (every policy on every trace, in the simulator) or replay "
@@ -226,6 +229,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return bench.main([args.what, *args.rest])
     if args.command == "dependencies":
         return _dependencies(args)
+    if args.command in store_ops.COMMANDS:
+        return store_ops.run(args)
     store = store_for_command(args.url)
     if store.note:
         print(f"flexiq: {store.note}", file=sys.stderr)

@@ -288,6 +288,14 @@ class Backend(abc.ABC):
         """Remove ``host``'s registration (a clean shutdown); False if it was not registered."""
         raise QueueError(f"{self.url}: this store does not keep hosts")
 
+    def retire_host(self, host: str, *, now: float) -> int | None:
+        """Forget a host that is gone for good, in one transaction: hand back the running jobs
+        of its workers whose leases have expired (as ``rescue_dead_hosts`` does: no attempt
+        used), then remove its registration.  The jobs handed back; None if it was not
+        registered.  Whether the host is alive is the caller's to check: a daemon that still
+        beats registers again at its next beat."""
+        raise QueueError(f"{self.url}: this store does not keep hosts")
+
     def rescue_dead_hosts(self, *, now: float, exclude: Sequence[str] = ()) -> dict[str, int]:
         """Hand back the running jobs of dead hosts; return how many per host.
 

@@ -792,6 +792,21 @@ class Store(Backend):
     def forget_host(self, host: str) -> bool:
         return self.database.write("forget a host", lambda tx: tx.forget_host(host))
 
+    def retire_host(self, host: str, *, now: float) -> int | None:
+        def body(tx: Tx) -> int | None:
+            if host not in tx.host_names():
+                return None
+            rows = tx.expired_leases(now)
+            endings, rescued, queues = _rescue(rows, {host}, now, self._rng)
+            _apply(tx, endings)
+            tx.notify(queues)
+            tx.drop_shares(sorted({row.owner for row in rows if row.owner and
+                                   (owner_parts(row.owner) or ("",))[0] == host}))
+            tx.forget_host(host)
+            return rescued.get(host, 0)
+
+        return self.database.write("forget a host", body)
+
     def rescue_dead_hosts(self, *, now: float, exclude: Sequence[str] = ()) -> dict[str, int]:
         def body(tx: Tx) -> dict[str, int]:
             if not tx.lead("rescue"):  # one rescuer at a time: the others would only skip its rows

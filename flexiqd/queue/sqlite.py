@@ -26,6 +26,7 @@ from .endings import Endings, LeasedRow
 from .figures import COMING_DUE_LIMIT, DURATION_HORIZON, DURATION_SAMPLE, READ_BUCKETS, StatsRows, durations_of
 from .hosts import decode_report, is_alive
 from .limits import TenantCaps
+from .moved import marked_target, moved_message, moved_to
 from .rows import JOB_COLUMNS, NEW_JOB_COLUMNS, in_claim_order, job_from_row
 from .shares import Share
 from .schema_steps import Plan, Step, host_is_older, plan, too_new
@@ -640,6 +641,9 @@ class SQLiteDatabase(Database):
             raise StoreUnavailable(
                 f"cannot open the queue database {self.path}: directory {directory} does not exist")
         if os.path.exists(self.path) and not os.access(self.path, os.W_OK):
+            target = moved_to(self.path)
+            if target is not None:
+                raise StoreUnavailable(moved_message(self.path, target))
             problem = disk_problem(self.path)
             if problem is not None:  # a read-only mount: it may be remounted, so wait
                 raise StoreUnreachable(f"cannot open the queue database {self.path}: {problem}")
@@ -666,6 +670,9 @@ class SQLiteDatabase(Database):
             raise StoreUnavailable(f"cannot open the queue database {self.path}: {exc}") from None
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            target = marked_target(conn)  # before anything writes: root may write a read-only file
+            if target is not None:
+                raise StoreUnavailable(moved_message(self.path, target))
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if mode.lower() != "wal":
                 raise StoreUnavailable(
