@@ -182,15 +182,18 @@ def _check_file(path: str) -> None:
 
 def _quiet_down(source_url: str, now: float) -> int:
     """Refuse early when a daemon beats on the file; else hand back the expired leases of
-    workers that are gone (as the daemon would), so that only jobs still held count as
-    running.  The number handed back."""
+    workers that are gone (as the daemon would), and refuse if jobs are still held.  The
+    number handed back."""
     backend = open_backend(source_url)  # brings an older file up to this version's schema
     try:
         refusal = quiet_refusal(backend.hosts(now=now), {})
         if refusal:
             raise MoveRefused(f"cannot move {sqlite_path(source_url)}: {refusal}")
-        recovered = backend.recover_expired(now=now)
-        return recovered + sum(backend.rescue_dead_hosts(now=now).values())
+        recovered = backend.recover_expired(now=now) + sum(backend.rescue_dead_hosts(now=now).values())
+        refusal = quiet_refusal([], backend.lease_owners())
+        if refusal:  # before the target is touched (checked again under the lock)
+            raise MoveRefused(f"cannot move {sqlite_path(source_url)}: {refusal}")
+        return recovered
     finally:
         backend.close()
 
