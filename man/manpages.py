@@ -447,7 +447,10 @@ pause, resume, drain, reload) takes root or membership of the `flexiq` group.
 `flexiq` adds jobs to flexiqd's job queue, shows its statistics, lists and shows
 jobs, and handles jobs that failed for good (the dead letters). `flexiq worker` is
 the worker that every `flexiq-worker@.service` instance runs; `flexiq autoscale`
-runs one autoscaled pool in the foreground, without flexiqd.
+runs one autoscaled pool in the foreground, without flexiqd. `flexiq backup`,
+`flexiq move-store`, `flexiq hosts` and `flexiq forget-host` are the store's
+operations: a consistent copy of a live SQLite store, its move to PostgreSQL, and
+the hosts registered in a store (docs/operations.md).
 """,
         sections=(
             ("THE JOB STORE", """
@@ -484,6 +487,12 @@ runs one autoscaled pool in the foreground, without flexiqd.
 - flexiq jobs list --state done --json: The finished jobs, as JSON.
 
 - flexiq dependencies: Each limited dependency (dependencies.<name>.limit) with the jobs inside it against its limit, the jobs waiting for it, and how long jobs held it.
+
+- flexiq backup /root/queue-backup.db: A consistent copy of the SQLite store while the daemon and its workers run (one file, mode 0600, checked before it is named). A PostgreSQL store is backed up with pg_dump.
+
+- flexiq move-store --to postgresql://flexiq@db.example/flexiq: With flexiqd stopped (systemctl stop flexiqd) and no job running, move the queued, delayed, dead and finished jobs, their attempts and the schedules' ledger into an empty PostgreSQL store in one transaction; the old file is left read-only and marked, so nothing starts on it again. Then set store: to the new URL in /etc/flexiqd/flexiqd.yaml.
+
+- flexiq forget-host web3: Forget a host that is gone for good: its running jobs whose leases expired go back to the queue (no attempt used) and it leaves `flexiq hosts` and the fleet's shares. A host that beat recently needs --force.
 """),
         ),
         see_also=("flexiqd(8)", "flexiqctl(1)", "flexiqd.yaml(5)"),
