@@ -84,13 +84,13 @@ class _Rows:
 
 # -- the decision (pure) ---------------------------------------------------------------------
 
-def quiet_refusal(hosts: Sequence[HostInfo], running_by_owner: Mapping[str, int]) -> str | None:
+def quiet_refusal(hosts: Sequence[HostInfo], running_by_owner: Mapping[str, int], now: float) -> str | None:
     """Why the store is not quiet enough to move (None: it is): a daemon still beating, or
     jobs still running."""
     alive = [host for host in hosts if host.alive]
     if alive:
         host = alive[0]
-        return (f"the daemon on host {host.name} is running (it beat {_ago(host)}): stop it and its "
+        return (f"the daemon on host {host.name} is running (it beat {max(0.0, now - host.last_beat):.0f}s ago): stop it and its "
                 f"workers first (systemctl stop flexiqd); a stopped daemon counts as gone "
                 f"{DEAD_AFTER_BEATS * host.interval:g}s after its last beat")
     if running_by_owner:
@@ -100,10 +100,6 @@ def quiet_refusal(hosts: Sequence[HostInfo], running_by_owner: Mapping[str, int]
                 f"drain (flexiqctl drain POOL) or stop flexiqd and wait for its workers to finish, then "
                 f"move again")
     return None
-
-
-def _ago(host: HostInfo) -> str:
-    return f"at {time.strftime('%H:%M:%S', time.localtime(host.last_beat))}"
 
 
 # -- the move (I/O) --------------------------------------------------------------------------
@@ -186,11 +182,11 @@ def _quiet_down(source_url: str, now: float) -> int:
     number handed back."""
     backend = open_backend(source_url)  # brings an older file up to this version's schema
     try:
-        refusal = quiet_refusal(backend.hosts(now=now), {})
+        refusal = quiet_refusal(backend.hosts(now=now), {}, now)
         if refusal:
             raise MoveRefused(f"cannot move {sqlite_path(source_url)}: {refusal}")
         recovered = backend.recover_expired(now=now) + sum(backend.rescue_dead_hosts(now=now).values())
-        refusal = quiet_refusal([], backend.lease_owners())
+        refusal = quiet_refusal([], backend.lease_owners(), now)
         if refusal:  # before the target is touched (checked again under the lock)
             raise MoveRefused(f"cannot move {sqlite_path(source_url)}: {refusal}")
         return recovered
@@ -203,7 +199,7 @@ def _read(conn: sqlite3.Connection, now: float, history: bool) -> _Rows:
         "SELECT name, last_beat, interval, report, registered_at FROM hosts")]
     running = dict(conn.execute("SELECT COALESCE(lease_owner, '?'), COUNT(*) FROM jobs WHERE state = 'running' "
                                 "GROUP BY 1"))
-    refusal = quiet_refusal(hosts, running)
+    refusal = quiet_refusal(hosts, running, now)
     if refusal:
         raise MoveRefused(f"cannot move the store: {refusal}")
     where = "" if history else f"WHERE state NOT IN ({', '.join(repr(s) for s in HISTORY_STATES)})"
