@@ -162,7 +162,23 @@ export class PoolCard {
         if (d.Paused) add("Paused", "paused");
         if (d.Pinned) add(d.PinnedWorkers === 0 ? "Drained" : "Pinned at " + d.PinnedWorkers, "pinned");
         if (this.overTarget()) add("Oldest job over target", "over");
-        if (!known(d.Runnable)) add("No stats", "over");
+        const trouble = this.trouble();
+        if (trouble) add(trouble, "over");
+        else if (!known(d.Runnable)) add("No stats", "over");
+    }
+
+    /* What keeps this pool from working, from the Status document: its app cannot be loaded
+       by its workers, its workers keep failing, the store cannot be read or written. */
+    trouble() {
+        const entry = state.status && state.status.pools ? state.status.pools[this.name] : null;
+        if (!entry) return "";
+        if (entry.app_problem) return "Workers cannot run the app: " + entry.app_problem;
+        const loop = entry.crash_loop;
+        if (loop) return "Crash loop: " + plural(loop.failures, "worker", "workers") + " failed, the last " +
+            (loop.last_error || "in a way systemd did not record") + "; next start not before " + clock(loop.next_start_at);
+        if (state.status.store_problem) return "The store takes no writes: " + state.status.store_problem;
+        if (entry.stats_error) return "No stats: " + entry.stats_error;
+        return "";
     }
 
     renderSummary() {
@@ -186,7 +202,8 @@ export class PoolCard {
               (this.overTarget() ? " over" : "")
             : "—");
         cell([d.Paused ? "paused" : "", d.Pinned ? "pinned at " + d.PinnedWorkers : ""].filter(Boolean).join(", ") || "—");
-        cell(reasonWords(d.Reason));
+        const trouble = this.trouble();
+        cell(trouble ? trouble.split(":")[0] : reasonWords(d.Reason));
     }
 
     /* -- steering */

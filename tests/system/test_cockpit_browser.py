@@ -78,9 +78,15 @@ pools:
       down_window: 4s
       up_limit: {{workers: 6, percent: 100, period: 1s}}
       down_limit: {{workers: 6, percent: 100, period: 1s}}
+  reports:
+    app: no_such_app:queue
+    queues: [reports]
+    min_workers: 0
+    scale_to_zero: true
 schedules:
   {SCHEDULE}: {{task: count, args: [0], cron: "* * * * * */3"}}
 """
+BROKEN_CARD = 'article.pool[data-pool="reports"]'  # after default: default's card stays in view
 
 POOLS_FOR_LOAD = 20
 
@@ -258,6 +264,11 @@ def test_a_member_sees_the_pools_and_a_jobs_arguments(site: Site, member: Cockpi
     assert member.finds('#pool-summary tr[data-pool="default"]')
     assert "may steer" in member.text("#access")
     member.screenshot(IMG / "cockpit-member.png")
+    # A pool whose workers could not load its app says so, with the reason, and not "scaling".
+    flags = member.wait_text(f"{BROKEN_CARD} .flags", lambda t: "cannot run the app" in t, 60,
+                             what="the broken pool's app problem")
+    assert "no module named 'no_such_app'" in flags
+    assert "Workers cannot run the app" in member.text('#pool-summary tr[data-pool="reports"]')
 
     require(site.sbx, "Jobs", "Job")
     job = enqueue(site.sbx, "greet", '"Ada Lovelace"')
@@ -276,10 +287,13 @@ def test_a_member_sees_the_pools_and_a_jobs_arguments(site: Site, member: Cockpi
 
 def test_an_outsider_sees_the_pools_but_no_job_and_the_bus_refuses_a_forged_call(site: Site, outsider: CockpitPage):
     outsider.wait_text(f"{CARD} .f-workers", lambda t: number(t, "active") >= 1, what="the default pool's workers")
-    assert outsider.finds(f'{CARD} [data-chart="workers"] canvas'), "no chart for the outsider"
+    # The charts come once the pool's history is read (one pool after the other).
+    outsider.wait(lambda: outsider.finds(f'{CARD} [data-chart="workers"] canvas'), what="a chart for the outsider")
     assert NOT_A_MEMBER in outsider.text("#jobs-note")
     assert not outsider.finds("#jobs tbody tr") and not outsider.finds("#dead tbody tr")
     assert "Ada Lovelace" not in outsider.driver.page_source
+    outsider.wait_text(f"{BROKEN_CARD} .flags", lambda t: "no module named 'no_such_app'" in t, 60,
+                       what="the broken pool's app problem, shown to everyone")
 
     # Every control is there, disabled, and says why.
     buttons = outsider.finds(f"{CARD} .steer-form button")
