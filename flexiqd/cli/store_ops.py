@@ -58,8 +58,7 @@ def _backup(args: argparse.Namespace, url: str) -> int:
     from ..queue.backup import backup_store
 
     report = backup_store(url, args.destination, force=args.force)
-    print(f"backed up {safe_url(url)} to {report.destination} ({_size(report.size)}, schema version "
-          f"{report.schema_version}, integrity check ok)")
+    print(f"backed up {safe_url(url)} to {report.destination} ({_size(report.size)}, integrity check ok)")
     print(f"the copy holds {_jobs(report.jobs, report.jobs_by_state)}")
     return 0
 

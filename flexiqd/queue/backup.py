@@ -35,7 +35,6 @@ class BackupReport:
     destination: str
     size: int
     jobs_by_state: Mapping[str, int]
-    schema_version: int
 
     @property
     def jobs(self) -> int:
@@ -112,13 +111,12 @@ def _check(partial: str, source: str, destination: str) -> BackupReport:
         if problems != ["ok"]:
             raise FlexiqdError(f"the backup of {source} failed its integrity check ({'; '.join(problems[:3])}); "
                                f"nothing was written to {destination}")
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
         has_jobs = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'jobs'").fetchone()
         states = dict(conn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state")) if has_jobs else {}
     finally:
         conn.close()
     return BackupReport(source=source, destination=destination, size=os.path.getsize(partial),
-                        jobs_by_state=states, schema_version=version)
+                        jobs_by_state=states)
 
 
 def _remove(path: str) -> None:

@@ -151,9 +151,15 @@ def open_backend(url: str) -> Backend:
 
 def probe_store(url: str) -> str | None:
     """Check that the store of ``url`` can be reached, changing nothing; a short description, or
-    None for stores that are files (checked when opened).  StoreUnavailable when it cannot."""
+    None for stores that are files (checked when opened; only a file that was moved elsewhere
+    is refused here).  StoreUnavailable when it cannot."""
     check_url(url)
     if urlsplit(url).scheme not in POSTGRES_SCHEMES:
+        from .moved import moved_message, moved_to
+
+        target = moved_to(sqlite_path(url))  # a file left behind by flexiq move-store
+        if target is not None:
+            raise StoreUnavailable(moved_message(sqlite_path(url), target))
         return None
     return _postgres().probe(postgres_connect_options(url), safe_url(url))
 

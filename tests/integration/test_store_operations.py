@@ -201,6 +201,16 @@ def test_move_store_carries_the_jobs_and_schedules_and_leaves_the_old_file_read_
                             cwd=str(REPO), env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(APPS), str(REPO)])))
     assert worker.returncode != 0 and "was moved to postgresql://" in worker.stderr
     assert PASSWORD not in worker.stderr
+    # So does the daemon, and --check-config says why before it is started.
+    config = tmp_path / "flexiqd.yaml"
+    config.write_text(f"store: sqlite:///{path}\nfleet: process\npools: {{}}\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("NOTIFY_SOCKET", None)
+    for argv in (["--check-config", str(config)], ["--config", str(config)]):
+        daemon = subprocess.run([sys.executable, "-m", "flexiqd.cli.daemon", *argv], capture_output=True,
+                                text=True, timeout=60, cwd=str(tmp_path), env=env)
+        assert daemon.returncode != 0 and "was moved to postgresql://" in daemon.stderr, (argv, daemon.stderr)
+        assert PASSWORD not in daemon.stderr + daemon.stdout
     # Moving it again is refused, and changes nothing.
     assert "was moved to" in flexiq(f"sqlite:///{path}", "move-store", "--to", target, expect=1).stderr
 
