@@ -13,6 +13,7 @@ from ..errors import FlexiqdError
 from . import store_ops
 from .argtypes import duration, whole_number
 from ..logs import setup_logging
+from ..queue.declarations import DECLARED_OPTIONS, by_name
 from ..queue.types import Job, JobState, NewJob, Stats
 from ..config.model import DEFAULT_CONFIG_PATH
 from ..queue.url import DEFAULT_URL, URL_ENV, default_url, open_backend
@@ -81,11 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     enqueue.add_argument("task", help="the task's registered name, e.g. flexiqd.demo.sleep")
     enqueue.add_argument("args", nargs="*", type=_json_value, help="positional arguments, each JSON")
     enqueue.add_argument("--kwargs", type=_json_value, default=None, help="keyword arguments as a JSON object")
-    enqueue.add_argument("--queue", default="default")
-    enqueue.add_argument("--priority", type=int, default=0)
+    declared = "(default: the task's declaration, else {})"
+    enqueue.add_argument("--queue", default=None, help=declared.format("default"))
+    enqueue.add_argument("--priority", type=int, default=None, help=declared.format("0"))
     enqueue.add_argument("--delay", type=_duration, default=0.0, help="e.g. 30s, 5m")
-    enqueue.add_argument("--max-attempts", type=_positive_int, default=3)
-    enqueue.add_argument("--timeout", type=_duration, default=None)
+    enqueue.add_argument("--max-attempts", type=_positive_int, default=None, help=declared.format("3"))
+    enqueue.add_argument("--timeout", type=_duration, default=None, help=declared.format("none"))
     enqueue.add_argument("--key", default=None, help="idempotency key")
     enqueue.add_argument("--tenant", default=None)
     enqueue.add_argument("--count", type=_positive_int, default=1, help="enqueue this many copies")
@@ -297,10 +299,16 @@ def _scaler(args: argparse.Namespace) -> int:
 def _enqueue(backend, args: argparse.Namespace) -> int:
     if args.kwargs is not None and not isinstance(args.kwargs, dict):
         raise FlexiqdError("--kwargs must be a JSON object, as in --kwargs '{\"seconds\": 2}'")
-    job = NewJob(task=args.task, payload={"args": args.args, "kwargs": args.kwargs or {}},
-                 queue=args.queue, priority=args.priority, delay=args.delay,
-                 max_attempts=args.max_attempts, timeout=args.timeout,
-                 idempotency_key=args.key, tenant=args.tenant)
+    given = {name: value for name, value in (("queue", args.queue), ("priority", args.priority),
+                                             ("max_attempts", args.max_attempts), ("timeout", args.timeout))
+             if value is not None}
+    job = by_name(args.task, {"args": args.args, "kwargs": args.kwargs or {}},
+                  {**given, "delay": args.delay, "idempotency_key": args.key, "tenant": args.tenant})
+    if job.from_declaration and not backend.task_declarations([args.task]):
+        defaults = {"queue": "default", "priority": "0", "max_attempts": "3", "timeout": "none"}
+        print(f"flexiq: no worker has declared task {args.task} in {backend.url}: "
+              + ", ".join(f"{name} {defaults[name]}" for name in DECLARED_OPTIONS if name in job.from_declaration)
+              + " (the defaults)", file=sys.stderr)
     ids = backend.enqueue([job] * args.count, now=time.time())
     if len(ids) == 1:
         print(ids[0])

@@ -7,7 +7,9 @@ import time
 from typing import Any, Callable, Iterable
 
 from ..errors import TaskError
+from . import declarations
 from .backend import Backend
+from .in_transaction import enqueue_in
 from .tasks import Task, TaskOptions
 from .types import Job, NewJob, Stats
 from .url import default_url, open_backend
@@ -93,22 +95,35 @@ class Queue:
 
     # -- jobs ------------------------------------------------------------------------------
 
-    def enqueue(self, task: str, args: Iterable[Any] = (), kwargs: dict | None = None,
-                **options: Any) -> int:
+    def enqueue(self, task: str, args: Iterable[Any] = (), kwargs: dict | None = None, *,
+                connection: Any = None, **options: Any) -> int:
         """Add one job for the task named ``task``; options as in ``NewJob``.
 
-        The name need not be registered here (a producer may not import the
-        workers' code); a worker dead-letters jobs of tasks it does not know.
+        The name need not be registered here (a producer may not import the workers'
+        code): then the options not given are the task's declaration, as its workers
+        wrote it to the store (``declarations``), else ``NewJob``'s defaults; a worker
+        dead-letters jobs of tasks it does not know.  ``connection``: the application's
+        psycopg or sqlite3 connection, to enqueue in its transaction (``enqueue_many``).
         """
         registered = self.tasks.get(task)
+        payload = {"args": list(args), "kwargs": dict(kwargs or {})}
         if registered is not None:
             job = registered.new_job(tuple(args), kwargs, **options)
         else:
-            job = NewJob(task=task, payload={"args": list(args), "kwargs": dict(kwargs or {})}, **options)
-        return self.enqueue_many([job])[0]
+            job = declarations.by_name(task, payload, options)
+        return self.enqueue_many([job], connection=connection)[0]
 
-    def enqueue_many(self, jobs: Iterable[NewJob]) -> list[int]:
-        """Add jobs in one transaction (all or none); return their ids."""
+    def enqueue_many(self, jobs: Iterable[NewJob], *, connection: Any = None) -> list[int]:
+        """Add jobs in one transaction (all or none); return their ids.
+
+        ``connection``: the application's own connection to the queue's database -- a
+        psycopg 3 connection on PostgreSQL, a sqlite3 connection to the store's file on
+        SQLite -- so the jobs are written in its transaction and exist exactly when it
+        commits (docs/transactional-enqueue.md).  Nothing is committed here, except in
+        a connection in autocommit mode.
+        """
+        if connection is not None:
+            return enqueue_in(connection, list(jobs), backend=self.backend, now=self.clock())
         return self.backend.enqueue(list(jobs), now=self.clock())
 
     def get(self, job_id: int) -> Job:

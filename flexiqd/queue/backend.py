@@ -16,6 +16,7 @@ import dataclasses
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import QueueError
+from .declarations import TaskDeclaration
 from .hosts import HostInfo
 from .limits import DependencyLimit
 from .schedules import LedgerRow, ScheduleRecord, SlotDecision, SlotOutcome
@@ -307,6 +308,19 @@ class Backend(abc.ABC):
         Idempotent.
         """
         raise QueueError(f"{self.url}: this store does not keep hosts")
+
+    # -- the tasks' declarations (see flexiqd.queue.declarations) ----------------------------
+
+    def declare_tasks(self, declared: Sequence[TaskDeclaration], *, by: str, now: float) -> int:
+        """Store these tasks' declarations, written by worker ``by`` at ``now``, each replacing
+        the one stored for its task (the last written wins); a declaration unchanged is left
+        as it stands.  Return how many were new or changed.  Idempotent."""
+        raise QueueError(f"{self.url}: this store does not keep the tasks' declarations")
+
+    def task_declarations(self, tasks: Sequence[str] | None = None) -> dict[str, TaskDeclaration]:
+        """The stored declarations of ``tasks`` (None: of every task), by task name; a task no
+        worker declared is left out."""
+        return {}
 
     # -- schedules (see flexiqd.queue.schedules) ----------------------------------------------
 

@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import JobNotFound, QueueError, StoreUnavailable
-from . import shares
+from . import declarations, shares
 from .backend import Backend, EndedAttempt
 from .dialect import Database, Tx
 from .endings import Endings, LeasedRow
@@ -109,16 +109,22 @@ class Store(Backend):
         rows = [new_row(job, now) for job in jobs]  # checked and encoded first: fail whole
         if not rows:
             return []
+        return self.database.write("enqueue", lambda tx: self.insert_new(tx, jobs, rows, now))
 
-        def body(tx: Tx) -> list[int]:
-            placed = tx.insert_jobs(rows)
-            arrivals: collections.Counter = collections.Counter(
-                (row["queue"], row["tenant"]) for row, (_, new) in zip(rows, placed)
-                if new and not row["delayed"])  # a delayed job arrives when it comes due
-            _add_arrivals(tx, arrivals, int(now))
-            return [job_id for job_id, _ in placed]
-
-        return self.database.write("enqueue", body)
+    @staticmethod
+    def insert_new(tx: Tx, jobs: Sequence[NewJob], rows: Sequence[Mapping[str, Any]], now: float) -> list[int]:
+        """Insert ``jobs`` (their ``rows.new_row``), each with the options it takes from its task's
+        declaration, count their arrivals and wake their queues, in ``tx``; their ids.  May run
+        more than once (a transaction tried again)."""
+        by_name = sorted({job.task for job in jobs if job.from_declaration})
+        known = tx.task_declarations(by_name) if by_name else {}
+        resolved = [declarations.resolve(row, job, known) for row, job in zip(rows, jobs)]
+        placed = tx.insert_jobs(resolved)
+        arrivals: collections.Counter = collections.Counter(
+            (row["queue"], row["tenant"]) for row, (_, new) in zip(resolved, placed)
+            if new and not row["delayed"])  # a delayed job arrives when it comes due
+        _add_arrivals(tx, arrivals, int(now))
+        return [job_id for job_id, _ in placed]
 
     def _promote(self, tx: Tx, now: float) -> int:
         """Make delayed jobs whose run_at has come runnable (a batch); return how many.
@@ -825,6 +831,18 @@ class Store(Backend):
             return rescued
 
         return self.database.write("rescue the jobs of dead hosts", body)
+
+    # -- the tasks' declarations (see flexiqd.queue.declarations) ----------------------------
+
+    def declare_tasks(self, declared: Sequence[declarations.TaskDeclaration], *, by: str, now: float) -> int:
+        wanted = sorted(declared, key=lambda d: d.task)  # in key order: workers starting at once never deadlock
+        if not wanted:
+            return 0
+        return self.database.write("declare tasks", lambda tx: tx.declare_tasks(wanted, by, now))
+
+    def task_declarations(self, tasks: Sequence[str] | None = None) -> dict[str, declarations.TaskDeclaration]:
+        names = None if tasks is None else sorted(set(tasks))
+        return self.database.read("read the tasks' declarations", lambda tx: tx.task_declarations(names))
 
     # -- schedules (see flexiqd.queue.schedules) ----------------------------------------------
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import abc
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
+from .declarations import TaskDeclaration
 from .endings import Endings, LeasedRow
 from .figures import StatsRows
 from .limits import TenantCaps
@@ -300,6 +301,17 @@ class Tx(abc.ABC):
     @abc.abstractmethod
     def forget_host(self, host: str) -> bool:
         """Delete a host's row; whether there was one."""
+
+    # -- the tasks' declarations (see flexiqd.queue.declarations) --------------------------
+
+    @abc.abstractmethod
+    def declare_tasks(self, declared: Sequence[TaskDeclaration], by: str, now: float) -> int:
+        """Upsert the declarations (in the order given), leaving unchanged ones alone; how many
+        rows were written."""
+
+    @abc.abstractmethod
+    def task_declarations(self, tasks: Sequence[str] | None) -> dict[str, TaskDeclaration]:
+        """The stored declarations of ``tasks`` (None: all), by task name."""
 
     # -- schedules (see flexiqd.queue.schedules) --------------------------------------------
 

@@ -34,6 +34,7 @@ from psycopg.conninfo import conninfo_to_dict
 from ..errors import QueueError, StoreUnavailable, StoreUnreachable
 from .core import CommitUnknown, Store
 from .dialect import Database, RateRow, Tx
+from .declarations import TaskDeclaration
 from .endings import Endings, LeasedRow
 from .figures import COMING_DUE_LIMIT, DURATION_HORIZON, DURATION_SAMPLE, READ_BUCKETS, Durations, StatsRows
 from .hosts import decode_report, is_alive
@@ -626,6 +627,30 @@ class PostgresTx(Tx):
 
     def forget_host(self, host: str) -> bool:
         return self.conn.execute("DELETE FROM flexiq_hosts WHERE name = %s", (host,)).rowcount > 0
+
+    # -- the tasks' declarations -----------------------------------------------------------
+
+    def declare_tasks(self, declared: Sequence[TaskDeclaration], by: str, now: float) -> int:
+        columns = [[d.task for d in declared], [d.queue for d in declared], [d.priority for d in declared],
+                   [d.max_attempts for d in declared], [d.timeout for d in declared]]
+        return self.conn.execute(
+            "INSERT INTO flexiq_task_declarations AS d (task, queue, priority, max_attempts, timeout, declared_at, "
+            "declared_by) SELECT t.*, %s::float8, %s::text FROM unnest(%s::text[], %s::text[], %s::integer[], %s::integer[], "
+            "%s::float8[]) AS t ON CONFLICT (task) DO UPDATE SET queue = excluded.queue, "
+            "priority = excluded.priority, max_attempts = excluded.max_attempts, timeout = excluded.timeout, "
+            "declared_at = excluded.declared_at, declared_by = excluded.declared_by "
+            "WHERE (d.queue, d.priority, d.max_attempts, d.timeout) IS DISTINCT FROM "
+            "(excluded.queue, excluded.priority, excluded.max_attempts, excluded.timeout)",
+            [now, by, *columns]).rowcount
+
+    def task_declarations(self, tasks: Sequence[str] | None) -> dict[str, TaskDeclaration]:
+        columns = "task, queue, priority, max_attempts, timeout, declared_at, declared_by"
+        if tasks is None:
+            rows = self.conn.execute(f"SELECT {columns} FROM flexiq_task_declarations ORDER BY task")
+        else:
+            rows = self.conn.execute(f"SELECT {columns} FROM flexiq_task_declarations WHERE task = ANY(%s)",
+                                     (list(tasks),))
+        return {row[0]: TaskDeclaration(*row) for row in rows}
 
     # -- schedules -------------------------------------------------------------------------
 

@@ -281,6 +281,122 @@ _V5_TABLES = (
 )
 SCHEMA = (*SCHEMA, *_V5_TABLES)
 
+# v6: the tasks' declarations and enqueue from SQL (docs/transactional-enqueue.md).
+# ``flexiq_task_declarations``: the queue, priority, attempts and timeout each task declares,
+# upserted by the workers that run it (flexiqd.queue.declarations), read by an enqueue by
+# name.  ``flexiq_enqueue(...)``: one job, in the caller's own transaction, written as
+# ``core.Store.enqueue`` writes it -- the row (counted by the jobs' triggers), its arrival
+# appended to the rate changes, a NOTIFY on its queue's channel (postgres_listen.channel_of),
+# delivered at the caller's commit -- and its id returned.  Options left NULL take the task's
+# declaration, else the defaults of ``types.NewJob``.  Times are the server's clock.
+# ``SET search_path FROM CURRENT``: the function finds the store's tables wherever the
+# caller's search_path points.  Expand-only: older daemons ignore both.
+_V6_DECLARATIONS = """CREATE TABLE flexiq_task_declarations (
+    task text PRIMARY KEY,
+    queue text NOT NULL,
+    priority integer NOT NULL,
+    max_attempts integer NOT NULL,
+    timeout double precision,
+    declared_at double precision NOT NULL,
+    declared_by text NOT NULL
+)"""
+_V6_ENQUEUE = """CREATE FUNCTION flexiq_enqueue(
+    task text,
+    args jsonb DEFAULT '[]',
+    kwargs jsonb DEFAULT '{}',
+    queue text DEFAULT NULL,
+    priority integer DEFAULT NULL,
+    delay double precision DEFAULT 0,
+    run_at timestamptz DEFAULT NULL,
+    max_attempts integer DEFAULT NULL,
+    timeout double precision DEFAULT NULL,
+    idempotency_key text DEFAULT NULL,
+    tenant text DEFAULT NULL
+) RETURNS bigint LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT AS $$
+#variable_conflict use_column
+DECLARE
+    now_s double precision := extract(epoch FROM clock_timestamp());
+    declared record;
+    job_queue text;
+    job_priority integer;
+    job_attempts integer;
+    job_timeout double precision;
+    job_run_at double precision;
+    job_tenant text := coalesce(flexiq_enqueue.tenant, '');
+    job_id bigint;
+    channel text;
+BEGIN
+    IF flexiq_enqueue.task IS NULL OR flexiq_enqueue.task = '' THEN
+        RAISE EXCEPTION 'flexiq_enqueue: a job needs a task name' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF args IS NOT NULL AND jsonb_typeof(args) <> 'array' THEN
+        RAISE EXCEPTION 'flexiq_enqueue: args must be a JSON array, got a JSON %', jsonb_typeof(args)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF kwargs IS NOT NULL AND jsonb_typeof(kwargs) <> 'object' THEN
+        RAISE EXCEPTION 'flexiq_enqueue: kwargs must be a JSON object, got a JSON %', jsonb_typeof(kwargs)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT d.queue, d.priority, d.max_attempts, d.timeout INTO declared
+        FROM flexiq_task_declarations d WHERE d.task = flexiq_enqueue.task;
+    job_queue := coalesce(flexiq_enqueue.queue, declared.queue, 'default');
+    job_priority := coalesce(flexiq_enqueue.priority, declared.priority, 0);
+    job_attempts := coalesce(flexiq_enqueue.max_attempts, declared.max_attempts, 3);
+    job_timeout := coalesce(flexiq_enqueue.timeout, declared.timeout);
+    IF job_queue = '' THEN
+        RAISE EXCEPTION 'flexiq_enqueue: queue must be a name, got an empty string'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF job_attempts < 1 THEN
+        RAISE EXCEPTION 'flexiq_enqueue: max_attempts must be at least 1, got %', job_attempts
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF job_timeout IS NOT NULL AND NOT job_timeout > 0 THEN
+        RAISE EXCEPTION 'flexiq_enqueue: timeout must be more than 0 seconds, got %', job_timeout
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF job_timeout = 'infinity' THEN  -- "no timeout", whatever the declaration says
+        job_timeout := NULL;
+    END IF;
+    IF flexiq_enqueue.run_at IS NOT NULL THEN
+        job_run_at := extract(epoch FROM flexiq_enqueue.run_at);
+    ELSE
+        job_run_at := now_s + greatest(coalesce(delay, 0), 0);
+    END IF;
+    LOOP
+        INSERT INTO flexiq_jobs (queue, task, payload, priority, state, delayed, run_at, max_attempts,
+                                 timeout, idempotency_key, tenant, enqueued_at)
+            VALUES (job_queue, flexiq_enqueue.task,
+                    jsonb_build_object('args', coalesce(args, '[]'), 'kwargs', coalesce(kwargs, '{}'))::text,
+                    job_priority, 'queued', job_run_at > now_s, job_run_at, job_attempts, job_timeout,
+                    flexiq_enqueue.idempotency_key, job_tenant, now_s)
+            ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL
+                AND state IN ('queued', 'running') DO NOTHING
+            RETURNING id INTO job_id;
+        EXIT WHEN job_id IS NOT NULL;
+        -- A queued or running job holds the key: it stands for this one (unless it ended
+        -- meanwhile; then the insert is tried again).
+        SELECT j.id INTO job_id FROM flexiq_jobs j
+            WHERE j.idempotency_key = flexiq_enqueue.idempotency_key AND j.state IN ('queued', 'running');
+        IF job_id IS NOT NULL THEN
+            RETURN job_id;
+        END IF;
+    END LOOP;
+    IF job_run_at <= now_s THEN  -- a delayed job arrives, and wakes workers, when it comes due
+        INSERT INTO flexiq_rate_changes (queue, second, tenant, arrivals)
+            VALUES (job_queue, floor(now_s)::bigint, job_tenant, 1);
+        channel := 'flexiq.' || job_queue;
+        IF octet_length(channel) > 63 THEN
+            channel := 'flexiq.' || left(encode(sha256(convert_to(job_queue, 'UTF8')), 'hex'), 40);
+        END IF;
+        PERFORM pg_notify(channel, '');
+    END IF;
+    RETURN job_id;
+END
+$$"""
+_V6 = (_V6_DECLARATIONS, _V6_ENQUEUE)
+SCHEMA = (*SCHEMA, *_V6)
+
 # Statements that bring a store of the version before each key up to it, in order;
 # a new store gets SCHEMA whole.  Append, never edit: stores in the field ran them.
 #
@@ -305,6 +421,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: (_V3_HOSTS,),
     4: _V4_TABLES,
     5: _V5_TABLES,
+    6: _V6,
 }
 
 # Steps 1-4 came before the rule: each refused the code before it.
@@ -314,6 +431,7 @@ KINDS: dict[int, Kind] = {
     3: Kind.BREAKING,
     4: Kind.BREAKING,
     5: Kind.EXPAND,
+    6: Kind.EXPAND,
 }
 
 STEPS = steps_of(MIGRATIONS, KINDS)

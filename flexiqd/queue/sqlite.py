@@ -22,6 +22,7 @@ from ..errors import QueueError, StoreUnavailable, StoreUnreachable
 from .core import Store
 from .dialect import Database, RateRow, Tx
 from .disk import disk_problem
+from .declarations import TaskDeclaration
 from .endings import Endings, LeasedRow
 from .figures import COMING_DUE_LIMIT, DURATION_HORIZON, DURATION_SAMPLE, READ_BUCKETS, StatsRows, durations_of
 from .hosts import decode_report, is_alive
@@ -504,6 +505,30 @@ class SQLiteTx(Tx):
 
     def forget_host(self, host: str) -> bool:
         return self.conn.execute("DELETE FROM hosts WHERE name = ?", (host,)).rowcount > 0
+
+    # -- the tasks' declarations -----------------------------------------------------------
+
+    def declare_tasks(self, declared: Sequence[TaskDeclaration], by: str, now: float) -> int:
+        written = 0
+        for d in declared:
+            written += self.conn.execute(
+                "INSERT INTO task_declarations (task, queue, priority, max_attempts, timeout, declared_at, "
+                "declared_by) VALUES (?,?,?,?,?,?,?) ON CONFLICT (task) DO UPDATE SET queue = excluded.queue, "
+                "priority = excluded.priority, max_attempts = excluded.max_attempts, timeout = excluded.timeout, "
+                "declared_at = excluded.declared_at, declared_by = excluded.declared_by "
+                "WHERE queue IS NOT excluded.queue OR priority IS NOT excluded.priority "
+                "OR max_attempts IS NOT excluded.max_attempts OR timeout IS NOT excluded.timeout",
+                (d.task, d.queue, d.priority, d.max_attempts, d.timeout, now, by)).rowcount
+        return written
+
+    def task_declarations(self, tasks: Sequence[str] | None) -> dict[str, TaskDeclaration]:
+        columns = "task, queue, priority, max_attempts, timeout, declared_at, declared_by"
+        if tasks is None:
+            rows = self.conn.execute(f"SELECT {columns} FROM task_declarations ORDER BY task").fetchall()
+        else:
+            rows = [row for task in tasks for row in self.conn.execute(
+                f"SELECT {columns} FROM task_declarations WHERE task = ?", (task,))]
+        return {row[0]: TaskDeclaration(*row) for row in rows}
 
     # -- schedules -------------------------------------------------------------------------
 

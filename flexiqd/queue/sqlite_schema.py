@@ -231,6 +231,21 @@ _V10_TABLES = (
 ) WITHOUT ROWID""",
 )
 
+# v11: the tasks' declarations (flexiqd.queue.declarations): the queue, priority, attempts
+# and timeout each task declares, written by the workers that run it, read by an enqueue by
+# name.  Expand-only: older daemons ignore the table.
+_V11_TABLES = (
+    """CREATE TABLE task_declarations (
+    task TEXT PRIMARY KEY,
+    queue TEXT NOT NULL,
+    priority INTEGER NOT NULL,
+    max_attempts INTEGER NOT NULL,
+    timeout REAL,
+    declared_at REAL NOT NULL,
+    declared_by TEXT NOT NULL
+) WITHOUT ROWID""",
+)
+
 # Statements that bring a store of the version before each key up to it, in order;
 # a new store gets SCHEMA whole.  Append, never edit: stores in the field ran them.
 #
@@ -286,6 +301,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     9: _V9_TABLES,
     10: _V10_TABLES,
+    11: _V11_TABLES,
 }
 
 SCHEMA: tuple[str, ...] = (
@@ -341,10 +357,11 @@ SCHEMA: tuple[str, ...] = (
     _V7_HOSTS,
     *_V9_TABLES,
     *_V10_TABLES,
+    *_V11_TABLES,
 )
 
 # Steps 1-9 came before the rule: each refused the code before it.
-KINDS: dict[int, Kind] = {**{number: Kind.BREAKING for number in range(1, 10)}, 10: Kind.EXPAND}
+KINDS: dict[int, Kind] = {**{number: Kind.BREAKING for number in range(1, 10)}, 10: Kind.EXPAND, 11: Kind.EXPAND}
 
 STEPS = steps_of(MIGRATIONS, KINDS)
 SCHEMA_VERSION = newest(STEPS)  # the newest step, as reported

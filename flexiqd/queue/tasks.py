@@ -59,15 +59,21 @@ class Task:
         return NewJob(task=self.name, payload={"args": list(args), "kwargs": dict(kwargs or {})},
                       **fields)
 
-    def enqueue(self, *args: Any, **kwargs: Any) -> int:
-        """Add one job calling this task with these arguments; return its id."""
-        return self.queue.enqueue_many([self.new_job(args, kwargs)])[0]
+    def enqueue(self, *args: Any, connection: Any = None, **kwargs: Any) -> int:
+        """Add one job calling this task with these arguments; return its id.
 
-    def schedule(self, args: tuple | list = (), kwargs: dict | None = None, **options: Any) -> int:
+        ``connection``: the application's psycopg or sqlite3 connection, to enqueue in its
+        transaction (``Queue.enqueue_many``).  A task with an argument of its own named
+        ``connection`` is given it through ``schedule(kwargs=...)``.
+        """
+        return self.queue.enqueue_many([self.new_job(args, kwargs)], connection=connection)[0]
+
+    def schedule(self, args: tuple | list = (), kwargs: dict | None = None, *, connection: Any = None,
+                 **options: Any) -> int:
         """Add one job with per-job options (delay=, run_at=, priority=, idempotency_key=, ...)."""
-        return self.queue.enqueue_many([self.new_job(args, kwargs, **options)])[0]
+        return self.queue.enqueue_many([self.new_job(args, kwargs, **options)], connection=connection)[0]
 
-    def map(self, argument_lists: Any) -> list[int]:
+    def map(self, argument_lists: Any, *, connection: Any = None) -> list[int]:
         """Add one job per item (a tuple of positional arguments, or one argument) in one transaction."""
         jobs = [self.new_job(a if isinstance(a, (tuple, list)) else (a,)) for a in argument_lists]
-        return self.queue.enqueue_many(jobs)
+        return self.queue.enqueue_many(jobs, connection=connection)

@@ -41,6 +41,7 @@ class NewJob:
     ``timeout`` bounds one attempt's run time (None: no limit).
     ``idempotency_key``: while a job with this key is queued or running, a
     second enqueue with the same key returns that job instead of a new one.
+    ``from_declaration``: see ``declarations.by_name``.
     """
 
     task: str
@@ -53,6 +54,9 @@ class NewJob:
     timeout: float | None = None
     idempotency_key: str | None = None
     tenant: str | None = None
+    # Options (of ``declarations.DECLARED_OPTIONS``) the producer did not give: taken from
+    # the task's declaration in the store where one is known, else the values above.
+    from_declaration: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ Order of start-up, each step for a reason:
 1. signals are caught (by the ``flexiq worker`` command, before anything slow):
    a pause or stop sent to a starting worker is recorded, never fatal;
 2. the worker becomes its descendants' subreaper, then loads the app, opens
-   the store, starts paused if its pool is paused (``$FLEXIQD_PAUSED_FILE``);
+   the store, writes its tasks' declarations there (for producers that enqueue by
+   name), starts paused if its pool is paused (``$FLEXIQD_PAUSED_FILE``);
 3. the recorded signals are replayed and the loop runs: READY=1 is sent only now.
 At the end every descendant process is killed, and a worker that gave up on a
 thread still running a job ends with ``os._exit`` instead of waiting for it.
@@ -19,9 +20,11 @@ import threading
 import time
 from typing import Callable
 
-from ..errors import StoreUnavailable, StoreUnreachable
+from ..errors import QueueError, StoreUnavailable, StoreUnreachable
 from ..notify import Notifier
+from ..queue.api import Queue
 from ..queue.backend import Backend
+from ..queue.declarations import declarations_of
 from ..queue.url import open_backend, safe_url
 from ..runtime_files import PAUSED_FILE_ENV, is_paused
 from .exit import become_subreaper, exit_now, kill_descendants
@@ -65,6 +68,7 @@ def run_worker(setup: WorkerSetup, signals: WorkerSignals | None = None) -> int:
                  safe_url(store_url))
     # A task's own .enqueue() (a follow-up job) must reach the store the workers claim from.
     app.use(store_url, backend=backend)
+    publish_declarations(app, backend, setup.config.name)
     worker = Worker(app, backend, setup.config, drain_budget=lambda: drain_timeout_now(setup),
                     dependency_limits=LimitsReader(setup), tenant_caps=TenantCapsReader(setup))
     if setup.pool and is_paused(os.environ.get(PAUSED_FILE_ENV), setup.pool):
@@ -85,6 +89,19 @@ def run_worker(setup: WorkerSetup, signals: WorkerSignals | None = None) -> int:
     runner.close()
     backend.close()
     return code
+
+
+def publish_declarations(app: Queue, backend: Backend, name: str) -> None:
+    """Write the app's tasks' declarations to the store, so a producer that enqueues by name
+    gets their queue, priority, attempts and timeout.  A failure is logged, never fatal: the
+    worker runs its jobs all the same, and producers fall back on the defaults."""
+    try:
+        changed = backend.declare_tasks(declarations_of(app.tasks), by=name, now=time.time())
+    except QueueError as exc:
+        log.warning("Worker %s could not write its tasks' declarations to the store: %s", name, exc)
+        return
+    if changed:
+        log.info("Worker %s declared %d of its %d tasks anew in the store.", name, changed, len(app.tasks))
 
 
 def open_when_reachable(url: str, name: str, signals: WorkerSignals, notifier: Notifier, *,
