@@ -14,7 +14,7 @@ from . import store_ops
 from .argtypes import duration, whole_number
 from ..logs import setup_logging
 from ..queue.declarations import DECLARED_OPTIONS, by_name
-from ..queue.types import Job, JobState, NewJob, Stats
+from ..queue.types import Job, JobState, Stats
 from ..config.model import DEFAULT_CONFIG_PATH
 from ..queue.url import DEFAULT_URL, URL_ENV, default_url, open_backend
 from .store_choice import CONFIG_ENV, store_for_command
