@@ -451,6 +451,12 @@ runs one autoscaled pool in the foreground, without flexiqd. `flexiq backup`,
 `flexiq move-store`, `flexiq hosts` and `flexiq forget-host` are the store's
 operations: a consistent copy of a live SQLite store, its move to PostgreSQL, and
 the hosts registered in a store (docs/operations.md).
+
+`flexiq enqueue` needs only the task's name: the options it is not given (queue,
+priority, attempts, timeout) are the ones the task declares, as its workers wrote them
+to the store when they started; where no worker has declared the task, the defaults
+apply and `flexiq enqueue` says so on standard error. Options given always win.
+`flexiq jobs show ID` tells a job's state and, once it ended, its result or error.
 """,
         sections=(
             ("THE JOB STORE", """
@@ -485,6 +491,8 @@ the hosts registered in a store (docs/operations.md).
 - flexiq enqueue flexiqd.demo.sleep 2 --count 100: One hundred jobs of the demo application, each sleeping two seconds.
 
 - flexiq jobs list --state done --json: The finished jobs, as JSON.
+
+- flexiq jobs show 42 --json: Job 42's state (queued, running, done, dead or cancelled), its result once done, its last error, as JSON.
 
 - flexiq dependencies: Each limited dependency (dependencies.<name>.limit) with the jobs inside it against its limit, the jobs waiting for it, and how long jobs held it.
 

@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    enqueue = commands.add_parser("enqueue", help="add jobs")
+    enqueue = commands.add_parser("enqueue", help="add jobs (options not given: the task's declaration)")
     enqueue.add_argument("task", help="the task's registered name, e.g. flexiqd.demo.sleep")
     enqueue.add_argument("args", nargs="*", type=_json_value, help="positional arguments, each JSON")
     enqueue.add_argument("--kwargs", type=_json_value, default=None, help="keyword arguments as a JSON object")
@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobs_list.add_argument("--state", choices=[s.value for s in JobState])
     jobs_list.add_argument("--limit", type=_positive_int, default=50)
     jobs_list.add_argument("--json", action="store_true")
-    jobs_show = jobs_commands.add_parser("show")
+    jobs_show = jobs_commands.add_parser("show", help="a job's state, result or error, and attempts")
     jobs_show.add_argument("id", type=int)
     jobs_show.add_argument("--json", action="store_true")
     jobs_cancel = jobs_commands.add_parser("cancel")

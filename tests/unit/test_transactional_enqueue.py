@@ -283,3 +283,28 @@ def test_sqlite_a_connection_to_another_file_is_refused(lite, tmp_path):
     with pytest.raises(QueueError, match="another file than the queue's store"):
         app_queue(url).tasks["orders.confirm"].enqueue(1, connection=other)
     other.close()
+
+
+def test_sql_flexiq_enqueue_runs_with_the_callers_privileges_and_needs_only_these(pg, pg_server):
+    url, store, conn = pg
+    schema = url.rsplit("search_path%3D", 1)[1]
+    role = f"producer_{schema}"[:60]
+    pg_server.admin(f"CREATE ROLE {role}", database="flexiq")
+    try:
+        pg_server.admin(f"GRANT USAGE ON SCHEMA {schema} TO {role}; "
+                        f"GRANT SELECT, INSERT ON {schema}.flexiq_jobs TO {role}; "
+                        f"GRANT INSERT ON {schema}.flexiq_count_changes, {schema}.flexiq_rate_changes TO {role}; "
+                        f"GRANT SELECT ON {schema}.flexiq_task_declarations TO {role}", database="flexiq")
+        with conn.transaction():
+            conn.execute(f"SET LOCAL ROLE {role}")
+            job_id = conn.execute("SELECT flexiq_enqueue('t', idempotency_key => 'k')").fetchone()[0]
+            assert conn.execute("SELECT flexiq_enqueue('t', idempotency_key => 'k')").fetchone()[0] == job_id
+        assert store.stats("default", now=time.time()).runnable == 1
+        pg_server.admin(f"REVOKE INSERT ON {schema}.flexiq_rate_changes FROM {role}", database="flexiq")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            with conn.transaction():
+                conn.execute(f"SET LOCAL ROLE {role}")
+                conn.execute("SELECT flexiq_enqueue('t')")
+    finally:
+        conn.rollback()
+        pg_server.admin(f"DROP OWNED BY {role}; DROP ROLE {role}", database="flexiq")
