@@ -31,7 +31,7 @@ from .types import NewJob
 # One call of flexiq_enqueue per job, in the jobs' order (volatile functions in the select
 # list are evaluated after the ORDER BY, so the ids follow the order given).
 _ENQUEUE_MANY = (
-    "SELECT flexiq_enqueue(t.task, t.args::jsonb, t.kwargs::jsonb, t.queue, t.priority, t.delay, "
+    "SELECT {function}(t.task, t.args::jsonb, t.kwargs::jsonb, t.queue, t.priority, t.delay, "
     "to_timestamp(t.run_at), t.max_attempts, t.timeout, t.idempotency_key, t.tenant) "
     "FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::integer[], %s::float8[], %s::float8[], "
     "%s::integer[], %s::float8[], %s::text[], %s::text[]) WITH ORDINALITY "
@@ -66,6 +66,7 @@ def _is_psycopg(connection: Any) -> bool:
 
 def _postgres(connection: Any, jobs: Sequence[NewJob], backend: Backend) -> list[int]:
     from psycopg import errors as pg_errors
+    from psycopg import sql
 
     from .postgres import PostgresBackend
 
@@ -74,12 +75,14 @@ def _postgres(connection: Any, jobs: Sequence[NewJob], backend: Backend) -> list
                          f"the job would land where no worker claims")
     if not jobs:
         return []
+    # Named in the store's schema: the application's search_path need not include it.
+    statement = sql.SQL(_ENQUEUE_MANY).format(function=sql.Identifier(backend.schema, "flexiq_enqueue"))
     try:
-        ids = [row[0] for row in connection.execute(_ENQUEUE_MANY, _columns(jobs)).fetchall()]
-    except pg_errors.UndefinedFunction:
+        ids = [row[0] for row in connection.execute(statement, _columns(jobs)).fetchall()]
+    except (pg_errors.UndefinedFunction, pg_errors.InvalidSchemaName):
         raise QueueError(
-            f"the database of connection= has no flexiq_enqueue(): connect to the queue's database "
-            f"({backend.url}), with the search_path of its schema") from None
+            f"the database of connection= has no {backend.schema}.flexiq_enqueue(): connect to the "
+            f"queue's database ({backend.url})") from None
     except pg_errors.InsufficientPrivilege as exc:
         raise QueueError(f"enqueue in the application's transaction was refused: {_first_line(exc)} "
                          f"(docs/security.md: the role that may enqueue)") from None

@@ -21,6 +21,7 @@ jobs due notifies the channel of their queue (see postgres_listen.py).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import random
@@ -948,6 +949,12 @@ class PostgresBackend(Store):
     def __init__(self, options: ConnectOptions, *, url: str, rng: random.Random | None = None) -> None:
         super().__init__(PostgresDatabase(options, url=url), rng=rng)
         self.options = options
+
+    @functools.cached_property
+    def schema(self) -> str:
+        """The schema the store's tables live in (the first on its search path that exists)."""
+        return self.database.read_one("read the store's schema",
+                                      lambda tx: tx.conn.execute("SELECT current_schema()").fetchone()[0])
 
 
 def read_version(conn: psycopg.Connection) -> int:

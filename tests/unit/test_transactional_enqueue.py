@@ -149,10 +149,17 @@ def test_connection_errors_name_what_is_wrong(pg, tmp_path):
         app_queue(f"sqlite:///{tmp_path}/q.db").tasks["orders.confirm"].enqueue(1, connection=conn)
     with pytest.raises(QueueError, match="psycopg 3 connection .* or sqlite3 connection .*got builtins.str"):
         app_queue(url).tasks["orders.confirm"].enqueue(1, connection="dbname=flexiq")
-    # A connection to a database without the store's schema.
-    with psycopg.connect(postgres_connect_options(url).conninfo, options="-csearch_path=public") as elsewhere:
-        with pytest.raises(QueueError, match="has no flexiq_enqueue"):
+    # A connection to a database without the store.
+    with psycopg.connect(postgres_connect_options(url).conninfo, dbname="postgres") as elsewhere:
+        with pytest.raises(QueueError, match=r"has no .*\.flexiq_enqueue\(\): connect to the queue's database"):
             app_queue(url).tasks["orders.confirm"].enqueue(1, connection=elsewhere)
+
+
+def test_the_applications_search_path_need_not_name_the_stores_schema(pg):
+    url, store, _ = pg
+    with psycopg.connect(postgres_connect_options(url).conninfo, options="-csearch_path=public") as app_conn:
+        job_id = app_queue(url).tasks["orders.confirm"].enqueue(5, connection=app_conn)
+    assert store.get(job_id).payload["args"] == [5]
 
 
 # -- the SQL function ------------------------------------------------------------------------
