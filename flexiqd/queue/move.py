@@ -202,13 +202,15 @@ def _read(conn: sqlite3.Connection, now: float, history: bool) -> _Rows:
     refusal = quiet_refusal(hosts, running, now)
     if refusal:
         raise MoveRefused(f"cannot move the store: {refusal}")
-    where = "" if history else f"WHERE state NOT IN ({', '.join(repr(s) for s in HISTORY_STATES)})"
-    jobs = [_job_row(row) for row in conn.execute(f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs {where} ORDER BY id")]
+    finished = ", ".join(f"'{state}'" for state in HISTORY_STATES)
+    carried = "1" if history else f"j.state NOT IN ({finished})"
+    jobs = [_job_row(row) for row in conn.execute(
+        f"SELECT {', '.join('j.' + c for c in JOB_COLUMNS)} FROM jobs j WHERE {carried} ORDER BY j.id")]
     left_behind = 0 if history else conn.execute(
-        f"SELECT COUNT(*) FROM jobs WHERE state IN ({', '.join(repr(s) for s in HISTORY_STATES)})").fetchone()[0]
+        f"SELECT COUNT(*) FROM jobs WHERE state IN ({finished})").fetchone()[0]
     executions = conn.execute(
         f"SELECT {', '.join('e.' + c for c in EXECUTION_COLUMNS)} FROM executions e "
-        f"JOIN jobs j ON j.id = e.job_id {where.replace('state', 'j.state')} ORDER BY e.id").fetchall()
+        f"JOIN jobs j ON j.id = e.job_id WHERE {carried} ORDER BY e.id").fetchall()
     return _Rows(
         jobs=jobs, executions=executions,
         schedules=[(name, since, bool(paused), fired, skipped) for name, since, paused, fired, skipped in
@@ -245,9 +247,10 @@ def _write_target(target, rows: _Rows) -> dict[str, int]:
                     f"the jobs are there: set store: {target.url}")
             _copy(conn, "flexiq_jobs", JOB_COLUMNS, rows.jobs)
             _copy(conn, "flexiq_executions", EXECUTION_COLUMNS, rows.executions)
-            if rows.jobs:
-                conn.execute("SELECT setval(pg_get_serial_sequence('flexiq_jobs', 'id'), "
-                             "(SELECT max(id) FROM flexiq_jobs))")
+            if rows.jobs:  # new ids above the carried ones, and never below ids handed out before
+                conn.execute("SELECT setval(s, GREATEST((SELECT max(id) FROM flexiq_jobs), "
+                             "COALESCE(pg_sequence_last_value(s::regclass), 0))) "
+                             "FROM pg_get_serial_sequence('flexiq_jobs', 'id') AS s")
             # A daemon that ran on the target before may have registered the schedules: the
             # file's pause state and totals win, and its ledger rows join the target's.
             _many(conn, "INSERT INTO flexiq_schedules (name, since, paused, fired, skipped) "

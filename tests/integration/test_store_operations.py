@@ -336,3 +336,15 @@ def test_hosts_are_listed_and_a_dead_one_is_forgotten_with_its_jobs_handed_back(
         backend.close()
     flexiq(any_store, "forget-host", "web1", "--force")
     assert json.loads(flexiq(any_store, "hosts", "--json").stdout) == []
+
+
+def test_ids_the_target_handed_out_before_are_never_handed_out_again(pg_url, tmp_path):
+    import psycopg
+
+    flexiq(pg_url, "enqueue", "earlier", "--count", "5")  # ids 1..5, then gone
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("DELETE FROM flexiq_jobs")
+    url = f"sqlite:///{tmp_path / 'queue.db'}"
+    flexiq(url, "enqueue", "t", "--count", "2")  # ids 1..2
+    flexiq(url, "move-store", "--to", pg_url)
+    assert flexiq(pg_url, "enqueue", "after").stdout.strip() == "6"
