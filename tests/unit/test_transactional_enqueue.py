@@ -299,7 +299,7 @@ def test_sql_flexiq_enqueue_runs_with_the_callers_privileges_and_needs_only_thes
     pg_server.admin(f"CREATE ROLE {role}", database="flexiq")
     try:
         pg_server.admin(f"GRANT USAGE ON SCHEMA {schema} TO {role}; "
-                        f"GRANT SELECT, INSERT ON {schema}.flexiq_jobs TO {role}; "
+                        f"GRANT INSERT, SELECT (id, idempotency_key, state) ON {schema}.flexiq_jobs TO {role}; "
                         f"GRANT INSERT ON {schema}.flexiq_count_changes, {schema}.flexiq_rate_changes TO {role}; "
                         f"GRANT SELECT ON {schema}.flexiq_task_declarations TO {role}", database="flexiq")
         with conn.transaction():
