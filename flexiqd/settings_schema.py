@@ -115,6 +115,9 @@ SETTINGS: tuple[Setting, ...] = (
        choices=("flexiqd", "flexiq")),
     _s("pools.<pool>.environment", "mapping", {},
        "Variables for the workers' environment (readable by every local user: not for secrets)."),
+    _s("pools.<pool>.unit_settings", "mapping", {},
+       "More [Service] settings for the pool's worker units, as systemd spells them (ReadWritePaths: "
+       "/srv/reports): what the workers' sandbox forbids, granted to this pool alone."),
     _s("pools.<pool>.credentials", "mapping", {},
        "Secrets for the workers as systemd credentials: name to a file, or to {encrypted: file}."),
     _s("pools.<pool>.credentials.<name>.encrypted", "path", None,

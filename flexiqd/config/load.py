@@ -355,7 +355,43 @@ def _pool(name: str, value: Any, dependencies: Mapping[str, Dependency], fleet: 
         batch_size=(_int(value["batch_size"], f"{where}.batch_size", 1)
                     if value.get("batch_size") is not None else None),
         credentials=_credentials(value.get("credentials"), f"{where}.credentials", fleet),
-        python=python)
+        python=python, unit_settings=_unit_settings(value.get("unit_settings"), f"{where}.unit_settings"))
+
+
+# The settings of a worker unit that flexiqd itself sets or relies on: a pool's
+# unit_settings may not change them (its stop timeout, its user, how it is told to stop...).
+FLEXIQD_OWNS = frozenset({
+    "Type", "NotifyAccess", "ExecStart", "ExecStartPre", "ExecStartPost", "ExecStop", "ExecStopPost",
+    "ExecReload", "User", "Group", "DynamicUser", "KillMode", "KillSignal", "TimeoutStopSec", "TimeoutSec",
+    "TimeoutStartSec", "Restart", "RestartSec", "WatchdogSec", "Environment", "EnvironmentFile", "UnsetEnvironment",
+    "LoadCredential", "LoadCredentialEncrypted", "SetCredential", "SetCredentialEncrypted", "MemoryMax",
+    "CPUWeight", "WorkingDirectory", "RemainAfterExit", "PIDFile", "BusName"})
+
+
+def _unit_settings(value: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """``unit_settings``: systemd [Service] directives for the pool's workers, each written as
+    ``Name=value`` (a list: one line per item), values verbatim (``%`` is not a specifier)."""
+    if not value:
+        return ()
+    value = _mapping(value, where)
+    lines = []
+    for name, setting in value.items():
+        here = f"{where}.{name}"
+        if not isinstance(name, str) or not re.match(r"^[A-Z][A-Za-z0-9]*$", name):
+            raise _fail(here, "is not a systemd setting name (as systemd spells them: ReadWritePaths)")
+        if name in FLEXIQD_OWNS:
+            raise _fail(here, "is set by flexiqd itself (use the pool's own key where there is one: "
+                              "environment, credentials, resources, drain_timeout, python)")
+        for item in setting if isinstance(setting, list) else [setting]:
+            if isinstance(item, bool):
+                item = "yes" if item else "no"
+            if not isinstance(item, (str, int, float)):
+                raise _fail(here, f"must be a value or a list of values, got {_show(item)}")
+            text = str(item)
+            if not text.isprintable() or "\\" in text:
+                raise _fail(here, "must not contain control characters or backslashes")
+            lines.append((name, text))
+    return tuple(lines)
 
 
 def _python(value: Any, where: str) -> str | None:

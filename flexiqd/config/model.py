@@ -52,6 +52,7 @@ class PoolConfig:
     batch_size: int | None = None
     credentials: tuple[Credential, ...] = ()
     python: str | None = None           # the workers' interpreter; None: the system's
+    unit_settings: tuple[tuple[str, str], ...] = ()   # more [Service] lines of its worker units
 
     def decision_input(self, observation: Observation, history: History | None,
                        fleet_grants: Mapping[str, int] | None = None, stopping: int = 0) -> PoolInput:
@@ -69,6 +70,7 @@ class PoolConfig:
                           environment=dict(self.environment), memory_max=self.memory_max,
                           cpu_weight=self.cpu_weight, batch_size=self.batch_size,
                           credentials=self.credentials, python=self.python,
+                          unit_settings=self.unit_settings,
                           ready_ahead=self.policy.max_workers if self.policy is not None else 0)
 
 

@@ -58,6 +58,7 @@ class WorkerSpec:
     batch_size: int | None = None     # most jobs a worker claims at once
     credentials: tuple[Credential, ...] = ()
     python: str | None = None         # the workers' interpreter (a virtual environment's); None: the system's
+    unit_settings: tuple[tuple[str, str], ...] = ()   # the pool's own [Service] lines (unit_settings)
     # Instances 1..ready_ahead are made ready to start before they are needed (the systemd
     # fleet writes their drop-ins at configure): a scale-up then waits for no daemon-reload.
     ready_ahead: int = 0

@@ -60,6 +60,9 @@ def dropin_text(spec: WorkerSpec, *, config_path: str | None = None, paused_path
         # The pool's own interpreter (a virtual environment): the template's command line is
         # replaced, since ExecStart= adds to a list unless it is first emptied.
         lines += ["ExecStart=", f"ExecStart={escape_specifiers(spec.python)} -m flexiqd.cli.flexiq worker --instance %i"]
+    # The operator's grants for this pool (unit_settings), beside flexiqd's own lines.
+    for name, value in spec.unit_settings:
+        lines.append(f"{name}={escape_specifiers(value)}")
     for credential in spec.credentials:
         directive = "LoadCredentialEncrypted" if credential.encrypted else "LoadCredential"
         lines.append(f"{directive}={credential.name}:{escape_specifiers(credential.path)}")

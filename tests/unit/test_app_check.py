@@ -175,3 +175,25 @@ def test_a_python_that_is_not_a_plain_absolute_path_is_refused(tmp_path):
                         else f"pools: {{web: {{python: {bad}}}}}\n")
         with pytest.raises(ConfigError, match=r"pools\.web\.python"):
             load_config(str(path))
+
+
+def test_a_pools_unit_settings_reach_its_drop_in_and_flexiqds_own_are_refused(tmp_path):
+    import pytest
+
+    from flexiqd.errors import ConfigError
+
+    path = tmp_path / "c.yaml"
+    path.write_text("pools: {reports: {unit_settings: {ReadWritePaths: [/srv/reports, /srv/100%], "
+                    "PrivateNetwork: true, LimitNOFILE: 65536}}}\n")
+    pool = load_config(str(path)).pools["reports"]
+    lines = dropin_text(pool.worker_spec("sqlite:///q.db")).splitlines()
+    assert "ReadWritePaths=/srv/reports" in lines and "ReadWritePaths=/srv/100%%" in lines
+    assert "PrivateNetwork=yes" in lines and "LimitNOFILE=65536" in lines
+    for bad, why in (("{User: root}", "set by flexiqd itself"), ("{TimeoutStopSec: 1}", "set by flexiqd itself"),
+                     ("{readwritepaths: /x}", "not a systemd setting name"),
+                     ("{ReadWritePaths: {a: 1}}", "a value or a list of values"),
+                     ('{ReadWritePaths: "/x\\nUser=root"}', "control characters")):
+        path.write_text(f"pools: {{reports: {{unit_settings: {bad}}}}}\n")
+        with pytest.raises(ConfigError, match=why) as raised:
+            load_config(str(path))
+        assert "pools.reports.unit_settings." in str(raised.value)

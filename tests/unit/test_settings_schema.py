@@ -103,7 +103,7 @@ def _loaded() -> dict[str, Any]:
         "pools": {name: {} for name in _parsed("").pools},
         "pools.<pool>.app": pool.app, "pools.<pool>.queues": pool.queues,
         "pools.<pool>.concurrency": pool.concurrency, "pools.<pool>.batch_size": pool.batch_size,
-        "pools.<pool>.python": pool.python,
+        "pools.<pool>.python": pool.python, "pools.<pool>.unit_settings": dict(pool.unit_settings),
         "pools.<pool>.drain_timeout": pool.drain_timeout, "pools.<pool>.lease": pool.lease,
         "pools.<pool>.policy": pool.policy_kind, "pools.<pool>.environment": dict(pool.environment),
         "pools.<pool>.credentials": {c.name: c.path for c in pool.credentials},
