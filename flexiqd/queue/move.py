@@ -235,6 +235,7 @@ def _write_target(target, rows: _Rows) -> dict[str, int]:
     from .postgres import channel_of
 
     conn = target.database.connection
+    committing = False
     try:
         with conn.transaction():
             # Nobody enqueues between the check and the copy: the ids carried are the old ones.
@@ -272,8 +273,14 @@ def _write_target(target, rows: _Rows) -> dict[str, int]:
                                    f"per state where the file holds {expected}")
             for queue in sorted({row[JOB_COLUMNS.index("queue")] for row in rows.jobs}):
                 conn.execute("SELECT pg_notify(%s, '')", (channel_of(queue),))
+            committing = True
     except psycopg.Error as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if committing:  # the COMMIT was sent: nobody knows whether it happened
+            raise StoreUnavailable(
+                f"the move to {target.url} may or may not have committed ({message}); the old file is left "
+                f"as it was. If `flexiq --url TARGET jobs list` shows the jobs there, set store: to it and "
+                f"remove the old file; if not, run move-store again") from None
         raise StoreUnavailable(f"the move to {target.url} was rolled back, nothing was written: {message}") from None
     return counted
 
