@@ -52,6 +52,25 @@ def test_forget_host_removes_it(backend):
     assert backend.hosts(now=T0) == []
 
 
+def test_retiring_a_host_hands_back_only_its_expired_jobs_and_removes_it(backend):
+    enqueue(backend, 6)
+    backend.heartbeat("web1", now=T0, interval=BEAT)
+    backend.heartbeat("web2", now=T0, interval=BEAT)
+    expired = claim(backend, owner_name("default-1", 101, host="web1"), 2)
+    other = claim(backend, owner_name("default-1", 202, host="web2"), 2)
+    still = claim(backend, owner_name("default-2", 102, host="web1"), 1, now=T0 + 10, lease=60)
+    assert backend.retire_host("web1", now=T0 + 20) == 2
+    assert [host.name for host in backend.hosts(now=T0 + 20)] == ["web2"]
+    for job in expired:
+        again = backend.get(job.id)
+        assert (again.state, again.attempts) == (JobState.QUEUED, 0)
+        assert [row["outcome"] for row in backend.executions(job_id=job.id)] == ["release"]
+    # Not expired: left to its worker; another host's jobs are not touched, dead or not.
+    assert backend.get(still[0].id).state is JobState.RUNNING
+    assert all(backend.get(job.id).state is JobState.RUNNING for job in other)
+    assert backend.retire_host("web1", now=T0 + 20) is None
+
+
 def _fleet_with_work(backend):
     """web1 and web2 each run 2 jobs; both beat at T0; 2 jobs stay queued."""
     enqueue(backend, 6)
