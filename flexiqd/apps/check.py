@@ -19,6 +19,7 @@ import sys
 from typing import Mapping, Sequence
 
 from ..config.model import DaemonConfig, PoolConfig
+from ..queue.declarations import TaskDeclaration
 from .findings import Finding, ScheduleNeed, app_findings, writable_findings
 
 WORKER_USER = "flexiq"  # units/flexiq-worker@.service: User= and Group=
@@ -50,6 +51,7 @@ class AppProbe:
     error: str | None = None                   # what a worker would die of; None: it imports
     tasks: Mapping[str, str] = dataclasses.field(default_factory=dict)  # task name -> its queue
     files: tuple[str, ...] = ()                # every file the import loaded
+    declared: tuple[TaskDeclaration, ...] = ()  # what each task declares (flexiqd.queue.declarations)
 
 
 def current_identity() -> WorkerIdentity:
@@ -128,8 +130,21 @@ def probe_pool(pool: PoolConfig, *, fleet: str = "systemd", identity: WorkerIden
     except ValueError:
         return dataclasses.replace(result, error=f"it printed on standard output while importing: "
                                                  f"{done.stdout.strip()[:200]}")
+    tasks = found.get("tasks", {})
     return dataclasses.replace(result, error=found.get("error"), files=tuple(found.get("files", ())),
-                               tasks={name: task["queue"] for name, task in found.get("tasks", {}).items()})
+                               tasks={name: task["queue"] for name, task in tasks.items()},
+                               declared=_declarations(tasks))
+
+
+def _declarations(tasks: Mapping[str, Mapping]) -> tuple[TaskDeclaration, ...]:
+    """The declarations in the child's document (a child of an older flexiqd sends only queues)."""
+    try:
+        return tuple(TaskDeclaration(task=name, queue=str(task["queue"]), priority=int(task["priority"]),
+                                     max_attempts=int(task["max_attempts"]),
+                                     timeout=None if task["timeout"] is None else float(task["timeout"]))
+                     for name, task in sorted(tasks.items()))
+    except (KeyError, TypeError, ValueError):
+        return ()
 
 
 def _system_python() -> str:

@@ -27,7 +27,11 @@ def probe(spec: str) -> dict:
     finally:
         document["files"] = sorted({module.__file__ for name, module in list(sys.modules.items())
                                     if name not in before and getattr(module, "__file__", None)})
-    document["tasks"] = {name: {"queue": task.options.queue} for name, task in sorted(app.tasks.items())}
+    # The options each task declares (flexiqd.queue.declarations): the daemon writes them to
+    # the store, so producers that enqueue by name get them before any worker has started.
+    document["tasks"] = {name: {"queue": task.options.queue, "priority": task.options.priority,
+                                "max_attempts": task.options.max_attempts, "timeout": task.options.timeout}
+                         for name, task in sorted(app.tasks.items())}
     return document
 
 

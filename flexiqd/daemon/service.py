@@ -34,6 +34,7 @@ from ..runtime_files import APPLIED_CONFIG, PAUSED_FILE, write_published
 from . import pacing
 from .api_port import DaemonPort
 from .controller import Controller
+from .declarations import publish_declarations
 from .events import EventLog
 from .hosts import HostHeartbeat
 from .schedules import ScheduleFirer
@@ -303,12 +304,13 @@ class Daemon:
 
         def check() -> None:
             try:
-                _, findings = check_apps(config)
+                probes, findings = check_apps(config)
             except Exception as exc:  # a check that cannot run must not take the daemon down
                 log.warning("Could not check the pools' apps: %s", exc)
                 return
             if generation != self._app_checks:
                 return  # a reload started a newer check
+            publish_declarations(controller.backend, probes)
             problems: dict[str, str] = {}
             for finding in findings:
                 if finding.severity == "error":

@@ -162,3 +162,38 @@ def cli_url(backend, monkeypatch) -> str:
     """The store's URL for the CLI (the test server's own, password-free)."""
     monkeypatch.delenv("FLEXIQ_URL", raising=False)
     return backend.url
+
+
+# -- the daemon writes what its pools' apps declare (before any worker starts) ---------------
+
+def test_the_daemons_app_check_writes_the_declarations_a_worker_would(backend, tmp_path):
+    import os
+    import textwrap
+
+    from flexiqd.apps.check import WorkerIdentity, probe_pool
+    from flexiqd.config import load_config
+    from flexiqd.daemon.declarations import publish_declarations as daemon_publishes
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "shop.py").write_text(textwrap.dedent("""
+        from flexiqd import Queue
+        queue = Queue()
+        @queue.task("mail.send", queue="mail", priority=5, max_attempts=7, timeout=30)
+        def send(to): pass
+    """))
+    (code / "broken.py").write_text("raise RuntimeError('no settings')\n")
+    path = tmp_path / "flexiqd.yaml"
+    path.write_text(f"store: sqlite:///{tmp_path}/q.db\nfleet: process\npools:\n"
+                    f"  shop:\n    app: shop:queue\n    queues: [mail]\n    environment: {{PYTHONPATH: {code}}}\n"
+                    f"  broken:\n    app: broken:queue\n    environment: {{PYTHONPATH: {code}}}\n")
+    config = load_config(str(path))
+    me = WorkerIdentity("me", os.getuid(), (os.getgid(),), False)
+    probes = [probe_pool(config.pools[name], fleet="process", identity=me) for name in ("broken", "shop")]
+    assert probes[0].error and probes[1].declared == (MAIL,)
+    assert daemon_publishes(backend, probes, now=T0) == 1
+    stored = backend.task_declarations()
+    assert list(stored) == ["mail.send"] and stored["mail.send"].options() == MAIL.options()
+    assert stored["mail.send"].declared_by == "flexiqd (pool shop)"
+    assert daemon_publishes(backend, probes, now=T0 + 1) == 0  # unchanged: not written again
+    assert backend.get(producer(backend).enqueue("mail.send", ["x"])).queue == "mail"
