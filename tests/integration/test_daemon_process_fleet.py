@@ -44,7 +44,18 @@ def start_daemon(tmp_path, store, marks, extra=""):
 def worker_pids(daemon_pid: int) -> list[int]:
     import psutil
 
-    return [child.pid for child in psutil.Process(daemon_pid).children() if child.is_running()]
+    # The daemon's app check imports each pool's app in a child of its own: not a worker.
+    return [child.pid for child in psutil.Process(daemon_pid).children()
+            if child.is_running() and "flexiqd.apps.probe" not in _cmdline(child)]
+
+
+def _cmdline(process) -> list[str]:
+    import psutil
+
+    try:
+        return process.cmdline()
+    except psutil.Error:  # gone meanwhile
+        return ["flexiqd.apps.probe"]
 
 
 def test_burst_scales_up_then_stop_drains_every_worker_without_duplicates(tmp_path, store, app, workers):
@@ -185,3 +196,39 @@ def test_a_pool_whose_app_does_not_import_is_named_at_start_and_cleared_by_a_rel
             if daemon.poll() is None:
                 daemon.kill()
     assert "Traceback" not in log.read_text()
+
+
+def test_the_daemon_declares_a_scaled_to_zero_pools_tasks_before_any_worker_runs(tmp_path, store, workers):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "mail_app.py").write_text(
+        "from flexiqd import Queue\nqueue = Queue()\n"
+        "@queue.task('mail.send', queue='mail', priority=3, max_attempts=9, timeout=45)\n"
+        "def send(to):\n    return to\n")
+    extra = (f"  mail:\n    app: mail_app:queue\n    queues: [mail]\n    min_workers: 0\n"
+             f"    scale_to_zero: true\n    environment: {{PYTHONPATH: '{code}:{REPO}'}}\n")
+    daemon, _, log = start_daemon(tmp_path, store, workers.marks, extra=extra)
+    from flexiqd.queue import open_backend
+
+    backend = open_backend(store)
+    try:
+        declared = wait_for(lambda: backend.task_declarations(["mail.send"]).get("mail.send"), 30,
+                            "the daemon's app check to declare mail.send")
+        assert declared.options() == {"queue": "mail", "priority": 3, "max_attempts": 9, "timeout": 45.0}
+        assert declared.declared_by == "flexiqd (pool mail)"
+        assert not any("mail-" in " ".join(_cmdline(child)) for child in _children(daemon.pid))
+    finally:
+        backend.close()
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(timeout=60)
+        finally:
+            if daemon.poll() is None:
+                daemon.kill()
+    assert "Traceback" not in log.read_text()
+
+
+def _children(pid: int):
+    import psutil
+
+    return psutil.Process(pid).children()
