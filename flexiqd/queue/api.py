@@ -106,11 +106,10 @@ class Queue:
         psycopg or sqlite3 connection, to enqueue in its transaction (``enqueue_many``).
         """
         registered = self.tasks.get(task)
-        payload = {"args": list(args), "kwargs": dict(kwargs or {})}
         if registered is not None:
             job = registered.new_job(tuple(args), kwargs, **options)
         else:
-            job = declarations.by_name(task, payload, options)
+            job = declarations.by_name(task, {"args": list(args), "kwargs": dict(kwargs or {})}, options)
         return self.enqueue_many([job], connection=connection)[0]
 
     def enqueue_many(self, jobs: Iterable[NewJob], *, connection: Any = None) -> list[int]:

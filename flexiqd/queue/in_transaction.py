@@ -21,12 +21,15 @@ from __future__ import annotations
 import math
 import os
 import sqlite3
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import QueueError
 from .backend import Backend
 from .rows import encode_json, new_row
 from .types import NewJob
+
+if TYPE_CHECKING:
+    from .sqlite import SQLiteBackend
 
 # One call of flexiq_enqueue per job, in the jobs' order (volatile functions in the select
 # list are evaluated after the ORDER BY, so the ids follow the order given).
@@ -67,6 +70,7 @@ def _is_psycopg(connection: Any) -> bool:
 def _postgres(connection: Any, jobs: Sequence[NewJob], backend: Backend) -> list[int]:
     from psycopg import errors as pg_errors
     from psycopg import sql
+    from psycopg.rows import tuple_row
 
     from .postgres import PostgresBackend
 
@@ -78,7 +82,9 @@ def _postgres(connection: Any, jobs: Sequence[NewJob], backend: Backend) -> list
     # Named in the store's schema: the application's search_path need not include it.
     statement = sql.SQL(_ENQUEUE_MANY).format(function=sql.Identifier(backend.schema, "flexiq_enqueue"))
     try:
-        ids = [row[0] for row in connection.execute(statement, _columns(jobs)).fetchall()]
+        # A cursor of our own, reading tuples: the application's row factory may be another.
+        with connection.cursor(row_factory=tuple_row) as cursor:
+            ids = [row[0] for row in cursor.execute(statement, _columns(jobs)).fetchall()]
     except (pg_errors.UndefinedFunction, pg_errors.InvalidSchemaName):
         raise QueueError(
             f"the database of connection= has no {backend.schema}.flexiq_enqueue(): connect to the "
@@ -123,11 +129,23 @@ def _call_of(job: NewJob) -> tuple[list, dict]:
 
 def _sqlite(connection: sqlite3.Connection, jobs: Sequence[NewJob], rows: Sequence[dict], backend: Backend,
             now: float) -> list[int]:
-    from .sqlite import SQLiteBackend, SQLiteTx
+    from .sqlite import SQLiteBackend
 
     if not isinstance(backend, SQLiteBackend):
         raise QueueError(f"connection= is a SQLite connection, but this queue's store is {backend.url}: "
                          f"the job would land where no worker claims")
+    # The store's statements read plain tuples, whatever the application's row factory.
+    row_factory, connection.row_factory = connection.row_factory, None
+    try:
+        return _sqlite_plain(connection, jobs, rows, backend, now)
+    finally:
+        connection.row_factory = row_factory
+
+
+def _sqlite_plain(connection: sqlite3.Connection, jobs: Sequence[NewJob], rows: Sequence[dict],
+                  backend: "SQLiteBackend", now: float) -> list[int]:
+    from .sqlite import SQLiteTx
+
     store_file = backend.database.path
     if not _same_file(connection, store_file):
         raise QueueError(f"connection= is a SQLite connection to another file than the queue's store "

@@ -120,6 +120,16 @@ def test_a_connection_not_in_autocommit_joins_the_transaction_its_first_statemen
     app.close()
 
 
+def test_the_applications_row_factory_does_not_matter(pg):
+    url, store, conn = pg
+    from psycopg.rows import dict_row
+
+    conn.row_factory = dict_row
+    with conn.transaction():
+        job_id = app_queue(url).enqueue("orders.confirm", [9], connection=conn)
+    assert store.get(job_id).payload["args"] == [9]
+
+
 def test_an_autocommit_connection_commits_the_jobs_at_once_all_or_none(pg):
     url, store, conn = pg
     conn.autocommit = True
@@ -282,6 +292,15 @@ def test_sqlite_an_autocommit_connection_commits_at_once(lite, tmp_path):
     assert [j.id for j in claim_now(store, "orders")] == ids
     auto.close()
     app.close()
+
+
+def test_sqlite_the_applications_row_factory_does_not_matter(lite):
+    url, store, conn = lite
+    conn.row_factory = lambda cursor, row: {"row": row}
+    app_queue(url).tasks["orders.confirm"].enqueue(8, connection=conn)
+    conn.commit()
+    assert conn.row_factory is not None
+    assert [j.payload["args"] for j in store.list_jobs(limit=10)] == [[8]]
 
 
 def test_sqlite_a_connection_to_another_file_is_refused(lite, tmp_path):
