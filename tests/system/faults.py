@@ -65,16 +65,19 @@ class Enqueues:
 
 
 class Load(threading.Thread):
-    """``batch`` jobs (``(count, seconds)`` pairs) enqueued every ``every`` seconds until stopped."""
+    """``batch`` jobs (``(count, seconds)`` pairs) enqueued every ``every`` seconds until stopped,
+    by ``program`` (this checkout's ``flexiq``, or another release's)."""
 
-    def __init__(self, sbx: Sandbox, url: str, batch: tuple[tuple[int, float], ...], every: float) -> None:
+    def __init__(self, sbx: Sandbox, url: str, batch: tuple[tuple[int, float], ...], every: float,
+                 program: str = str(BIN / "flexiq")) -> None:
         super().__init__(name="load", daemon=True)
         self.sbx, self.url, self.batch, self.every = sbx, url, batch, every
+        self.program = program
         self.enqueues = Enqueues()
         self._halt = threading.Event()
 
     def enqueue(self, count: int, seconds: float) -> bool:
-        done = self.sbx.run([str(BIN / "flexiq"), "--url", self.url, "enqueue", "work", str(seconds),
+        done = self.sbx.run([self.program, "--url", self.url, "enqueue", "work", str(seconds),
                              "--count", str(count), "--max-attempts", "1000"], check=False, timeout=120)
         found = _IDS.match(done.stdout.strip())
         if done.returncode == 0 and found:

@@ -47,31 +47,36 @@ pools:
 CHECKOUT_DROPIN = f"[Service]\nBindReadOnlyPaths={REPO}\n"
 
 
-def unit_text(name: str) -> str:
-    text = (REPO / "units" / name).read_text()
-    return text.replace("/usr/bin/flexiqd ", f"{BIN}/flexiqd ").replace("/usr/bin/flexiq ", f"{BIN}/flexiq ")
+def unit_text(name: str, tree: Path = REPO) -> str:
+    """A shipped unit of ``tree`` (this checkout, or another release's), its programs those of
+    ``tree``'s .venv."""
+    text = (tree / "units" / name).read_text()
+    bin_ = tree / ".venv" / "bin"
+    return text.replace("/usr/bin/flexiqd ", f"{bin_}/flexiqd ").replace("/usr/bin/flexiq ", f"{bin_}/flexiq ")
 
 
 def install(sbx: Sandbox, config: str = CONFIG, *, daemon_dropin: str | None = None,
-            before_start: str | None = None) -> None:
+            before_start: str | None = None, tree: Path = REPO) -> None:
     """Stop any previous flexiqd and its workers, wipe its state, install and start afresh.
 
     ``before_start``: a shell script run once the state folders exist, just before the daemon
-    starts (a fault test mounts a small file system over /var/lib/flexiq there)."""
+    starts (a fault test mounts a small file system over /var/lib/flexiq there); ``tree``: the
+    release to install, a folder inside the checkout with its own .venv (the previous release
+    for the rolling-upgrade test)."""
     sbx.run(f"systemctl stop {DAEMON} 'flexiq-worker@*' 2>/dev/null; "
             "systemctl reset-failed 'flexiq-worker@*' flexiqd.service 2>/dev/null; "
             "rm -rf /var/lib/flexiq /var/lib/flexiqd /var/lib/flexiq-worker /run/systemd/system/flexiq-worker@*.d "
             "/etc/systemd/system/flexiqd.service.d; true")
-    sbx.write_file("/etc/sysusers.d/flexiqd.conf", (REPO / "units" / "flexiqd.sysusers").read_text())
-    sbx.write_file("/etc/tmpfiles.d/flexiqd.conf", (REPO / "units" / "flexiqd.tmpfiles").read_text())
+    sbx.write_file("/etc/sysusers.d/flexiqd.conf", (tree / "units" / "flexiqd.sysusers").read_text())
+    sbx.write_file("/etc/tmpfiles.d/flexiqd.conf", (tree / "units" / "flexiqd.tmpfiles").read_text())
     sbx.run(["systemd-sysusers"])
     sbx.run(["systemd-tmpfiles", "--create", "/etc/tmpfiles.d/flexiqd.conf"])
     sbx.run(f"install -d -m 0777 -o flexiq -g flexiq {MARKS}")
     sbx.write_file("/etc/flexiqd/flexiqd.yaml", config)
-    sbx.write_file(f"/etc/dbus-1/system.d/{BUS_NAME}.conf", (REPO / "units" / f"{BUS_NAME}.conf").read_text())
+    sbx.write_file(f"/etc/dbus-1/system.d/{BUS_NAME}.conf", (tree / "units" / f"{BUS_NAME}.conf").read_text())
     sbx.run(["systemctl", "reload", "dbus"])
-    sbx.write_file(f"/etc/systemd/system/{DAEMON}", unit_text("flexiqd.service"))
-    sbx.write_file("/etc/systemd/system/flexiq-worker@.service", unit_text("flexiq-worker@.service"))
+    sbx.write_file(f"/etc/systemd/system/{DAEMON}", unit_text("flexiqd.service", tree))
+    sbx.write_file("/etc/systemd/system/flexiq-worker@.service", unit_text("flexiq-worker@.service", tree))
     for unit in (DAEMON, "flexiq-worker@.service"):
         sbx.write_file(f"/etc/systemd/system/{unit}.d/10-checkout.conf", CHECKOUT_DROPIN)
     if daemon_dropin:

@@ -109,7 +109,9 @@ def machines(count: int):
         shutil.rmtree(marks, ignore_errors=True)
 
 
-def start_flexiqd(sbx: Sandbox, config: str, marks: Path) -> str:
+def start_flexiqd(sbx: Sandbox, config: str, marks: Path, *, tree: Path = REPO) -> str:
+    """Install and start flexiqd (of ``tree``: see flexiqd_install.install) on a machine of
+    ``machines``; its host name."""
     sbx.wait_for(lambda: sbx.run(["systemctl", "is-active", "dbus"], check=False).stdout.strip() == "active",
                  30, what="the sandbox's D-Bus")
     # The sandboxes boot this machine's root, /etc/hostname included: each gets a name of its own.
@@ -117,7 +119,7 @@ def start_flexiqd(sbx: Sandbox, config: str, marks: Path) -> str:
     # The tasks write their marks to the shared folder (the unit's file system is read-only).
     sbx.write_file("/etc/systemd/system/flexiq-worker@.service.d/20-marks.conf",
                    f"[Service]\nReadWritePaths={marks}\n")
-    install(sbx, config)
+    install(sbx, config, tree=tree)
     return sbx.run(["hostname"]).stdout.strip()
 
 
