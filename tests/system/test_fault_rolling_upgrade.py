@@ -3,10 +3,11 @@ this repository's git history, tests/previous_release.py), machine A is upgraded
 one and moves the schema on, and both keep claiming and scaling under a steady load.
 
 The fault: the first upgraded host migrates the schema while another host runs the older
-code.  Before expand steps left the level older code checks alone, every worker the older
-host started after that exited 69 ("newer than this flexiqd understands") and was
-restarted into systemd's start limit.  Then B is upgraded too, the way a package does it:
-new programs, the daemon restarted, its running workers left to run the older code.
+code.  Before expand steps left the level older code checks alone, every process of the
+older release that opened the store after that was refused ("newer than this flexiqd
+understands"): its new workers exited 69, again and again, and its `flexiq enqueue`
+failed.  Then B is upgraded too, the way a package does it: new programs, the daemon
+restarted, its running workers left to run the older code.
 
 Each machine is a systemd sandbox of its own (test_fleet_hosts_systemd.machines); the
 tasks (tests/apps/fleet_app.py of each release) record every execution with its host.
@@ -14,6 +15,7 @@ tasks (tests/apps/fleet_app.py of each release) record every execution with its 
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 import threading
@@ -31,7 +33,7 @@ from .flexiqd_install import DAEMON, REPO, unit_text, workers
 from .test_fleet_hosts_systemd import fleet_config, machines, read_marks, start_flexiqd, wait
 
 SECONDS = 0.3          # each job's work (one time.sleep)
-STEADY = (4, 0.5)      # 4 jobs every 0.5 s: 2.4 workers' worth of the fleet's 2-per-worker slots
+STEADY = (4, 0.5)      # 4 jobs every 0.5 s: 2.4 slots busy, more than one worker's 2
 BURST = 240            # a backlog that makes each machine's pool grow
 
 
@@ -107,6 +109,12 @@ def upgrade_in_place(sbx) -> None:
     sbx.systemctl("restart", DAEMON)
 
 
+def reports(server) -> dict[str, dict]:
+    """Each host's last published report."""
+    return {name: json.loads(report) for name, report in
+            server.admin("SELECT name, report FROM flexiq_hosts", database="flexiq_test")}
+
+
 def states(server, ids) -> dict[str, int]:
     """Jobs of ``ids`` per state, read with SQL: this process runs no flexiqd code on the store
     (it would move the schema on itself)."""
@@ -149,6 +157,10 @@ def test_a_host_of_the_previous_release_keeps_claiming_and_scaling_after_another
         backlog = sorted(load.enqueues.ids)
         wait(lambda: all_done(server, backlog), 120, "the backlog done")
         scaled = (sizes.most_since(0, upgraded_at), sizes.most_since(1, upgraded_at))
+        # A reports the schema its code knows; B, of the previous release, reports none.
+        seen = reports(server)
+        assert seen[name_a].get("schema") == {"postgresql": SCHEMA_VERSION}, seen[name_a]
+        assert "schema" not in seen[name_b], seen[name_b]
 
         # Then B is upgraded in place; its workers from before go on with the older code.
         b_upgraded_at = time.time()
@@ -156,6 +168,7 @@ def test_a_host_of_the_previous_release_keeps_claiming_and_scaling_after_another
         assert load.enqueue(BURST // 2, SECONDS)
         backlog = sorted(load.enqueues.ids)
         wait(lambda: all_done(server, backlog), 120, "a backlog after B's upgrade done")
+        b_report = reports(server)[name_b].get("schema")  # none while a worker predates its daemon
     finally:
         load.stop()
         sizes.halt.set()
@@ -181,7 +194,8 @@ def test_a_host_of_the_previous_release_keeps_claiming_and_scaling_after_another
           f"level {SCHEMA_LEVEL}), before B's own upgrade: {by_host_after}; most workers since: "
           f"A {scaled[0]}, B {scaled[1]}; lost {len(lost)}, run twice {len(twice)}; longest time without "
           f"a completion {gap:.2f}s; worker exits 69: {sum(map(len, exits.values()))}; "
-          f"B after its own upgrade: {b_after_its_upgrade} executions; enqueue failures {load.enqueues.failed}")
+          f"B after its own upgrade: {b_after_its_upgrade} executions, its report's schema {b_report}; "
+          f"enqueue failures {load.enqueues.failed}")
     assert not load.enqueues.failed
     assert not lost, f"jobs lost: {lost[:20]}"
     assert not twice, f"jobs run twice: {[(j, starts[j]) for j in twice[:10]]}"
