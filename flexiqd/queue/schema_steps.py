@@ -135,8 +135,8 @@ def host_is_older(report: Mapping[str, object], step: int, dialect: str) -> bool
 
 
 def describe_schema(level: int, applied: frozenset[int] | None) -> str:
-    """The schema as ``flexiq check`` shows it: its newest step, and the level older code
-    reads where the two differ."""
+    """The schema as ``flexiqd --check-config`` shows it: its newest step, and the level
+    older code reads where the two differ."""
     if not level:
         return "schema not created yet (the first process creates it)"
     version = max(applied, default=level) if applied is not None else level

@@ -641,7 +641,8 @@ def _record_steps(conn: sqlite3.Connection, steps: Iterable[Step], level: int) -
 
 
 def _table_exists(conn: sqlite3.Connection, table: str) -> bool:
-    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone() is not None
+    found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone()
+    return found is not None
 
 
 class SQLiteDatabase(Database):
