@@ -62,3 +62,62 @@ def test_delayed_jobs_wake_the_daemon_when_they_come_due(tmp_path, store, app, w
         _stop(daemon)
     finally:
         _kill(daemon)
+
+
+# -- jobs enqueued in the application's own transaction wake the daemon at its commit ----------
+
+def _burst_in_transaction(url: str, connection, *, commit: bool) -> None:
+    from flexiqd.queue import Queue
+
+    producer = Queue(url)  # no task registered: by name, as a producer without the workers' code
+    try:
+        for _ in range(60):
+            producer.enqueue("count", [0.5], connection=connection)
+        connection.commit() if commit else connection.rollback()
+    finally:
+        producer.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_burst_committed_in_the_applications_transaction_wakes_the_daemon(tmp_path, request, kind):
+    if kind == "postgres":
+        import psycopg
+
+        from flexiqd.queue.url import postgres_connect_options
+
+        url = request.getfixturevalue("pg_server").fresh_url()
+        connect = lambda: psycopg.connect(postgres_connect_options(url).conninfo)  # noqa: E731
+    else:
+        import sqlite3
+
+        url = f"sqlite:///{tmp_path / 'queue.db'}"
+        connect = lambda: sqlite3.connect(tmp_path / "queue.db")  # noqa: E731
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    daemon, _, log = start_daemon(tmp_path, url, marks, extra=SLOW_TICK)
+    try:
+        wait_for(lambda: len(worker_pids(daemon.pid)) == 1, 30, "the minimum worker")
+        wait_for(lambda: "flexiqd ready" in log.read_text(), 30, "the daemon to be ready")
+        time.sleep(1.0)  # past the start-up's decisions: the next tick is a minute away
+        connection = connect()
+        try:
+            _burst_in_transaction(url, connection, commit=False)
+            assert _jobs_in(url) == 0  # rolled back: nothing for the daemon to wake for
+            _burst_in_transaction(url, connection, commit=True)
+            assert _jobs_in(url) == 60
+        finally:
+            connection.close()
+        wait_for(lambda: scale_ups(log), SOON, "a scale-up decided at the burst's commit")
+        _stop(daemon)
+    finally:
+        _kill(daemon)
+
+
+def _jobs_in(url: str) -> int:
+    from flexiqd.queue import open_backend
+
+    store = open_backend(url)
+    try:
+        return len(store.list_jobs(limit=1000))
+    finally:
+        store.close()
