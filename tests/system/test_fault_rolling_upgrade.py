@@ -100,6 +100,13 @@ def unavailable_exits(sbx) -> list[str]:
             if "status=69" in e.get("MESSAGE", "")]
 
 
+def workers_older_than_the_daemon(sbx) -> list[str]:
+    """Worker units that became active before the daemon's process started (the monotonic clock)."""
+    daemon = int(sbx.unit_property(DAEMON, "ExecMainStartTimestampMonotonic"))
+    return [unit for unit in workers(sbx)
+            if 0 < int(sbx.unit_property(unit, "ActiveEnterTimestampMonotonic") or 0) < daemon]
+
+
 def upgrade_in_place(sbx) -> None:
     """A package upgrade: this release's programs in the units, the daemon restarted; the
     running workers go on with the code they started with."""
@@ -168,7 +175,15 @@ def test_a_host_of_the_previous_release_keeps_claiming_and_scaling_after_another
         assert load.enqueue(BURST // 2, SECONDS)
         backlog = sorted(load.enqueues.ids)
         wait(lambda: all_done(server, backlog), 120, "a backlog after B's upgrade done")
-        b_report = reports(server)[name_b].get("schema")  # none while a worker predates its daemon
+        # B reports its schema only once none of its workers predates its daemon: a contract
+        # step must not find the older code still running there.
+        older_workers = workers_older_than_the_daemon(sbx_b)
+        b_report = reports(server)[name_b].get("schema")
+        if older_workers:
+            assert b_report is None, (older_workers, b_report)
+        else:
+            wait(lambda: reports(server)[name_b].get("schema") == {"postgresql": SCHEMA_VERSION}, 20,
+                 "B's report of its schema, its older workers gone")
     finally:
         load.stop()
         sizes.halt.set()
@@ -194,7 +209,8 @@ def test_a_host_of_the_previous_release_keeps_claiming_and_scaling_after_another
           f"level {SCHEMA_LEVEL}), before B's own upgrade: {by_host_after}; most workers since: "
           f"A {scaled[0]}, B {scaled[1]}; lost {len(lost)}, run twice {len(twice)}; longest time without "
           f"a completion {gap:.2f}s; worker exits 69: {sum(map(len, exits.values()))}; "
-          f"B after its own upgrade: {b_after_its_upgrade} executions, its report's schema {b_report}; "
+          f"B after its own upgrade: {b_after_its_upgrade} executions, its workers older than its daemon "
+          f"{older_workers}, its report's schema {b_report}; "
           f"enqueue failures {load.enqueues.failed}")
     assert not load.enqueues.failed
     assert not lost, f"jobs lost: {lost[:20]}"
