@@ -83,17 +83,31 @@ clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
 
 # Packages, built offline from the files git tracks or would track (not .venv, build/,
-# dist/) by the scripts the package tests use too: dist/flexiqd_<version>_all.deb
-# (then lintian, which must stay silent) and dist/flexiqd-<version>-1.noarch.rpm.
-.PHONY: deb rpm man
+# dist/) by the scripts the package tests use too: dist/flexiqd_<version>_all.deb and
+# dist/flexiqd-cockpit_<version>_all.deb (then lintian, which must stay silent), and
+# dist/flexiqd-<version>-1.noarch.rpm with dist/flexiqd-cockpit-<version>-1.noarch.rpm.
+.PHONY: deb rpm man deb-deps rpm-deps
 DEB_VERSION = $(shell dpkg-parsechangelog -l debian/changelog -S Version)
 
-deb: deps
+# Only what the build needs: debian/control's Build-Depends (the build-time unit tests'
+# modules among them, unless DEB_BUILD_PROFILES=nocheck), lintian and rpmbuild -- not
+# the test suite's browser, servers and container tools.
+deb-deps:
+	@dpkg-checkbuilddeps 2>/dev/null && command -v lintian >/dev/null || { \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get build-dep -y -qq ./ >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lintian >/dev/null; }
+
+rpm-deps:
+	@command -v rpmbuild >/dev/null && python3 -c 'import build, installer, setuptools, wheel' 2>/dev/null || { \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rpm python3-build \
+	    python3-installer python3-setuptools python3-wheel >/dev/null; }
+
+deb: deb-deps
 	packaging/build-deb dist
 	lintian --pedantic --display-info --display-experimental --fail-on error,warning \
 	  dist/flexiqd_$(DEB_VERSION)_$(shell dpkg --print-architecture).changes
 
-rpm: deps
+rpm: rpm-deps
 	packaging/build-rpm dist
 
 # The man pages are generated from the commands' parsers and units/flexiqd.yaml;

@@ -224,8 +224,13 @@ def _sections(page: Page) -> list[str]:
         for ref in page.see_also:
             name, section = ref.rsplit("(", 1)
             refs.append(f".BR {escape(name)} ({section}")
-        lines += [".SH SEE ALSO", ",\n".join(refs)]
+        lines += [".SH SEE ALSO", ",\n".join(refs), ".PP", _fill(escape(DOCS_NOTE))]
     return lines
+
+
+# Where the pages a man page cites as docs/NAME.md are on an installed system.
+DOCS_NOTE = ("The pages cited as docs/NAME.md are installed as /usr/share/doc/flexiqd/NAME.md "
+             "(and are in flexiqd's source).")
 
 
 def _section_body(text: str) -> str:

@@ -229,15 +229,22 @@ def build_deb(out: Path, *, version: str | None = None, check: bool = True) -> P
     """
     env = _system_env()
     if not check:
+        # The option skips the tests, the profile their build dependencies (<!nocheck>).
         env["DEB_BUILD_OPTIONS"] = " ".join(filter(None, [env.get("DEB_BUILD_OPTIONS", ""), "nocheck"]))
+        env["DEB_BUILD_PROFILES"] = " ".join(filter(None, [env.get("DEB_BUILD_PROFILES", ""), "nocheck"]))
     args = [str(REPO / "packaging" / "build-deb"), str(out)] + ([version] if version else [])
     done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=BUILD_TIMEOUT, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"building the .deb failed ({done.returncode}):\n{_tail(done.stdout + done.stderr, 60)}")
     debs = sorted(out.glob("flexiqd_*.deb"))
-    if len(debs) != 1:
-        raise RuntimeError(f"expected one flexiqd .deb in {out}, found {debs}")
+    if len(debs) != 1 or len(list(out.glob("flexiqd-cockpit_*.deb"))) != 1:
+        raise RuntimeError(f"expected a flexiqd and a flexiqd-cockpit .deb in {out}, found {sorted(out.glob('*.deb'))}")
     return debs[0]
+
+
+def cockpit_deb(deb: Path) -> Path:
+    """The flexiqd-cockpit .deb built beside ``deb`` (build_deb's)."""
+    return next(deb.parent.glob("flexiqd-cockpit_*.deb"))
 
 
 def build_rpm(out: Path) -> Path:
@@ -246,7 +253,7 @@ def build_rpm(out: Path) -> Path:
                           text=True, timeout=BUILD_TIMEOUT, env=_system_env())
     if done.returncode != 0:
         raise RuntimeError(f"building the .rpm failed ({done.returncode}):\n{_tail(done.stdout + done.stderr, 60)}")
-    rpms = sorted(out.glob("flexiqd-*.noarch.rpm"))
+    rpms = sorted(out.glob("flexiqd-[0-9]*.noarch.rpm"))   # not flexiqd-cockpit-*
     if len(rpms) != 1:
         raise RuntimeError(f"expected one flexiqd .rpm in {out}, found {rpms}")
     return rpms[0]

@@ -31,7 +31,7 @@ from typing import Iterator
 import pytest
 
 from .conftest import in_ci
-from .debian_rootfs import (PACKAGES_INSIDE, REPO, DebianMachine, build_deb, build_rpm, cached_rootfs,
+from .debian_rootfs import (PACKAGES_INSIDE, REPO, DebianMachine, build_deb, build_rpm, cached_rootfs, cockpit_deb,
                             lintian, unavailable_reason)
 from .sandbox import Sandbox
 
@@ -81,8 +81,9 @@ def packages() -> Iterator[Packages]:
     # Not under /tmp: the sandbox of this machine's root has a /tmp of its own.
     out = Path(tempfile.mkdtemp(prefix="flexiq-packages-", dir="/var/tmp"))
     try:
-        deb = build_deb(out / "release")
-        # The same tree as a newer version; its unit tests already ran in the first build.
+        # Without the build-time unit tests: this suite has run them already.
+        deb = build_deb(out / "release", check=False)
+        # The same tree as a newer version.
         upgrade = build_deb(out / "upgrade", version=UPGRADE_VERSION, check=False)
         yield Packages(out, deb, upgrade)
     finally:
@@ -170,9 +171,14 @@ def test_install_pulls_only_debian_packages_and_starts_the_daemon(debian: Debian
                if name != "flexiqd" and not origin.startswith("Debian")]
     assert not foreign, f"packages from outside Debian: {foreign}"
 
-    # Recommends: cockpit would bring a web console and ~180 packages (docs/cockpit.md); the
-    # page's own files and its chart library come with the package whatever.
-    debian.apt("install", deb, "cockpit-")
+    # No web console comes with the daemon: the Cockpit page is flexiqd-cockpit's.
+    planned_names = {name for name, _version, _origin in installs}
+    assert not planned_names & {"cockpit", "cockpit-ws", "cockpit-bridge", "libjs-dygraphs"}, planned_names
+    debian.apt("install", deb)
+    # The documentation the man pages and the config cite, readable where they say.
+    for page in ("applications.md", "postgresql.md", "guarantees.md", "security.md", "README.md"):
+        debian.run(["test", "-f", f"/usr/share/doc/flexiqd/{page}"])
+    assert "/usr/share/doc/flexiqd/NAME.md" in debian.run("zcat /usr/share/man/man8/flexiqd.8.gz").stdout
 
     assert installed_version(debian) == "install ok installed 0.1.0"
     # Nothing from PyPI: no pip, nothing in /usr/local.
@@ -195,9 +201,13 @@ def test_install_pulls_only_debian_packages_and_starts_the_daemon(debian: Debian
     debian.wait_for(lambda: active_workers(debian), 30, what="the minimum worker")
 
 
-def test_the_cockpit_page_and_its_chart_library_links_are_installed(debian: DebianMachine):
-    # The links must resolve: libjs-dygraphs came along as a dependency (docs/cockpit.md).
+def test_the_cockpit_page_and_its_chart_library_links_are_installed(debian: DebianMachine, packages: Packages):
     page = "/usr/share/cockpit/flexiqd"
+    debian.run(["test", "!", "-e", page])   # not with the daemon alone
+    # Its own package, without the web server it recommends: the bridge and the chart library
+    # come as its dependencies (docs/cockpit.md).
+    debian.apt("install", "--no-install-recommends", packages.inside(cockpit_deb(packages.deb)))
+    # The links must resolve: libjs-dygraphs came along as a dependency.
     debian.run(["python3", "-m", "json.tool", f"{page}/manifest.json"])
     # Every file of cockpit/: the page's ES modules are loaded by name, one missing breaks the page.
     names = sorted(path.name for path in (REPO / "cockpit").iterdir() if path.is_file())
@@ -277,7 +287,8 @@ def test_an_upgrade_keeps_the_config_edit_the_queued_jobs_and_the_workers(debian
     fleet = {unit: debian.unit_property(unit, "MainPID") for unit in active_workers(debian)}
     assert fleet
 
-    debian.apt("install", packages.inside(packages.upgrade_deb), "cockpit-")
+    debian.apt("install", "--no-install-recommends", packages.inside(packages.upgrade_deb),
+               packages.inside(cockpit_deb(packages.upgrade_deb)))
 
     assert installed_version(debian) == f"install ok installed {UPGRADE_VERSION}"
     debian.run(["grep", "-q", "^    max_workers: 7$", CONFIG])
@@ -340,6 +351,9 @@ def test_the_rpm_installs_runs_a_job_and_erases(rpm_package: Path):
         sbx.run(["rpm", "-i", "--nodeps", str(rpm_package)])
         flags = sbx.run(["rpm", "-q", "--qf", "[%{FILEFLAGS:fflags} %{FILENAMES}\n]", "flexiqd"]).stdout
         assert f"cn {CONFIG}" in flags.splitlines()
+        assert "/usr/share/doc/flexiqd/postgresql.md" in flags and "/usr/share/cockpit" not in flags
+        cockpit = sbx.run(["rpm", "-qlp", str(next(rpm_package.parent.glob("flexiqd-cockpit-*.rpm")))]).stdout
+        assert "/usr/share/cockpit/flexiqd/manifest.json" in cockpit.split()
         assert sbx.run(["getent", "passwd", "flexiq"]).stdout.startswith("flexiq:")
         sbx.run(["test", "-d", STATE])
         sbx.systemctl("daemon-reload")
