@@ -6,6 +6,8 @@ import io
 import os
 import signal
 
+import pytest
+
 from flexiqd.cli import flexiqctl
 from flexiqd.cli.live import (CLEAR_SCREEN, CLEAR_TO_LINE_END, CLEAR_TO_SCREEN_END, HIDE_CURSOR, HOME, SHOW_CURSOR,
                               LiveView, frame)
@@ -81,7 +83,16 @@ class FakeClient:
         return document()
 
 
-def test_watch_redraws_in_place_and_ctrl_c_exits_130_with_the_cursor_shown(monkeypatch):
+@pytest.fixture
+def ctrl_c():
+    """Python's own Ctrl-C handler, which asyncio.run builds on: a run started in the
+    background by a shell inherits SIGINT ignored, and the watch would never end."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_watch_redraws_in_place_and_ctrl_c_exits_130_with_the_cursor_shown(monkeypatch, ctrl_c):
     stream = FakeTTY()
     monkeypatch.setattr(flexiqctl, "Client", FakeClient)
     monkeypatch.setattr("sys.stdout", stream)
@@ -95,7 +106,7 @@ def test_watch_redraws_in_place_and_ctrl_c_exits_130_with_the_cursor_shown(monke
     assert out.count(CLEAR_SCREEN) == 1 and out.endswith(SHOW_CURSOR + "\n")
 
 
-def test_watch_into_a_pipe_prints_whole_screens_one_after_another(monkeypatch):
+def test_watch_into_a_pipe_prints_whole_screens_one_after_another(monkeypatch, ctrl_c):
     stream = io.StringIO()
     monkeypatch.setattr(flexiqctl, "Client", FakeClient)
     monkeypatch.setattr("sys.stdout", stream)
