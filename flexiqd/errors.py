@@ -27,6 +27,12 @@ class StoreUnreachable(StoreUnavailable):
     restarting, or its disk is full.  Retrying later may succeed; nothing about it is wrong."""
 
 
+class StoreDamaged(StoreUnavailable):
+    """The store's files are damaged (a page overwritten, a file cut short, its write-ahead log
+    lost): waiting will not mend it, and nothing may run on a queue read in part.  Restored
+    from a backup by an operator."""
+
+
 class PayloadError(QueueError):
     """A job's payload is not JSON."""
 

@@ -58,6 +58,7 @@ class MessageId:
     STORE_NOT_WRITABLE = "a4db2ae382bb4a26a7204a0a3ecd55f6"  # the SQLite store's disk is full or read-only
     POOL_CRASH_LOOP = "4e0173177ebd43e8816bcbaa72b7cbcf"     # a pool's workers keep failing: starts back off
     APP_PROBLEM = "d0c6a3e4b7e14f0c9a51c2f8e36b7d42"         # a pool's app would not run in its workers
+    STORE_DAMAGED = "28cf40d5a02245e1ad3c3518b13dd467"       # the SQLite store is damaged: refused, restore it
 
 
 def journal(message_id: str, **fields: object) -> dict:

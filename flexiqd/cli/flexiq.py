@@ -23,6 +23,7 @@ from ..settings_schema import AUTOSCALE_FIELDS, autoscale_default, listen_defaul
 EXIT_OK = 0
 EXIT_ERROR = 1  # a user or store error, explained in one line
 EXIT_USAGE = 2  # bad command-line arguments (argparse's own code)
+EXIT_DAMAGED = 3  # flexiq check: the store is damaged (what and where on stdout)
 
 
 _duration = duration()
@@ -192,6 +193,14 @@ def build_parser() -> argparse.ArgumentParser:
     scaler.add_argument("--token-file", default=None,
                         help="a file holding the bearer token clients must send (Authorization: Bearer)")
 
+    check = commands.add_parser(
+        "check", help="check the store for damage (SQLite: integrity_check, its write-ahead log, the job "
+                      "counts; PostgreSQL: the schema version and every table read); exit 0 whole, "
+                      "3 damaged, 1 not checked")
+    check.add_argument("--quick", action="store_true",
+                       help="SQLite: quick_check instead of integrity_check (the daemon's check at start: "
+                            "every page read, indexes not matched against their tables)")
+    check.add_argument("--json", action="store_true")
     store_ops.add_commands(commands)
 
     bench = commands.add_parser("bench", help="benchmarks")
@@ -236,6 +245,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     store = store_for_command(args.url)
     if store.note:
         print(f"flexiq: {store.note}", file=sys.stderr)
+    if args.command == "check":
+        return _check(store.url, args)
     backend = open_backend(store.url)
     try:
         if args.command == "enqueue":
@@ -294,6 +305,26 @@ def _scaler(args: argparse.Namespace) -> int:
         url=args.url or default_url(), host=args.host, port=args.port, target=args.target_queue_depth,
         queues=tuple(args.queue) if args.queue else None, token_file=args.token_file)))
     return EXIT_OK
+
+
+def _check(url: str, args: argparse.Namespace) -> int:
+    """Check the store without opening it as a queue: nothing is created, migrated or repaired."""
+    from ..queue.sqlite_check import RESTORE_ADVICE, Depth
+    from ..queue.store_check import check_url_store
+
+    report = check_url_store(url, Depth.QUICK if args.quick else Depth.FULL)
+    if args.json:
+        print(json.dumps({"store": report.path, "healthy": report.healthy, "checked": list(report.checked),
+                          "findings": [{"kind": f.kind, "message": f.message} for f in report.findings]},
+                         indent=2))
+    elif report.healthy:
+        print(report.summary())
+    else:
+        print(f"the queue database {report.path} is damaged:")
+        for finding in report.findings:
+            print(f"  {finding.kind}: {finding.message}")
+        print(RESTORE_ADVICE + ".")
+    return EXIT_OK if report.healthy else EXIT_DAMAGED
 
 
 def _enqueue(backend, args: argparse.Namespace) -> int:

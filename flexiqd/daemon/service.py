@@ -24,11 +24,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from ..config import DEFAULT_CONFIG_PATH, DaemonConfig, load_config
-from ..errors import ConfigError, FlexiqdError, StoreUnreachable
+from ..errors import ConfigError, FlexiqdError, StoreDamaged, StoreUnreachable
 from ..fleet.base import Fleet
 from ..logs import MessageId, journal
 from ..notify import Notifier, watchdog_interval
 from ..queue.backend import Backend
+from ..queue.sqlite_check import Depth
+from ..queue.store_check import refuse_if_damaged
 from ..queue.url import open_backend, safe_url, sqlite_path
 from ..runtime_files import APPLIED_CONFIG, PAUSED_FILE, write_published
 from . import pacing
@@ -45,6 +47,8 @@ log = logging.getLogger(__name__)
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_CONFIG = 78  # EX_CONFIG: the config file is invalid; systemd shows it in the unit's status
+# EX_DATAERR: the store is damaged (flexiqd.service does not restart on it: restore it first).
+EXIT_STORE_DAMAGED = 65
 
 EVENTS_FILE = "events.jsonl"
 
@@ -57,6 +61,8 @@ BLOCKED_AFTER = 5.0
 STORE_RETRY_FIRST = 0.5
 STORE_RETRY_MAX = 5.0
 STORE_WAIT_MARGIN = 10.0
+# How long the check of the store at start may take before systemd's start timeout ends it.
+STORE_CHECK_TIMEOUT = 300.0
 
 
 def blocked_status(seconds: float, activity: str | None, last_status: str) -> str:
@@ -214,6 +220,11 @@ class Daemon:
                 log.error("Cannot start: %s", exc)
                 self.notifier.status(f"config error: {exc}")
                 return EXIT_CONFIG
+            except StoreDamaged as exc:
+                log.critical("Cannot start: %s", exc, extra=journal(
+                    MessageId.STORE_DAMAGED, STORE=safe_url(self.config.store), PROBLEM=exc))
+                self.notifier.status(f"refusing a damaged store: {exc}")
+                return EXIT_STORE_DAMAGED
             except FlexiqdError as exc:
                 log.error("Cannot start: %s", exc)
                 self.notifier.status(f"cannot start: {exc}")
@@ -332,11 +343,18 @@ class Daemon:
         or restarting, its disk full) is waited for -- STATUS= and the journal say why,
         systemd's start timeout is extended -- rather than failing the start, which systemd
         would repeat into its start limit.  Any other ``StoreUnavailable`` (a wrong URL or
-        password, a schema too new) is raised: waiting would not mend it.
+        password, a schema too new) is raised: waiting would not mend it -- a damaged store
+        above all (``StoreDamaged``): SQLite's quick_check reads every page first, so the
+        daemon never runs on a queue read in part (its cost: bench/store_check.md).
         """
         delay, since = STORE_RETRY_FIRST, time.monotonic()
         while True:
             try:
+                # Reading every page takes about 2 s a million jobs from a cold disk: systemd's
+                # start timeout is pushed out past a store a hundred times that.
+                self._set_status("checking the store (quick_check)")
+                self.notifier.extend_timeout(STORE_CHECK_TIMEOUT)
+                await self.io(refuse_if_damaged, self.config.store, Depth.QUICK, what="checking the store")
                 backend = await self.io(open_backend, self.config.store, what="opening the store")
             except StoreUnreachable as exc:
                 waited = time.monotonic() - since

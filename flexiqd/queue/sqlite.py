@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
-from ..errors import QueueError, StoreUnavailable, StoreUnreachable
+from ..errors import QueueError, StoreDamaged, StoreUnavailable, StoreUnreachable
 from .core import Store
 from .dialect import Database, RateRow, Tx
 from .disk import disk_problem
@@ -31,6 +31,7 @@ from .moved import marked_target, moved_message, moved_to
 from .rows import JOB_COLUMNS, NEW_JOB_COLUMNS, in_claim_order, job_from_row
 from .shares import Share
 from .schema_steps import Plan, Step, host_is_older, plan, too_new
+from .sqlite_check import RESTORE_ADVICE, check_files, is_damage
 from .sqlite_schema import SCHEMA, SCHEMA_LEVEL, SCHEMA_VERSION, STEPS, STEPS_TABLE
 from .types import RECENT_WINDOW, Job, JobState
 
@@ -678,6 +679,15 @@ class SQLiteDatabase(Database):
         if not os.path.exists(self.path) and not os.access(directory, os.W_OK):
             raise StoreUnavailable(
                 f"cannot create the queue database {self.path}: directory {directory} is not writable")
+        # Before SQLite opens it: its first connection would rebuild a -shm index whose log is
+        # gone, and erase the only sign that committed transactions were lost with it.
+        try:
+            damage = check_files(self.path)
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot read the queue database {self.path}: {exc.strerror}") from None
+        if damage:
+            raise StoreDamaged(f"the queue database {self.path} is damaged: "
+                               f"{'; '.join(f.message for f in damage)}. {RESTORE_ADVICE}")
         if not os.path.lexists(self.path):
             try:
                 # Created here, not by SQLite (which uses 0644): 0666 less the umask lets the
@@ -763,9 +773,9 @@ class SQLiteDatabase(Database):
             return StoreUnavailable(
                 f"{operation} on the queue database {self.path} failed: it stayed locked by "
                 f"another process for longer than the busy timeout ({self.busy_timeout:g}s)")
-        if "not a database" in text or "malformed" in text or "corrupt" in text:
-            return StoreUnavailable(
-                f"the queue database {self.path} is corrupt or not a SQLite database ({text})")
+        if is_damage(exc):
+            return StoreDamaged(f"{operation} on the queue database {self.path} met damage: the file is "
+                                f"corrupt or not a SQLite database ({text}). {RESTORE_ADVICE}")
         if "disk is full" in text or "readonly" in text or "read-only" in text or "disk I/O error" in text:
             problem = disk_problem(self.path, write_probe=True)
             if problem is not None:  # the disk, not the store: it passes once there is room again

@@ -20,7 +20,8 @@ import threading
 import time
 from typing import Callable
 
-from ..errors import QueueError, StoreUnavailable, StoreUnreachable
+from ..errors import QueueError, StoreDamaged, StoreUnavailable, StoreUnreachable
+from ..logs import MessageId, journal
 from ..notify import Notifier
 from ..queue.api import Queue
 from ..queue.backend import Backend
@@ -29,7 +30,7 @@ from ..queue.url import open_backend, safe_url
 from ..runtime_files import PAUSED_FILE_ENV, is_paused
 from .exit import become_subreaper, exit_now, kill_descendants
 from .loader import load_app
-from .runtime import EXIT_OK, EXIT_UNAVAILABLE, STORE_RETRY_MAX, Worker
+from .runtime import EXIT_DAMAGED, EXIT_OK, EXIT_UNAVAILABLE, STORE_RETRY_MAX, Worker
 from .settings_reader import LimitsReader, TenantCapsReader, WorkerSetup, drain_timeout_now
 from .signals import STOP_SIGNALS, WorkerSignals
 
@@ -56,6 +57,10 @@ def run_worker(setup: WorkerSetup, signals: WorkerSignals | None = None) -> int:
     store_url = setup.store_url or app.url
     try:
         backend = open_when_reachable(store_url, setup.config.name, signals, Notifier())
+    except StoreDamaged as exc:
+        log.error("Worker %s cannot start: %s", setup.config.name, exc,
+                  extra=journal(MessageId.STORE_DAMAGED, STORE=safe_url(store_url), PROBLEM=exc))
+        return EXIT_DAMAGED
     except StoreUnavailable as exc:
         log.error("Worker %s cannot start: %s", setup.config.name, exc)
         return EXIT_UNAVAILABLE

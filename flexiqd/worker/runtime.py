@@ -48,12 +48,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping
 
-from ..errors import QueueError
+from ..errors import QueueError, StoreDamaged
+from ..logs import MessageId, journal
 from ..notify import Notifier, watchdog_interval
 from ..queue.api import Queue
 from ..queue.backend import Backend
 from ..queue.hosts import LeaseTiming, shared_store_timing
 from ..queue.limits import DependencyLimit, TenantCaps, limits_for
+from ..queue.url import safe_url
 from ..queue.types import ClaimRequest, Deferral, Exchanged, Job, Outcome, OutcomeKind
 from ..settings_schema import EXIT_TIME, FINAL_SETTLE_TIME, LAST_FLUSH_TIME, PROGRESS_PROMISE
 from .execution import INTERRUPT_GRACE, Executor, Run, timed_out_outcome
@@ -61,7 +63,7 @@ from .exit import exit_now, kill_descendants
 from .fence import LeaseFence
 from .settings import WorkerConfig
 
-__all__ = ["EXIT_FENCED", "EXIT_OK", "EXIT_STUCK", "EXIT_UNAVAILABLE", "Worker", "WorkerConfig"]
+__all__ = ["EXIT_DAMAGED", "EXIT_FENCED", "EXIT_OK", "EXIT_STUCK", "EXIT_UNAVAILABLE", "Worker", "WorkerConfig"]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,7 @@ log = logging.getLogger(__name__)
 EXIT_OK = 0
 EXIT_STUCK = 70       # every slot is held by a task that ignored its timeout: restart clean
 EXIT_UNAVAILABLE = 69  # the store could not be opened
+EXIT_DAMAGED = 65      # the store is damaged: no job is run from it (the unit does not restart)
 EXIT_FENCED = 75      # leases unconfirmed too long on a store shared by hosts: ended before another host may take them
 
 # Prefetch: claim ahead only about this much work, so a worker never sits on a
@@ -313,6 +316,14 @@ class Worker:
                 self._admitted_since = None
                 try:
                     done = await self._store(self._exchange, outcomes, request, admit)
+                except StoreDamaged as exc:
+                    # Nothing more is claimed or started from a store read in part; the jobs
+                    # running finish (or are released) in the drain.
+                    self._outcomes = outcomes + self._outcomes
+                    log.error("Worker %s stops: %s", self.config.name, exc,
+                              extra=journal(MessageId.STORE_DAMAGED, STORE=safe_url(self.backend.url),
+                                            PROBLEM=exc))
+                    return EXIT_DAMAGED
                 except QueueError as exc:
                     self._outcomes = outcomes + self._outcomes  # keep them; settle on the next try
                     self._store_failed(exc, idle)
