@@ -415,6 +415,8 @@ which flexiqctl(1) uses.
 
 - 1: A failure; the reason is logged. With `--check-config`: the file is invalid.
 
+- 65: The job store is damaged: SQLite's quick_check at start found a page it cannot read, the file cut short, or a write-ahead log lost with committed transactions in it. The journal and the unit's status say what and where; flexiqd.service does not restart on it. `flexiq check` gives the details; restore the store from a backup, see RESTORING A STORE in flexiq(1).
+
 - 78: The configuration file is invalid at start.
 """),
             ("FILES", FILES_SECTION),
@@ -479,9 +481,22 @@ apply and `flexiq enqueue` says so on standard error. Options given always win.
 
 - 2: Bad command-line arguments.
 
+- 3: `flexiq check` found the store damaged; what is damaged, and the file, are on standard output.
+
+- 65: A worker found its job store damaged, when opening it or in a statement: it claims and starts nothing more from it, and its unit is not restarted.
+
 - 69: A worker could not open its job store.
 
 - 70: A worker whose every slot was held by a task past its timeout, which did not stop when interrupted: it exits so that a fresh worker takes over.
+"""),
+            ("RESTORING A STORE", """
+A damaged SQLite store is restored from a backup, not repaired in place.
+
+- Taking a backup: `sqlite3 /var/lib/flexiq/queue.db ".backup /var/backups/flexiq-queue.db"` (Debian's sqlite3 package), or the backup API of Python's sqlite3 module, makes a consistent copy while flexiqd and its workers run. Copying the file with cp(1) is no backup: it misses what the write-ahead log (queue.db-wal) holds.
+
+- Restoring: stop flexiqd and the workers (`systemctl stop flexiqd 'flexiq-worker@*'`), move queue.db, queue.db-wal and queue.db-shm aside, copy the backup to /var/lib/flexiq/queue.db (owner and group flexiq, mode 0660), run `flexiq check`, then `systemctl start flexiqd`. Jobs enqueued after the backup are not in it; jobs that finished after it are queued or running in it, and run again.
+
+- A lost write-ahead log alone (`flexiq check` says wal-lost): the store without the transactions committed since its last checkpoint is whole. To go on with it rather than a backup, remove queue.db-shm while nothing runs on the store; those transactions are gone.
 """),
             ("ENVIRONMENT", """
 - FLEXIQ_URL: The job store when `--url` is not given.
@@ -498,6 +513,8 @@ apply and `flexiq enqueue` says so on standard error. Options given always win.
 - flexiq jobs list --state done --json: The finished jobs, as JSON.
 
 - flexiq jobs show 42 --json: Job 42's state (queued, running, done, dead or cancelled), its result once done, its last error, as JSON.
+
+- flexiq check: Check the store for damage (exit 0 whole, 3 damaged).
 
 - flexiq dependencies: Each limited dependency (dependencies.<name>.limit) with the jobs inside it against its limit, the jobs waiting for it, and how long jobs held it.
 

@@ -684,7 +684,7 @@ class SQLiteDatabase(Database):
         try:
             damage = check_files(self.path)
         except OSError as exc:
-            raise StoreUnavailable(f"cannot read the queue database {self.path}: {exc.strerror}") from None
+            raise StoreUnavailable(f"cannot open the queue database {self.path}: {exc.strerror}") from None
         if damage:
             raise StoreDamaged(f"the queue database {self.path} is damaged: "
                                f"{'; '.join(f.message for f in damage)}. {RESTORE_ADVICE}")

@@ -105,12 +105,12 @@ def header_problem(head: bytes, size: int) -> Finding | None:
     if size == 0:
         return None  # a store not created yet: opening it creates the schema
     if len(head) < 100 or not head.startswith(HEADER_MAGIC):
-        return Finding("header", "its first page (the header) is not a SQLite header: the file was "
+        return Finding("header", "its first page (the header) is corrupt, no SQLite header: the file was "
                                  "overwritten at its start, or is not a SQLite database")
     page_size = struct.unpack(">H", head[16:18])[0]
     page_size = 65536 if page_size == 1 else page_size
     if page_size < 512 or page_size & (page_size - 1):
-        return Finding("header", f"its header gives an impossible page size ({page_size})")
+        return Finding("header", f"its header is corrupt: it gives an impossible page size ({page_size})")
     if size % page_size:
         return Finding("truncated", f"the file ends inside a page ({size} bytes is not a whole number "
                                     f"of {page_size}-byte pages): it was cut short or written in part")
