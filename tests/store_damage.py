@@ -4,7 +4,7 @@ write-ahead log lost with committed transactions in it.
 Used by the unit tests on local files and, as a script, by the system test inside the
 sandbox (the checkout is visible there at the same path)::
 
-    python3 tests/store_damage.py page-of-jobs|page-of-index|header|truncate|lose-wal FILE
+    python3 tests/store_damage.py page-of-jobs|page-of-index|claim-head|header|truncate|lose-wal FILE
 """
 
 from __future__ import annotations
@@ -25,17 +25,18 @@ def page_size(path: str) -> int:
     return 65536 if size == 1 else size
 
 
-def leaf_page(path: str, name: str) -> int:
-    """A leaf page of table or index ``name`` from the middle of its pages (SQLite's dbstat)."""
+def leaf_page(path: str, name: str, *, first: bool = False) -> int:
+    """A leaf page of table or index ``name`` (SQLite's dbstat): the middle one of its leaves in
+    key order, or with ``first`` the one that holds its lowest keys."""
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         pages = [row[0] for row in conn.execute(
-            "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY pageno", (name,))]
+            "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY path", (name,))]
     finally:
         conn.close()
     if not pages:
         raise ValueError(f"{path}: {name} has no leaf page")
-    return pages[len(pages) // 2]
+    return pages[0] if first else pages[len(pages) // 2]
 
 
 def overwrite_page(path: str, page: int) -> None:
@@ -88,6 +89,8 @@ def main(argv: list[str]) -> int:
         overwrite_page(path, leaf_page(path, "jobs"))
     elif what == "page-of-index":
         overwrite_page(path, leaf_page(path, "jobs_claim"))
+    elif what == "claim-head":
+        overwrite_page(path, leaf_page(path, "jobs_claim", first=True))
     elif what == "header":
         overwrite_page(path, 1)
     elif what == "truncate":
