@@ -70,8 +70,8 @@ def _refused(sbx: Sandbox, since: float, what: str) -> dict:
     bus = sbx.run(["busctl", "status", BUS_NAME], check=False)
     check = _flexiq(sbx, "check")
     status = sbx.run(["systemctl", "status", "--no-pager", "-n", "5", DAEMON], check=False).stdout
-    return {"what": what, "systemctl_status": status, "start_code": start.returncode, "refused_after": round(refused_after, 2),
-            "unit": shown, "journal": entries, "bus_served": bus.returncode == 0,
+    return {"what": what, "systemctl_status": status, "start_code": start.returncode,
+            "refused_after": round(refused_after, 2), "unit": shown, "journal": entries, "bus_served": bus.returncode == 0,
             "workers": workers(sbx), "check_code": check.returncode, "check": check.stdout + check.stderr}
 
 
