@@ -93,7 +93,15 @@ def _assert_refused(seen: dict, finding: str) -> None:
     assert f"the queue database {DB} is damaged:" in seen["check"], seen["check"]
 
 
-def _restore(sbx: Sandbox) -> None:
+def _first_done_after(sbx: Sandbox, since: float) -> float | None:
+    code = (f"import sqlite3; c = sqlite3.connect('file:{DB}?mode=ro', uri=True, timeout=30); "
+            f"print(c.execute(\"SELECT min(finished_at) FROM jobs WHERE state = 'done' AND finished_at >= {since}\")"
+            ".fetchone()[0])")
+    value = sbx.run(["python3", "-c", code]).stdout.strip()
+    return float(value) if value not in ("", "None") else None
+
+
+def _restore(sbx: Sandbox) -> float:
     """The documented restore: stop, move the damaged files aside, copy the backup, check, start."""
     _stop_all(sbx)
     sbx.run(f"mkdir -p /var/lib/flexiq/damaged && mv {DB} {DB}-wal {DB}-shm /var/lib/flexiq/damaged/ "
@@ -102,7 +110,9 @@ def _restore(sbx: Sandbox) -> None:
     assert check.returncode == 0, check.stdout + check.stderr
     assert check.stdout.startswith(f"the queue database {DB} is whole")
     sbx.systemctl("reset-failed", DAEMON, check=False)
+    started = time.time()
     sbx.systemctl("start", DAEMON)
+    return started
 
 
 def _wait_done(sbx: Sandbox, total: int) -> None:
@@ -134,13 +144,16 @@ def test_a_damaged_sqlite_store_is_refused_with_the_reason_and_restored_from_a_b
     _assert_refused(first, "its write-ahead log is gone while")
     assert "wal-lost" in first["check"]
 
-    _restore(sbx)
+    restarted = _restore(sbx)
     sbx.wait_for(lambda: workers(sbx), 30, what="a worker after the restore")
+    again = sbx.wait_for(lambda: _first_done_after(sbx, restarted), 120, interval=0.2,
+                         what="a job done after the restore") - restarted
     _wait_done(sbx, sum(in_backup.values()))  # every job of the backup ends done
     runs = collections.Counter(run.job for run in executions(sbx) if run.ended is not None)
     twice = {job for job, count in runs.items() if count > 1}
     print(f"restored: {len(owed)} jobs not done in the backup; {len(twice)} of them had finished after the backup "
-          f"and ran again; the {lost} jobs committed in the lost log are not in the backup")
+          f"and ran again; the {lost} jobs committed in the lost log are not in the backup; the first job was "
+          f"done {again:.2f} s after flexiqd's start on the restored store")
     # Only what the backup did not hold as done may run again: the restore's cost, no more.
     assert twice <= owed, sorted(twice - owed)
     _stop_all(sbx)

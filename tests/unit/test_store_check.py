@@ -176,3 +176,19 @@ def test_nothing_to_check_is_an_error_not_a_verdict(tmp_path, capsys):
     with pytest.raises(StoreUnavailable):
         from flexiqd.queue.store_check import check_url_store
         check_url_store(f"sqlite:///{tmp_path / 'none.db'}", Depth.FULL)
+
+
+def test_postgres_is_checked_by_its_schema_version_and_every_table_read(pg_url, capsys):
+    store = open_backend(pg_url)
+    store.enqueue([NewJob(task="t", payload=1)] * 10, now=T0)
+    store.close()
+    code = flexiq.main(["--url", pg_url, "check"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "is whole (schema version " in out and "tables read: ok)" in out
+    store = open_backend(pg_url)
+    store.database.write("drop a table", lambda tx: tx.conn.execute("DROP TABLE flexiq_executions"))
+    store.close()
+    code = flexiq.main(["--url", pg_url, "check"])
+    out = capsys.readouterr().out
+    assert code == 3 and "  schema: its table flexiq_executions is missing" in out, out
