@@ -492,9 +492,9 @@ apply and `flexiq enqueue` says so on standard error. Options given always win.
             ("RESTORING A STORE", """
 A damaged SQLite store is restored from a backup, not repaired in place.
 
-- Taking a backup: `sqlite3 /var/lib/flexiq/queue.db ".backup /var/backups/flexiq-queue.db"` (Debian's sqlite3 package), or the backup API of Python's sqlite3 module, makes a consistent copy while flexiqd and its workers run. Copying the file with cp(1) is no backup: it misses what the write-ahead log (queue.db-wal) holds.
+- Taking a backup: `flexiq backup FILE`, or `sqlite3 /var/lib/flexiq/queue.db ".backup FILE"` (Debian's sqlite3 package), makes a consistent copy while flexiqd and its workers run. Copying the file with cp(1) is no backup: it misses what the write-ahead log (queue.db-wal) holds.
 
-- Restoring: stop flexiqd and the workers (`systemctl stop flexiqd 'flexiq-worker@*'`), move queue.db, queue.db-wal and queue.db-shm aside, copy the backup to /var/lib/flexiq/queue.db (owner and group flexiq, mode 0660), run `flexiq check`, then `systemctl start flexiqd`. Jobs enqueued after the backup are not in it; jobs that finished after it are queued or running in it, and run again.
+- Restoring: stop flexiqd and the workers (`systemctl stop flexiqd 'flexiq-worker@*'`), move queue.db, queue.db-wal and queue.db-shm aside, copy the backup to /var/lib/flexiq/queue.db with the owner, group and mode the old file had (group flexiq, mode 0660), run `flexiq check`, then `systemctl start flexiqd` (docs/operations.md). Jobs enqueued after the backup are not in it; jobs that finished after it are queued or running in it, and run again.
 
 - A lost write-ahead log alone (`flexiq check` says wal-lost): the store without the transactions committed since its last checkpoint is whole. To go on with it rather than a backup, remove queue.db-shm while nothing runs on the store; those transactions are gone.
 """),

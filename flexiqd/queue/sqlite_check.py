@@ -57,7 +57,7 @@ _SHM_READ = 2 * _SHM_HEADER + 4
 
 # What an operator does about a damaged store; the steps are in docs/guarantees.md and flexiq(1).
 RESTORE_ADVICE = ("Stop flexiqd and its workers, then restore the file from a backup taken with "
-                  "sqlite3 FILE '.backup DEST' (flexiq(1), section RESTORING A STORE)")
+                  "'flexiq backup' or sqlite3 FILE '.backup DEST' (flexiq(1), section RESTORING A STORE)")
 
 
 class Depth(enum.Enum):
