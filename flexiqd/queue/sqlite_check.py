@@ -167,6 +167,9 @@ def _read(path: str, count: int) -> bytes | None:
 def check_files(path: str) -> list[Finding]:
     """The ``Depth.FILES`` checks of the store file ``path`` and its ``-wal`` and ``-shm``.
 
+    Never while this process has a SQLite connection to the file: the descriptors opened
+    and closed here would drop that connection's POSIX locks (``SQLiteDatabase`` keeps count).
+
     OSError (other than a missing -wal/-shm) is the caller's to report: it is not damage.
     """
     if not os.path.exists(path):
