@@ -39,6 +39,17 @@ def leaf_page(path: str, name: str, *, first: bool = False) -> int:
     return pages[0] if first else pages[len(pages) // 2]
 
 
+def checkpoint(path: str) -> None:
+    """Copy a write-ahead log left beside the file into it: a page damaged in the file while a
+    newer copy of it waits in the log would be read from the log, and then overwritten."""
+    if os.path.exists(path + "-wal") and os.path.getsize(path + "-wal"):
+        conn = sqlite3.connect(path)
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            conn.close()
+
+
 def overwrite_page(path: str, page: int) -> None:
     """Page ``page`` (1 is the header page) written over with garbage, as a bad sector or a
     stray write would leave it."""
@@ -85,6 +96,8 @@ def lose_wal(path: str) -> None:
 
 def main(argv: list[str]) -> int:
     what, path = argv
+    if what != "lose-wal":
+        checkpoint(path)
     if what == "page-of-jobs":
         overwrite_page(path, leaf_page(path, "jobs"))
     elif what == "page-of-index":
