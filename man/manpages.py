@@ -463,11 +463,12 @@ the hosts registered in a store (docs/operations.md).
 priority, attempts, timeout) are the ones the task declares, as its workers wrote them
 to the store when they started; where no worker has declared the task, the defaults
 apply and `flexiq enqueue` says so on standard error. Options given always win.
-`flexiq jobs show ID` tells a job's state and, once it ended, its result or error.
+`flexiq tasks` lists the declarations as they stand, with which worker wrote each and
+when. `flexiq jobs show ID` tells a job's state and, once it ended, its result or error.
 """,
         sections=(
             ("THE JOB STORE", """
-`enqueue`, `stats`, `jobs` and `dead-letter` use, in this order: `--url`; `$FLEXIQ_URL`; the `store:` of the daemon's config file ($FLEXIQD_CONFIG, else /etc/flexiqd/flexiqd.yaml) where that file is readable, so they read and write the queue the daemon's workers claim from, also after a move to PostgreSQL; else sqlite:////var/lib/flexiq/queue.db. Only the `store:` key is read. When the store is not that default and was not given with `--url`, one line on stderr names it and where it came from, any password shown as ***. When the config file exists but cannot be read or parsed, one line on stderr says so and the default is used; a `store:` that is not a URL is an error. `flexiq dependencies` reads the same config file; `flexiq scaler` and `flexiq autoscale` use `--url`, else $FLEXIQ_URL, else the default.
+`enqueue`, `stats`, `tasks`, `jobs` and `dead-letter` use, in this order: `--url`; `$FLEXIQ_URL`; the `store:` of the daemon's config file ($FLEXIQD_CONFIG, else /etc/flexiqd/flexiqd.yaml) where that file is readable, so they read and write the queue the daemon's workers claim from, also after a move to PostgreSQL; else sqlite:////var/lib/flexiq/queue.db. Only the `store:` key is read. When the store is not that default and was not given with `--url`, one line on stderr names it and where it came from, any password shown as ***. When the config file exists but cannot be read or parsed, one line on stderr says so and the default is used; a `store:` that is not a URL is an error. `flexiq dependencies` reads the same config file; `flexiq scaler` and `flexiq autoscale` use `--url`, else $FLEXIQ_URL, else the default.
 """),
             ("SIGNALS", """
 - SIGTERM: A worker stops claiming, hands back the jobs it had not started, lets running jobs finish within its drain timeout, then interrupts the rest: a job whose task ended is handed back (no attempt used); one whose task still runs stays leased until the worker is gone, so it never runs twice at once. The worker kills the processes its tasks started and exits 0.
@@ -501,7 +502,7 @@ A damaged SQLite store is restored from a backup, not repaired in place.
             ("ENVIRONMENT", """
 - FLEXIQ_URL: The job store when `--url` is not given.
 
-- FLEXIQD_CONFIG: The daemon's config file (else /etc/flexiqd/flexiqd.yaml): `flexiq worker --instance` reads its pool's settings from it, and `enqueue`, `stats`, `jobs` and `dead-letter` its `store:`.
+- FLEXIQD_CONFIG: The daemon's config file (else /etc/flexiqd/flexiqd.yaml): `flexiq worker --instance` reads its pool's settings from it, and `enqueue`, `stats`, `tasks`, `jobs` and `dead-letter` its `store:`.
 
 - FLEXIQD_PAUSED_FILE: The daemon's list of paused pools; a worker of a paused pool starts paused.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -13,7 +14,7 @@ from ..errors import FlexiqdError
 from . import store_ops
 from .argtypes import duration, whole_number
 from ..logs import setup_logging
-from ..queue.declarations import DECLARED_OPTIONS, by_name
+from ..queue.declarations import DECLARED_OPTIONS, by_name, undeclared
 from ..queue.types import Job, JobState, Stats
 from ..config.model import DEFAULT_CONFIG_PATH
 from ..queue.url import DEFAULT_URL, URL_ENV, default_url, open_backend
@@ -105,6 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
                                    "else /etc/flexiqd/flexiqd.yaml); its store unless --url or $FLEXIQ_URL")
     dependencies.add_argument("--window", type=_duration, default=60.0)
     dependencies.add_argument("--json", action="store_true")
+
+    tasks = commands.add_parser("tasks", help="the tasks' declarations in the store: what an enqueue by name "
+                                              "takes (queue, priority, attempts, timeout)")
+    tasks.add_argument("names", nargs="*", metavar="TASK", help="only these tasks")
+    tasks.add_argument("--json", action="store_true")
 
     jobs = commands.add_parser("jobs", help="list or show jobs")
     jobs_commands = jobs.add_subparsers(dest="jobs_command", metavar="ACTION", required=True)
@@ -255,6 +261,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             return _stats(backend, args)
         if args.command == "jobs":
             return _jobs(backend, args)
+        if args.command == "tasks":
+            return _tasks(backend, args)
         return _dead_letter(backend, args)
     finally:
         backend.close()
@@ -346,6 +354,30 @@ def _enqueue(backend, args: argparse.Namespace) -> int:
     else:
         print(f"enqueued {len(ids)} jobs, ids {ids[0]}..{ids[-1]}")
     return EXIT_OK
+
+
+def _tasks(backend, args: argparse.Namespace) -> int:
+    known = backend.task_declarations(args.names or None)
+    if args.json:
+        print(json.dumps({name: dataclasses.asdict(d) for name, d in known.items()}, indent=2))
+        return EXIT_OK
+    missing = undeclared(args.names, known)
+    for name in missing:
+        print(f"flexiq: no worker has declared task {name} in {backend.url}: an enqueue by name gets "
+              f"the defaults", file=sys.stderr)
+    if known:
+        print(render_declarations(list(known.values()), now=time.time()))
+    return EXIT_ERROR if missing else EXIT_OK
+
+
+def render_declarations(declared: list, *, now: float) -> str:
+    header = ("TASK", "QUEUE", "PRIORITY", "ATTEMPTS", "TIMEOUT", "DECLARED BY", "SINCE")
+    lines = [header] + [(d.task, d.queue, str(d.priority), str(d.max_attempts),
+                         "none" if d.timeout is None else format_duration(d.timeout), d.declared_by or "",
+                         f"{format_duration(max(0.0, now - d.declared_at))} ago" if d.declared_at else "")
+                        for d in declared]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines)
 
 
 def _stats(backend, args: argparse.Namespace) -> int:

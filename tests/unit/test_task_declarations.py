@@ -197,3 +197,23 @@ def test_the_daemons_app_check_writes_the_declarations_a_worker_would(backend, t
     assert stored["mail.send"].declared_by == "flexiqd (pool shop)"
     assert daemon_publishes(backend, probes, now=T0 + 1) == 0  # unchanged: not written again
     assert backend.get(producer(backend).enqueue("mail.send", ["x"])).queue == "mail"
+
+
+def test_flexiq_tasks_lists_the_declarations_and_names_the_undeclared(backend, capsys, monkeypatch):
+    import json
+
+    url = cli_url(backend, monkeypatch)
+    assert flexiq_main(["--url", url, "tasks"]) == 0
+    assert capsys.readouterr().out == ""  # none yet, and none asked for by name
+    publish_declarations(workers_app(), backend, "default-1")
+    assert flexiq_main(["--url", url, "tasks"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["TASK", "QUEUE", "PRIORITY", "ATTEMPTS", "TIMEOUT", "DECLARED", "BY", "SINCE"]
+    assert lines[1].split()[:6] == ["mail.send", "mail", "5", "7", "30.0s", "default-1"]
+    assert lines[2].split()[:6] == ["report.build", "reports", "0", "3", "none", "default-1"]
+    assert flexiq_main(["--url", url, "tasks", "mail.send", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert list(document) == ["mail.send"] and document["mail.send"]["max_attempts"] == 7
+    assert flexiq_main(["--url", url, "tasks", "mail.send", "nobody.knows"]) == 1
+    out, err = capsys.readouterr()
+    assert "mail.send" in out and "no worker has declared task nobody.knows" in err
