@@ -40,10 +40,19 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def export(destination: Path) -> Path:
-    """The previous release's files, as committed, in ``destination`` (made if missing)."""
+def before_schema_steps() -> str:
+    """The last commit before the schema steps were recorded (flexiqd/queue/schema_steps.py):
+    its code wrote its own newest step as the level, and checks for it exactly."""
+    added = subprocess.run(["git", "-C", str(REPO), "log", "--diff-filter=A", "--format=%H", "--",
+                            "flexiqd/queue/schema_steps.py"], capture_output=True, text=True, check=True)
+    return added.stdout.split()[-1] + "^"
+
+
+def export(destination: Path, commit: str = PREVIOUS_RELEASE) -> Path:
+    """The files of ``commit`` (the previous release unless told), as committed, in
+    ``destination`` (made if missing)."""
     destination.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", PREVIOUS_RELEASE],
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", commit],
                              capture_output=True, check=True).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(destination)  # our own commit: no member escapes it

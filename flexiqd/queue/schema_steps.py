@@ -117,9 +117,10 @@ def plan(steps: Sequence[Step], level: int, applied: frozenset[int] | None,
         else:
             run.append(step)
     after = done | {step.number for step in run}
-    # A store of this scheme never goes down a level (a newer host may have raised it);
-    # one from before it may: its level counted expand steps too.
-    new_level = level_of(steps, after) if applied is None else max(level, level_of(steps, after))
+    # Never down a level: a newer host may have raised it, and on a store from before the
+    # steps were recorded, code of that time checks for its own level exactly (lowered,
+    # it would run its migrations again over tables that exist).
+    new_level = max(level, level_of(steps, after))
     earlier = tuple(step for step in steps if step.number in done) if applied is None else ()
     return Plan(run=tuple(run), waiting=tuple(waiting), level=new_level,
                 record=bool(run) or applied is None or new_level != level, earlier=earlier)

@@ -153,6 +153,22 @@ def test_a_level_past_the_previous_release_turns_it_away(previous, store):
     assert "newer than this flexiqd understands" in refused.stderr
 
 
+def test_a_store_made_before_the_steps_were_recorded_keeps_the_level_its_code_checks(previous, store, tmp_path_factory):
+    """That code compares the level with its own newest step exactly: lowered to the last
+    contract step, it would run its migrations again over tables that exist."""
+    dialect, url = store.dialect, store.url
+    earlier = previous_release.export(tmp_path_factory.mktemp("before-steps"), previous_release.before_schema_steps())
+    made = int(old(earlier, OLD_CREATOR, url))
+    level = store.state()[0]
+    assert level > previous_schema(dialect)  # it counted its expand step too
+    current = open_backend(url)
+    assert store.state() == (level, expected(dialect)[1])
+    mine = current.enqueue([NewJob(task="from-new")], now=time.time())
+    done = json.loads(old(earlier, OLD_READER, url))
+    assert sorted(done["claimed"]) == sorted([made, *mine])
+    current.close()
+
+
 # -- a contract step waits for the hosts of older code ------------------------------------
 
 def test_a_contract_step_waits_while_a_host_of_older_code_beats(store, monkeypatch):
