@@ -415,7 +415,7 @@ which flexiqctl(1) uses.
 
 - 1: A failure; the reason is logged. With `--check-config`: the file is invalid.
 
-- 65: The job store is damaged: SQLite's quick_check at start found a page it cannot read, the file cut short, or a write-ahead log lost with committed transactions in it. The journal and the unit's status say what and where; flexiqd.service does not restart on it. `flexiq check` gives the details; restore the store from a backup, see RESTORING A STORE in flexiq(1).
+- 65: The job store is damaged: SQLite's quick_check at start found a page it cannot read, the file cut short, or a write-ahead log lost with committed transactions in it; or a running flexiqd's read of the queue met a damaged page (it stops its workers first). The journal and the unit's status say what and where; flexiqd.service does not restart on it. `flexiq check` gives the details; restore the store from a backup, see RESTORING A STORE in flexiq(1).
 
 - 78: The configuration file is invalid at start.
 """),

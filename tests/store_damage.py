@@ -50,6 +50,15 @@ def checkpoint(path: str) -> None:
             conn.close()
 
 
+def root_page(path: str, name: str) -> int:
+    """The first page of table or index ``name`` (a small table's only one)."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return conn.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (name,)).fetchone()[0]
+    finally:
+        conn.close()
+
+
 def overwrite_page(path: str, page: int) -> None:
     """Page ``page`` (1 is the header page) written over with garbage, as a bad sector or a
     stray write would leave it."""

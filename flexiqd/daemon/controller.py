@@ -31,7 +31,7 @@ from typing import Callable, Iterable, Mapping
 import psutil
 
 from ..config.model import DaemonConfig, PoolConfig
-from ..errors import FleetError, QueueError
+from ..errors import FleetError, QueueError, StoreDamaged
 from ..fleet.base import Fleet, WorkerInfo, WorkerState, instance_name
 from ..logs import MessageId, journal
 from ..policy import CapValue, Decision, History, Observation, PoolMetrics, decide_fleet, decision_line
@@ -316,6 +316,8 @@ class Controller:
             horizon = lead_time(pool.policy.targets, start_cost_or_default(start_cost, pool.policy.behavior),
                                 self.config.tick)
             return [self.backend.stats(queue, now=now, horizon=horizon) for queue in pool.queues]
+        except StoreDamaged:
+            raise  # not "no information": the daemon stops on a damaged store
         except QueueError as exc:
             # No information is not "no load": the policy holds the pool.
             log.warning("Pool %s: cannot read queue stats, holding: %s", pool.name, exc)

@@ -138,6 +138,7 @@ class Daemon:
         self._watched_queues: tuple[str, ...] = ()
         self._reload_requested = False
         self._app_checks = 0              # app checks started; a finished one older than the last is dropped
+        self._damaged = False             # the running loop met a damaged store: exit 65
         # Told ("tick", seconds), ("scale", ScaleEvent), ("reload", (ok, message)): the faces, through the port.
         self.listeners: list[Callable[[str, Any], None]] = []
 
@@ -233,7 +234,7 @@ class Daemon:
                 await self._loop()
             finally:
                 await self._shutdown(loop)
-            return EXIT_OK
+            return EXIT_STORE_DAMAGED if self._damaged else EXIT_OK
         finally:
             heartbeat.cancel()
 
@@ -433,6 +434,14 @@ class Daemon:
             last_tick = loop.time()
             try:
                 events = await self.io(self._tick_events, what="tick")
+            except StoreDamaged as exc:
+                # Damage met while running (a page the start's check read whole): stop, as a
+                # start would refuse -- the workers meet it too, and stop claiming.
+                log.critical("Stopping: %s", exc, extra=journal(
+                    MessageId.STORE_DAMAGED, STORE=safe_url(self.config.store), PROBLEM=exc))
+                self._set_status(f"stopping on a damaged store: {exc}")
+                self._damaged = True
+                break
             except FlexiqdError as exc:
                 log.error("Tick failed, holding every pool: %s", exc)
                 events = []

@@ -3,14 +3,17 @@ and the way to restore in its log, no worker started), and a worker runs nothing
 
 from __future__ import annotations
 
+import sqlite3
+
+import psutil
 import pytest
 
 import store_damage
 from flexiqd.daemon.service import EXIT_STORE_DAMAGED
 from flexiqd.worker.runtime import EXIT_DAMAGED
 
-from .conftest import read_marks
-from .test_daemon_process_fleet import start_daemon
+from .conftest import read_marks, wait_for
+from .test_daemon_process_fleet import start_daemon, worker_pids
 
 DAMAGES = {
     "a page of the jobs table": lambda path: store_damage.overwrite_page(path, store_damage.leaf_page(path, "jobs")),
@@ -75,3 +78,27 @@ def test_a_worker_refuses_a_damaged_store_and_one_whose_claim_meets_damage_stops
     assert opener.wait(timeout=60) == 65, workers.log_text(1)
     assert f"cannot start: the queue database {path} is damaged: " in workers.log_text(1)
     assert read_marks(workers.marks) == ({}, {}), "a job ran from the damaged store"
+
+
+def test_a_running_flexiqd_that_meets_damage_stops_with_65_and_stops_its_workers(tmp_path, store, app, workers):
+    app.close()
+    path = store[len("sqlite:///"):]
+    daemon, _, log = start_daemon(tmp_path, store, workers.marks)
+    try:
+        [worker] = wait_for(lambda: worker_pids(daemon.pid), 30, "the minimum worker")
+        # The counts page every tick reads, damaged in the file; then a commit by another
+        # process, after which every connection reads its pages from the file again.
+        store_damage.checkpoint(path)
+        store_damage.overwrite_page(path, store_damage.root_page(path, "counts"))
+        conn = sqlite3.connect(path, timeout=30)
+        conn.execute("INSERT INTO dependency_tat (dependency, tat) VALUES ('poke', 0)")
+        conn.commit()
+        conn.close()
+        code = daemon.wait(timeout=60)
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+    text = log.read_text()
+    assert code == EXIT_STORE_DAMAGED, text
+    assert "Stopping: " in text and f"the queue database {path} met damage" in text
+    assert not psutil.pid_exists(worker), "the daemon left its worker running on the damaged store"
