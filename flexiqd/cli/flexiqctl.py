@@ -1,7 +1,7 @@
 """``flexiqctl``: watch and steer flexiqd over D-Bus (``org.flexiq.flexiqd1`` on the system bus).
 
 Reading (status, events, watch) is open to every user; changing (scale, unpin,
-pause, resume, drain, reload) takes root or membership of the ``flexiq`` group.
+pause, resume, drain, restart, reload) takes root or membership of the ``flexiq`` group.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ..busnames import (BUS_NAME, DBUS_INTERFACE, DBUS_NAME, DBUS_PATH, DEFAULT_
 from ..durations import format_duration
 from .argtypes import duration, whole_number
 from .live import LiveView
-from .render import render_event, render_schedules, render_status
+from .render import render_event, render_schedules, render_status, restart_progress
 
 EXIT_OK = 0
 EXIT_ERROR = 1        # the daemon refused or failed the request; its message is printed
@@ -31,6 +31,7 @@ EXIT_INTERRUPTED = 130
 
 CALL_TIMEOUT = 30.0      # seconds for one call; D-Bus's own default is 25s
 RELOAD_TIMEOUT = 30.0    # seconds for flexiqd to report a reload's outcome
+RESTART_POLL = 0.5       # seconds between reads of a restart's progress (restart --wait)
 MAX_UINT32 = 2**32 - 1
 
 START_HINT = "start it with: systemctl start flexiqd"
@@ -212,6 +213,53 @@ async def cmd_simple(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def cmd_restart(client: Client, args: argparse.Namespace) -> int:
+    [ident] = await client.call("Restart", "s", [args.pool])
+    if not args.wait:
+        _say(f"{args.pool}: restart requested: new workers replace the old ones in steps, each old one "
+             f"drained; follow it with: flexiqctl status")
+        return EXIT_OK
+    _say(f"{args.pool}: restart requested; waiting until every old worker is replaced.")
+    return await wait_for_restart(client, args.pool, ident, args.timeout)
+
+
+async def wait_for_restart(client: Client, pool: str, ident: int, timeout: float | None) -> int:
+    """Print the restart's progress as it changes until it is done (EXIT_OK) or failed, or until
+    ``timeout`` (CtlError).  A later restart of the pool stands for this one: it replaces these
+    old workers too.  A flexiqd that restarts meanwhile is waited for: it goes on with the restart."""
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    said = None
+    while True:
+        try:
+            document = await client.status()
+        except CtlError as exc:
+            if exc.code != EXIT_NOT_RUNNING:
+                raise
+            line = f"flexiqd is not answering ({exc}); still waiting"
+        else:
+            entry = document["pools"].get(pool)
+            if entry is None:
+                raise CtlError(f"{pool}: no such pool any more (the config was reloaded without it)")
+            restart = entry.get("restart")
+            if restart is not None and restart["id"] >= ident:
+                if restart["state"] == "done":
+                    _say(f"{pool}: restart {restart_progress(restart)}.")
+                    return EXIT_OK
+                if restart["state"] == "failed":
+                    raise CtlError(f"{pool}: restart failed: {restart['error']}; the old workers left keep running")
+                line = f"{pool}: restart {restart_progress(restart)}"
+            else:
+                line = f"{pool}: restart requested, the first step at the next tick"
+        if line != said:
+            _say(line)
+            said = line
+        if deadline is not None and loop.time() >= deadline:
+            raise CtlError(f"{pool}: the restart is not done after {format_duration(timeout)}; it goes on "
+                           f"(follow it with: flexiqctl status)")
+        await asyncio.sleep(RESTART_POLL)
+
+
 async def cmd_reload(client: Client, args: argparse.Namespace) -> int:
     outcome: asyncio.Future = asyncio.get_running_loop().create_future()
 
@@ -276,7 +324,7 @@ async def cmd_schedule(client: Client, args: argparse.Namespace) -> int:
 
 COMMANDS = {"status": cmd_status, "schedules": cmd_schedules, "schedule": cmd_schedule, "events": cmd_events, "scale": cmd_scale, "unpin": cmd_simple,
             "pause": cmd_simple, "resume": cmd_simple, "drain": cmd_simple, "clear-ceiling": cmd_simple,
-            "reload": cmd_reload,
+            "restart": cmd_restart, "reload": cmd_reload,
             "watch": cmd_watch}
 
 
@@ -326,6 +374,16 @@ def build_parser() -> argparse.ArgumentParser:
                                          "measured again")):
         commands.add_parser(name, help=text).add_argument("pool")
 
+    restart = commands.add_parser("restart", help="replace the pool's workers by new ones in steps (a deploy "
+                                                  "of new code), never below the pool's need; each old one drains")
+    restart.add_argument("pool")
+    restart.add_argument("--wait", action="store_true",
+                         help="print the progress and return once every old worker is replaced: exit 0 when "
+                              "done, 1 when it failed (or --timeout ran out)")
+    restart.add_argument("--timeout", type=_positive_duration, default=None, metavar="DURATION",
+                         help="with --wait, give up waiting after this long, e.g. 10m (the restart goes on; "
+                              "default: no limit)")
+
     commands.add_parser("reload", help="reload the config file (like systemctl reload flexiqd)")
 
     schedules = commands.add_parser("schedules", help="every schedule: next fire, last slot and its job, "
@@ -353,7 +411,10 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "restart" and args.timeout is not None and not args.wait:
+        parser.error("restart: --timeout is for --wait (without it, restart returns at once)")
     try:
         return asyncio.run(run(args))
     except CtlError as exc:

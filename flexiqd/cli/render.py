@@ -54,6 +54,33 @@ def _start_cost(cost: Mapping[str, Any] | None) -> str:
             + f", median of {cost['samples']} start{'s' if cost['samples'] != 1 else ''}")
 
 
+# A finished restart stays in the status table this long (the Status document keeps the last one).
+RESTART_SHOWN_FOR = 3600.0
+
+
+def restart_progress(restart: Mapping[str, Any]) -> str:
+    """A pool's restart in one line: ``replacing: 2 old serving, 1 old draining, 3 new ready, 1
+    starting (target 4, steps of 1); waiting for ...``, ``done at ...``, ``FAILED at ...: why``."""
+    state = restart["state"]
+    if state == "done":
+        return f"done at {_clock(restart['finished_at'])} (requested at {_clock(restart['requested_at'])})"
+    if state == "failed":
+        return (f"FAILED at {_clock(restart['finished_at'])}: {restart['error']}; the old workers left keep "
+                f"running")
+    if restart.get("old_serving") is None:
+        return f"{state}: requested at {_clock(restart['requested_at'])}, the first step at the next tick"
+    line = f"{state}: {restart['old_serving']} old serving"
+    if restart.get("old_draining"):
+        line += f", {restart['old_draining']} old draining"
+    line += f", {restart['new_ready']} new ready"
+    if restart.get("new_starting"):
+        line += f", {restart['new_starting']} starting"
+    line += f" (target {_count(restart.get('target'))}, steps of {_count(restart.get('step'))})"
+    if restart.get("waiting"):
+        line += f"; {restart['waiting']}"
+    return line
+
+
 def pool_rows(pool: Mapping[str, Any], now: float) -> list[tuple[str, str]]:
     """(label, value) rows of one pool's table."""
     workers = pool.get("workers")
@@ -74,6 +101,10 @@ def pool_rows(pool: Mapping[str, Any], now: float) -> list[tuple[str, str]]:
                                    f"{_clock(loop['since'])}, the last at {_clock(loop['last_at'])}: "
                                    f"{loop['last_error'] or 'how it ended is unknown'}; "
                                    f"no new worker before {_clock(loop['next_start_at'])}"))
+    restart = pool.get("restart")
+    if restart and (restart["state"] in ("replacing", "finishing")
+                    or now - (restart.get("finished_at") or 0) < RESTART_SHOWN_FOR):
+        rows.append(("restart", restart_progress(restart)))
     desired = f"{_count(pool.get('desired'))} (min {pool['min_workers']}, max {pool['max_workers']})"
     if pool.get("binding_cap"):
         desired += f", capped by {pool['binding_cap']}"

@@ -93,6 +93,10 @@ class ApiPort(Protocol):
     async def clear_ceiling(self, pool: str) -> None:
         """Forget the pool's measured ceiling: it is measured again."""
 
+    async def restart(self, pool: str) -> int:
+        """Replace every worker of ``pool`` started before now, in steps (daemon.restarts); the
+        request's id, as the Status document's ``restart.id`` shows it."""
+
     # The schedules (flexiqd.daemon.schedules): read by everyone, run/paused/resumed by root
     # and the flexiq group.  ControlError for a schedule not configured.
 
@@ -244,6 +248,12 @@ class DaemonPort:
 
     async def clear_ceiling(self, pool: str) -> None:
         await self._control("clear_ceiling", pool)
+
+    async def restart(self, pool: str) -> int:
+        controller = self._controller()
+        ident = await self._daemon.io(controller.restarts.request, pool, what=f"restarting pool {pool}")
+        self._daemon.wake()  # the first step now, not at the next tick
+        return ident
 
     async def schedules(self) -> dict[str, Any]:
         firer = self._daemon.schedules

@@ -50,6 +50,7 @@ from .intent import HistoryFile, IntentFile, SamplesFile
 from .operators import OperatorIntent
 from .overrides import is_stopping
 from .recovery import Recovery
+from .restarts import DONE, FAILED, REPLACING, Progress, Restarts, plan, policy_counts, surge
 from .retiring import Retiring
 from .room import StartRoom
 from .startcost import StartCost, StartCosts
@@ -82,6 +83,7 @@ class PoolView:
     stats_error: str | None = None       # why the stats could not be read (stats None)
     crash_loop: CrashLoop | None = None  # its workers keep failing (daemon.crashloop)
     app_problem: str | None = None       # why its workers could not run its app (flexiqd.apps), as last checked
+    restart: dict | None = None          # its last restart (daemon.restarts.Restarts.document)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,10 +99,12 @@ class _Seen:
     stats_errors: dict[str, str] = dataclasses.field(default_factory=dict)  # pool -> why its read failed
 
 
-def choose_victims(workers: Iterable[WorkerInfo], count: int, busy: dict[str, int]) -> list[WorkerInfo]:
-    """Whom to stop: workers still starting, then idle ones, then the newest."""
+def choose_victims(workers: Iterable[WorkerInfo], count: int, busy: dict[str, int],
+                   old: Callable[[WorkerInfo], bool] = lambda worker: False) -> list[WorkerInfo]:
+    """Whom to stop: workers still starting, then the ``old`` ones a restart replaces, then idle
+    ones, then the newest.  (A starting worker is no capacity yet: stopping it costs none.)"""
     def order(worker: WorkerInfo) -> tuple:
-        return (worker.state is not WorkerState.STARTING, busy.get(worker.instance, 0) > 0,
+        return (worker.state is not WorkerState.STARTING, not old(worker), busy.get(worker.instance, 0) > 0,
                 -(worker.started_at or float("inf")), -worker.index)
     return sorted(workers, key=order)[:max(0, count)]
 
@@ -172,6 +176,8 @@ class Controller:
         self._fleet_report: dict = {"pools": {}}
         self.recovery = Recovery(config, backend, fleet, host=self.host, pid_alive=pid_alive, doing=self._doing)
         self.retiring = Retiring(fleet)
+        #: The pools' restarts (``flexiqctl restart``); the daemon replaces it by one kept in a file.
+        self.restarts = Restarts(config.pools)
         self.operators = OperatorIntent(config.pools, fleet, clock=clock, file=intent, paused_path=paused_path,
                                         retiring=self.retiring)
         histories, costs = self.history_file.load()
@@ -196,6 +202,7 @@ class Controller:
         self.start_costs.forget_pools(config.pools)
         self.recovery.reconfigure(config)
         self.operators.reconfigure(config.pools)
+        self.restarts.reconfigure(config.pools)
         self.activity = "configuring the running workers"
         try:
             self.fleet.configure(p.worker_spec(config.store) for p in config.pools.values())
@@ -220,7 +227,7 @@ class Controller:
         seen = self._observe(now)
         if seen is None:
             return {}
-        decisions = self.decide_and_steer(seen.observations, now, seen.stopping)
+        decisions = self.decide_and_steer(self._as_policy_sees(seen.observations), now, seen.stopping)
         self._apply(decisions, seen, now)
         self._record(decisions, seen, now)
         return decisions
@@ -274,6 +281,17 @@ class Controller:
         stopping = {name: _count(mine, WorkerState.DRAINING) for name, mine in by_pool.items()}
         return _Seen(observations=observations, workers=dict(by_pool), busy=busy, failed=failed, stats=stats,
                      stopping=stopping, stats_errors=errors)
+
+    def _as_policy_sees(self, observations: dict[str, Observation]) -> dict[str, Observation]:
+        """The observations with each restarting pool seen at most at its target: the restart's
+        replacements above it are not a count for the policy to scale in (daemon.restarts)."""
+        seen = dict(observations)
+        for name, obs in observations.items():
+            request = self.restarts.active(name)
+            if request is not None:
+                active, starting = policy_counts(obs.active, obs.starting, request.target)
+                seen[name] = dataclasses.replace(obs, active=active, starting=starting)
+        return seen
 
     def _check_disk(self) -> None:
         """A SQLite store's disk, full or mounted read-only: said in the status and, when it
@@ -519,10 +537,15 @@ class Controller:
                 if decision.desired > decision.current:
                     self._grow(pool, workers, decision.desired - decision.current, seen, now, room)
                 else:
-                    self._shrink(workers, decision.current - decision.desired, seen.busy, retire=not drained)
+                    self._shrink(workers, decision.current - decision.desired, seen.busy, retire=not drained,
+                                 old=self._old_for(pool.name))
             except FleetError as exc:
                 log.error("Pool %s: could not apply %d -> %d: %s", pool.name, decision.current,
                           decision.desired, exc)
+        try:
+            self._restart_step(pool, decision, seen, now, room)
+        except FleetError as exc:
+            log.error("Pool %s: could not take the restart's next step (retried next tick): %s", pool.name, exc)
         try:
             # After the resize: a worker taken back this tick is not stopped.
             if drained:
@@ -538,9 +561,17 @@ class Controller:
         """Take retiring workers back first (they are ready now, and no job waits on a start),
         then start new units for the rest -- as many as the live workers leave room for (a
         stopping worker counts until it has exited); the others at the next ticks."""
-        count -= self.retiring.take_back(workers, count, seen.busy)
+        # An old worker a restart replaces is not taken back: it runs the previous code.
+        old = self._old_for(pool.name)
+        count -= self.retiring.take_back([w for w in workers if not old(w)], count, seen.busy)
         if count <= 0:
             return
+        self._start(pool, workers, count, seen, now, room)
+
+    def _start(self, pool: PoolConfig, workers: list[WorkerInfo], count: int, seen: _Seen, now: float,
+               room: StartRoom) -> str | None:
+        """Start up to ``count`` new units, as the crash-loop backoff and the room allow; what held
+        any back, in words (None: nothing)."""
         loop = self.crash_loops.loop(pool.name, now)
         if loop is not None and now < loop.next_start_at:
             if self._backoff_said.get(pool.name) != loop.last_at:  # once per failure, not per tick
@@ -548,31 +579,86 @@ class Controller:
                 log.info("Pool %s: no new worker for %.0fs: %d workers failed within %.0fs, the last %s.",
                          pool.name, loop.next_start_at - now, loop.failures, CRASH_WINDOW,
                          loop.last_error or "ended in a way systemd did not record")
-            return
+            return f"its workers keep failing: no new worker for {loop.next_start_at - now:.0f}s"
         allowed = room.allow(pool.name, count)
+        held = None
         if allowed.held:
             log.info("%s", allowed.sentence(pool.name))
+            held = f"no room for a new worker: {allowed.limit}"
             if allowed.stopping:
                 self.waiting_for_stopping.add(pool.name)
         count = allowed.allowed
         if count <= 0:
-            return
+            return held
         room.started(pool.name, count)
         indices = free_indices({w.index for w in workers}, count)
         self.fleet.start(pool.worker_spec(self.config.store), indices)
         metrics = seen.observations[pool.name].metrics
         if metrics is not None and metrics.runnable_depth > 0:
             self.start_costs.started(pool.name, [instance_name(pool.name, i) for i in indices], now)
+        return held
+
+    def _old_for(self, pool: str) -> Callable[[WorkerInfo], bool]:
+        """Which of the pool's workers its restart in progress replaces (none without one)."""
+        request = self.restarts.active(pool)
+        if request is None:
+            return lambda worker: False
+        return lambda worker: self.restarts.old(request, worker)
+
+    def _restart_step(self, pool: PoolConfig, decision: Decision, seen: _Seen, now: float, room: StartRoom) -> None:
+        """The pool's restart, one step (daemon.restarts): replacements started first, old workers
+        drained once the ready ones cover the target; failed when the replacements keep failing."""
+        request = self.restarts.active(pool.name)
+        # A tick that resized the pool changed what it observed: the step waits for the next one,
+        # which counts the workers as they are (a scale-in's victims are no capacity any more).
+        if request is None or decision.changed:
+            return
+        workers = seen.workers.get(pool.name, [])
+        target = decision.desired
+        self.restarts.update(pool.name, target=target)
+        seen_now = self.restarts.census(request, workers, self.retiring)
+        loop = self.crash_loops.loop(pool.name, now)
+        if loop is not None and loop.last_at >= request.requested_at:
+            error = (f"replacement workers keep failing ({loop.failures} within {CRASH_WINDOW:.0f}s, the last "
+                     f"{loop.last_error or 'ended in a way systemd did not record'})")
+            log.error("Pool %s: restart failed: %s; the %d old workers left keep running.", pool.name, error,
+                      seen_now.old_ready + seen_now.old_starting,
+                      extra=journal(MessageId.POOL_RESTART, POOL=pool.name, STATE=FAILED,
+                                    LAST_ERROR=loop.last_error))
+            self.restarts.progress[pool.name] = Progress(seen_now, surge(target))
+            self.restarts.update(pool.name, state=FAILED, error=error)
+            return
+        step = plan(seen_now, target)
+        waiting = None
+        old = self._old_for(pool.name)
+        if step.stop_starting:
+            self.fleet.stop([w for w in workers if w.state is WorkerState.STARTING and old(w)])
+        if step.stop_ready:
+            ready_old = [w for w in workers if w.state is WorkerState.ACTIVE and old(w) and w not in self.retiring]
+            log.info("Pool %s: restart: %d new workers ready, draining %d old ones.", pool.name,
+                     seen_now.new_ready, step.stop_ready)
+            self._shrink(ready_old, step.stop_ready, seen.busy)
+        if step.start:
+            held = self._start(pool, workers, step.start, seen, now, room)
+            waiting = f"held: {held}" if held else None
+        elif step.phase == REPLACING and seen_now.new_starting:
+            waiting = f"waiting for {seen_now.new_starting} new workers to become ready"
+        self.restarts.progress[pool.name] = Progress(seen_now, surge(target), waiting)
+        if step.phase != request.state:
+            if step.phase == DONE:
+                log.info("Pool %s: restart done: every worker was started after it was requested.", pool.name,
+                         extra=journal(MessageId.POOL_RESTART, POOL=pool.name, STATE=DONE))
+            self.restarts.update(pool.name, state=step.phase)
 
     def _shrink(self, workers: list[WorkerInfo], count: int, busy: dict[str, int] | None, *,
-                retire: bool = True) -> None:
+                retire: bool = True, old: Callable[[WorkerInfo], bool] = lambda worker: False) -> None:
         """Stop the victims that run nothing (starting or idle) now; pause the busy ones to retire
         once their jobs are done, so no job outlives a stop timeout.  Without a lease count
         (``busy`` None) every ready victim is treated as busy.  ``retire`` False: stop them all
         (each drains within its stop timeout)."""
         candidates = [w for w in workers if w.state in (WorkerState.ACTIVE, WorkerState.STARTING)
                       and w not in self.retiring]
-        victims = choose_victims(candidates, count, busy or {})
+        victims = choose_victims(candidates, count, busy or {}, old)
         # A worker with no pid cannot be told to pause: it is stopped as before.
         now_idle = [w for w in victims if not retire or w.state is WorkerState.STARTING or not w.pid
                     or (busy is not None and busy.get(w.instance, 0) == 0)]
@@ -620,7 +706,8 @@ class Controller:
                         decision=decision, stats=seen.stats[name], metrics=obs.metrics,
                         start_cost=self.start_costs.estimate(name), stats_error=seen.stats_errors.get(name),
                         line=self._line(name, decision, obs) if decision is not None else None,
-                        crash_loop=self.crash_loops.loop(name, now), app_problem=self.app_problems.get(name))
+                        crash_loop=self.crash_loops.loop(name, now), app_problem=self.app_problems.get(name),
+                        restart=self.restarts.document(name))
 
     def _count_failures(self, workers: list[WorkerInfo], now: float) -> None:
         """Count each failed worker (with how it ended) toward its pool's crash loop; say so when

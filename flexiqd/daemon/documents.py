@@ -43,6 +43,7 @@ def pool_document(name: str, config: "DaemonConfig", view: "PoolView | None",
         "stats_error": None,
         "crash_loop": None,
         "app_problem": None,
+        "restart": None,
         "utilisation": None,
         "decision": None,
         "ceiling": None,
@@ -66,6 +67,7 @@ def pool_document(name: str, config: "DaemonConfig", view: "PoolView | None",
     document["stats_error"] = view.stats_error
     document["crash_loop"] = view.crash_loop.as_dict() if view.crash_loop is not None else None
     document["app_problem"] = view.app_problem
+    document["restart"] = view.restart
     metrics = view.metrics
     if metrics is not None:
         document["metrics"] = {

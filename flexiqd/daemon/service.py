@@ -40,6 +40,7 @@ from .declarations import publish_declarations
 from .events import EventLog
 from .hosts import HostHeartbeat
 from .schedules import ScheduleFirer
+from .restarts import RESTARTS_FILE, RestartFile, Restarts
 from .intent import HISTORY_FILE, INTENT_FILE, SAMPLES_FILE, HistoryFile, IntentFile, SamplesFile
 
 log = logging.getLogger(__name__)
@@ -253,11 +254,14 @@ class Daemon:
             events_path, intent_path = os.path.join(folder, EVENTS_FILE), os.path.join(folder, INTENT_FILE)
             history_path, samples_path = os.path.join(folder, HISTORY_FILE), os.path.join(folder, SAMPLES_FILE)
         events = EventLog(events_path)
+        restarts_path = os.path.join(folder, RESTARTS_FILE) if folder else None
         self.controller = await self.io(
             lambda: Controller(self.config, backend, self.fleet, events=events,
                                intent=IntentFile(intent_path), paused_path=self._published_path(PAUSED_FILE),
                                history=HistoryFile(history_path), samples=SamplesFile(samples_path)),
             what="adopting the workers")
+        # Before the first tick: a restart in progress goes on with the same old workers.
+        self.controller.restarts = Restarts(self.config.pools, file=RestartFile(restarts_path))
         # This host in the fleet: registered (and dead hosts' jobs rescued) before the first
         # tick, then beating on a thread of its own.
         self.hosts = HostHeartbeat(backend, self.controller.host, lambda: self.config.heartbeat,

@@ -27,7 +27,8 @@ UNKNOWN_COUNT = -1
 UNKNOWN = math.nan
 
 # Mutating members of a pool object and their input signatures: the credentials check covers exactly these.
-POOL_MUTATING = {"Scale": "ud", "Unpin": "", "Pause": "", "Resume": "", "Drain": "", "ClearCeiling": ""}
+POOL_MUTATING = {"Scale": "ud", "Unpin": "", "Pause": "", "Resume": "", "Drain": "", "ClearCeiling": "",
+                 "Restart": ""}
 
 # Every property and its D-Bus type, in the order docs/dbus-api.md lists them.
 POOL_PROPERTIES = {
@@ -262,6 +263,10 @@ class PoolInterface(ServiceInterface):
 
     @method(name="ClearCeiling")
     def clear_ceiling(self):
+        raise _unchecked()
+
+    @method(name="Restart")
+    def restart(self) -> "t":
         raise _unchecked()
 
 

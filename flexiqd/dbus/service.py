@@ -6,7 +6,7 @@
 
 Read-only members about the pools and schedules (``Status``, ``Events``, ``History``,
 ``Schedules``, the properties) are for everyone; mutating ones (``Scale``, ``Unpin``, ``Pause``,
-``Resume``, ``Drain``, ``Reload``, on the manager and on each pool; ``RetryDead``,
+``Resume``, ``Drain``, ``Restart``, ``Reload``, on the manager and on each pool; ``RetryDead``,
 ``PurgeDead``; ``RunSchedule``, ``PauseSchedule``, ``ResumeSchedule``) and the reads of the jobs themselves (``Jobs``, ``Job``: their
 arguments and errors are data other local users cannot read from the store) for
 root and members of the ``flexiq`` group.  The bus policy
@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 # Members of the manager for root and the flexiq group, and their input signatures: the credentials
 # check covers exactly these.
 CHECKED = {"Scale": "sud", "Unpin": "s", "Pause": "s", "Resume": "s", "Drain": "s", "ClearCeiling": "s", "Reload": "",
+           "Restart": "s",
            "Jobs": "s", "Job": "t", "RetryDead": "sat", "PurgeDead": "sat",
            "RunSchedule": "s", "PauseSchedule": "s", "ResumeSchedule": "s"}
 
@@ -206,6 +207,10 @@ class ManagerInterface(ServiceInterface):
 
     @method(name="ClearCeiling")
     def clear_ceiling(self, pool: "s"):
+        raise _unchecked()
+
+    @method(name="Restart")
+    def restart(self, pool: "s") -> "t":
         raise _unchecked()
 
     @method(name="Reload")
@@ -456,6 +461,13 @@ class ApiService:
                 raise DBusError(ERROR_INVALID_ARGS, str(exc)) from None
             except FlexiqdError as exc:
                 raise DBusError(ERROR_FAILED, f"{member}: {exc}") from None
+        if member == "Restart":
+            try:
+                return "t", [await port.restart(args[0])]
+            except ControlError as exc:
+                raise DBusError(ERROR_INVALID_ARGS, str(exc)) from None
+            except FlexiqdError as exc:
+                raise DBusError(ERROR_FAILED, str(exc)) from None
         if member == "Scale":
             pool, workers, for_seconds = args
             if not math.isfinite(for_seconds):

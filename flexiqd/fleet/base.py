@@ -81,6 +81,10 @@ class WorkerInfo:
     #: Seconds from the start's beginning to ready (systemd's inactive-exit to
     #: active-enter, READY=1 for Type=notify, on the monotonic clock), when known.
     ready_after: float | None = None
+    #: When its current process was started, in seconds on CLOCK_MONOTONIC (systemd's
+    #: ExecMainStartTimestampMonotonic; ``time.monotonic()`` in this process), when known:
+    #: the code it runs is the code installed before then (see daemon.restarts).
+    launched: float | None = None
 
     @property
     def instance(self) -> str:

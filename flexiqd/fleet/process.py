@@ -37,6 +37,7 @@ class _Child:
     index: int
     proc: subprocess.Popen
     started_at: float
+    launched: float | None = None        # time.monotonic() at the spawn
     stop_deadline: float | None = None   # monotonic; set once asked to stop
     killed: bool = False
 
@@ -129,7 +130,7 @@ class ProcessFleet(Fleet):
         finally:
             if output:
                 output.close()
-        self._children[key] = _Child(spec, index, proc, time.time())
+        self._children[key] = _Child(spec, index, proc, time.time(), time.monotonic())
         self._failed.pop(key, None)
         log.info("Started worker %s (pid %d).", instance_name(*key), proc.pid)
         return proc.pid
@@ -160,7 +161,8 @@ class ProcessFleet(Fleet):
             code = child.proc.poll()
             if code is None:
                 state = WorkerState.DRAINING if child.draining else WorkerState.ACTIVE
-                workers.append(WorkerInfo(key[0], key[1], state, child.proc.pid, child.started_at))
+                workers.append(WorkerInfo(key[0], key[1], state, child.proc.pid, child.started_at,
+                                          launched=child.launched))
                 continue
             del self._children[key]
             # SIGTERM before its handler was in (a worker stopped while starting) is a clean

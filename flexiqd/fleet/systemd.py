@@ -213,6 +213,7 @@ class SystemdFleet(Fleet):
         self.paused_path = paused_path
         self.dropin_root = dropin_root
         self._timings: dict[tuple[str, int | None], float | None] = {}
+        self._launches: dict[tuple[str, int], float | None] = {}
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -226,19 +227,33 @@ class SystemdFleet(Fleet):
                 continue
             path = row[6]
             pid = started = None
-            ready_after = None
+            ready_after = launched = None
             try:
                 pid = int(self.systemd.unit_property(path, SERVICE, "MainPID", b"u")) or None
                 usec = int(self.systemd.unit_property(path, UNIT, "ActiveEnterTimestamp", b"t"))
                 started = usec / 1e6 if usec else None
                 ready_after = self._start_timing(name, path, pid, state)
+                launched = self._launch_time(name, path, pid)
             except FleetError:
                 pass  # the unit went away between the calls; list it without details
-            workers.append(WorkerInfo(parsed[0], parsed[1], state, pid, started, ready_after))
+            workers.append(WorkerInfo(parsed[0], parsed[1], state, pid, started, ready_after, launched))
         self._forget_pids(w.pid for w in workers if w.pid)
         seen = {(unit_name(w.pool, w.index), w.pid) for w in workers}
         self._timings = {key: value for key, value in self._timings.items() if key in seen}
+        self._launches = {key: value for key, value in self._launches.items() if key in seen}
         return workers
+
+    def _launch_time(self, name: str, path: bytes, pid: int | None) -> float | None:
+        """When the unit's main process ``pid`` was started (``ExecMainStartTimestampMonotonic``,
+        seconds): read once per process, it does not change while the process runs.  None before
+        the process exists (a start job still queued)."""
+        if pid is None:
+            return None
+        key = (name, pid)
+        if key not in self._launches:
+            usec = int(self.systemd.unit_property(path, SERVICE, "ExecMainStartTimestampMonotonic", b"t"))
+            self._launches[key] = usec / 1e6 if usec else None
+        return self._launches[key]
 
     def _start_timing(self, name: str, path: bytes, pid: int | None, state: WorkerState) -> float | None:
         """Seconds the unit's current run took to become ready, from systemd's own timestamps

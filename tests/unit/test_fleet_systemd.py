@@ -218,6 +218,8 @@ class TimedSystemd(RecordingSystemd):
         self.reads = 0
 
     def unit_property(self, path, interface, prop, signature):
+        if prop == "ExecMainStartTimestampMonotonic":
+            return 0  # read once per process too (the launch test below)
         if prop.endswith("TimestampMonotonic"):
             self.reads += 1
             exited, entered = self.stamps[path.decode()]
@@ -260,3 +262,32 @@ def test_how_a_worker_ended_is_told_from_its_units_last_main_process_only():
     assert exit_description(1, 75, "exit-code") == "exited with status 75"
     assert exit_description(3, 6, "core-dump") == "killed by SIGABRT (core dumped)"
     assert exit_description(0, 0, "success") is None
+
+
+class LaunchedSystemd(RecordingSystemd):
+    """Also answers ExecMainStartTimestampMonotonic (name -> usec), counting the reads."""
+
+    def __init__(self, units, launched):
+        super().__init__(units)
+        self.launched = launched
+        self.reads = 0
+
+    def unit_property(self, path, interface, prop, signature):
+        if prop == "ExecMainStartTimestampMonotonic":
+            self.reads += 1
+            return self.launched[path.decode()]
+        return super().unit_property(path, interface, prop, signature)
+
+
+def test_a_workers_launch_is_read_from_systemd_once_per_process_and_not_before_it_exists(tmp_path):
+    systemd = LaunchedSystemd({"flexiq-worker@p-1.service": ("active", "", 101),
+                               "flexiq-worker@p-2.service": ("inactive", "start", 0)},
+                              {"flexiq-worker@p-1.service": 5_250_000, "flexiq-worker@p-2.service": 0})
+    fleet = SystemdFleet(systemd, dropin_root=str(tmp_path))
+    launched = {w.instance: w.launched for w in fleet.list()}
+    assert launched == {"p-1": 5.25, "p-2": None}
+    fleet.list()
+    assert systemd.reads == 1
+    systemd.units["flexiq-worker@p-1.service"] = ("active", "", 202)   # restarted: a new process
+    systemd.launched["flexiq-worker@p-1.service"] = 9_000_000
+    assert {w.instance: w.launched for w in fleet.list()}["p-1"] == 9.0
