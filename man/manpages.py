@@ -430,7 +430,15 @@ which flexiqctl(1) uses.
         description="""
 `flexiqctl` talks to flexiqd(8) over the system bus (`org.flexiq.flexiqd1`). Every
 user may read the status and the scale events; changing anything (scale, unpin,
-pause, resume, drain, reload) takes root or membership of the `flexiq` group.
+pause, resume, drain, restart, reload) takes root or membership of the `flexiq` group.
+
+`flexiqctl restart POOL` deploys new code to a pool: a worker loads the application
+when it starts, so each worker started before the request is replaced by a new one.
+Replacements start first; an old worker is drained (it claims nothing new and finishes
+its jobs, as on a scale-in) only once the ready workers cover the pool's target without
+it. With `--wait` it prints the progress and exits 0 once no old worker is left, 1 when
+the restart failed (the replacements keep failing: the old workers left keep running)
+or `--timeout` ran out. A restart of flexiqd meanwhile does not stop it.
 """,
         sections=(
             ("EXAMPLES", """
@@ -439,6 +447,8 @@ pause, resume, drain, reload) takes root or membership of the `flexiq` group.
 - flexiqctl scale default 4 --for 10m: Hold the pool at four workers for ten minutes, then let the policy decide again.
 
 - flexiqctl events -f: The scale events so far, then new ones as they happen.
+
+- flexiqctl restart default --wait --timeout 15m: After installing a new version of the application: replace the pool's workers in steps, and wait until it is done.
 """),
             ("ENVIRONMENT", """
 - DBUS_SYSTEM_BUS_ADDRESS: The bus to use when `--bus-address` is not given.
