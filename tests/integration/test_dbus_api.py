@@ -479,7 +479,8 @@ def test_a_caller_neither_root_nor_in_group_flexiq_is_refused_by_the_daemon(addr
     line = one_line_error(result)
     assert "permission denied" in line and "member of the flexiq group" in line
     for member, args in (("Scale", ["string:default", "uint32:2", "double:0"]), ("Pause", ["string:default"]),
-                         ("Drain", ["string:default"]), ("ClearCeiling", ["string:default"]), ("Reload", [])):
+                         ("Drain", ["string:default"]), ("ClearCeiling", ["string:default"]), ("Restart", ["string:default"]),
+                         ("Reload", [])):
         raw = dbus_send(address, member, *args, user=nobody)
         assert raw.returncode != 0
         # The daemon's own refusal: this bus has no policy that would refuse it.
@@ -494,6 +495,21 @@ def test_clear_ceiling_is_taken_for_a_pool_and_refused_for_an_unknown_one(addres
     assert "measured again" in result.stdout
     unknown = flexiqctl(address, "clear-ceiling", "nosuchpool")
     assert unknown.returncode == 1 and "nosuchpool" in one_line_error(unknown)
+
+
+def test_restart_wait_replaces_the_process_fleets_workers_and_exits_0(daemon, address):
+    before = set(daemon.workers())
+    assert before
+    result = flexiqctl(address, "restart", "default", "--wait", "--timeout", "50s")
+    assert result.returncode == 0, result.stderr
+    assert "default: restart requested" in result.stdout and "default: restart done at" in result.stdout
+    assert not before & set(daemon.workers()), "a worker started before the restart still runs"
+    restart = status(address)["pools"]["default"]["restart"]
+    assert restart["state"] == "done" and restart["old_serving"] == 0
+    unknown = flexiqctl(address, "restart", "nosuchpool")
+    assert unknown.returncode == 1 and "nosuchpool" in one_line_error(unknown)
+    usage = flexiqctl(address, "restart", "default", "--timeout", "5s")
+    assert usage.returncode == 2 and "--timeout is for --wait" in usage.stderr
 
 
 def test_a_member_of_group_flexiq_may_steer(address):

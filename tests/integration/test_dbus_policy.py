@@ -98,7 +98,7 @@ def test_everyone_else_is_refused_by_the_bus_itself(bus, daemon):
                          ("Unpin", ["string:default"]), ("Reload", []), ("Jobs", ["string:{}"]), ("Job", ["uint64:1"]),
                          ("RetryDead", ["string:", "array:uint64:"]), ("PurgeDead", ["string:", "array:uint64:"]),
                          ("RunSchedule", ["string:s"]), ("PauseSchedule", ["string:s"]),
-                         ("ResumeSchedule", ["string:s"])):
+                         ("ResumeSchedule", ["string:s"]), ("Restart", ["string:default"])):
         result = dbus_send(bus.address, member, *args, user=nobody)
         assert "org.freedesktop.DBus.Error.AccessDenied" in result.stderr, result.stderr
         # dbus-daemon's wording, not flexiqd's: the call never reached the daemon.
@@ -146,7 +146,7 @@ def test_everyone_may_read_the_pool_objects_and_only_operators_may_steer_them(bu
         assert result.returncode == 0, f"{interface}.{member}: {result.stderr}"
     assert POOL_PATH in dbus_send(bus.address, "GetManagedObjects", interface="org.freedesktop.DBus.ObjectManager",
                                   user=nobody).stdout
-    for member, args in (("Scale", ["uint32:2", "double:0"]), ("Pause", []), ("Drain", [])):
+    for member, args in (("Scale", ["uint32:2", "double:0"]), ("Pause", []), ("Drain", []), ("Restart", [])):
         refused = dbus_send(bus.address, member, *args, interface=POOL_INTERFACE, path=POOL_PATH, user=nobody)
         assert "Rejected send message" in refused.stderr and f'member="{member}"' in refused.stderr, refused.stderr
     assert status(bus.address)["pools"]["default"]["pinned"] is None

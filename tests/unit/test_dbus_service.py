@@ -74,6 +74,10 @@ class FakePort:
     async def pause(self, pool):
         await self._request("pause", pool)
 
+    async def restart(self, pool):
+        await self._request("restart", pool)
+        return 1_700_000_000_000_000
+
     async def resume(self, pool):
         await self._request("resume", pool)
 
@@ -239,6 +243,8 @@ def test_status_and_events_are_the_ports_documents_as_json():
     (call(POOL_PATH, POOL_INTERFACE, "Unpin"), ("unpin", "default")),
     (call(OBJECT_PATH, INTERFACE, "ClearCeiling", "s", ["default"]), ("clear_ceiling", "default")),
     (call(POOL_PATH, POOL_INTERFACE, "ClearCeiling"), ("clear_ceiling", "default")),
+    (call(OBJECT_PATH, INTERFACE, "Restart", "s", ["default"]), ("restart", "default")),
+    (call(POOL_PATH, POOL_INTERFACE, "Restart"), ("restart", "default")),
 ])
 def test_root_and_the_operators_group_steer_through_the_port(message, expected):
     for uid, groups in ((0, ()), (1000, (27, OPERATORS))):
@@ -353,3 +359,13 @@ def test_a_reload_adds_and_removes_pool_objects_and_says_so():
     manager_changes = [body for path, iface, member, body in bus.signals
                        if path == OBJECT_PATH and member == "PropertiesChanged"]
     assert len(manager_changes) == 1 and manager_changes[0][1]["Pools"].value == ["images"]
+
+
+def test_restart_answers_the_requests_id():
+    port = FakePort("default")
+
+    async def scenario(service):
+        return await reply_to(service, call(POOL_PATH, POOL_INTERFACE, "Restart"))
+
+    reply = run(scenario, port, FakeBus())
+    assert reply.signature == "t" and reply.body == [1_700_000_000_000_000]
