@@ -213,11 +213,13 @@ class Worker:
         """Stop claiming new jobs; running ones go on.  Nothing is killed."""
         self._paused = True
         log.info("Worker %s paused: claiming no new jobs.", self.config.name)
+        self._last_status = 0.0  # STATUS= says "paused" at the loop's next turn, not a second later
         self._poke()
 
     def resume(self) -> None:
         self._paused = False
         log.info("Worker %s resumed claiming.", self.config.name)
+        self._last_status = 0.0
         self._poke()
 
     def _stop_requested(self) -> None:
