@@ -246,3 +246,66 @@ def test_follow_prints_from_the_signal_an_event_events_does_not_return(capsys):
     printed = json.loads(capsys.readouterr().out)
     assert (printed["seq"], printed["desired"], printed["rationale"]) == (4, 3, "")
     assert client.asked == [10]
+
+
+# -- restart --wait: follows the Status document's restart until it ends ---------------------------------
+
+def restart(ident: int, state: str, **fields) -> dict:
+    entry = {"id": ident, "state": state, "requested_at": NOW, "finished_at": None, "error": None, "target": 3,
+             "step": 1, "old_serving": 2, "old_draining": 1, "new_ready": 1, "new_starting": 1, "waiting": None}
+    entry.update(fields)
+    return entry
+
+
+class StatusClient:
+    """Answers Status from a script of documents (a CtlError in it is raised instead)."""
+
+    def __init__(self, *answers) -> None:
+        self.answers = list(answers)
+
+    async def status(self) -> dict:
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+@pytest.fixture
+def fast_poll(monkeypatch):
+    monkeypatch.setattr(flexiqctl, "RESTART_POLL", 0.0)
+
+
+def wait(client, ident=10, timeout=None) -> int:
+    import asyncio
+
+    return asyncio.run(flexiqctl.wait_for_restart(client, "default", ident, timeout))
+
+
+def test_restart_wait_prints_progress_waits_through_a_daemon_restart_and_exits_0_when_done(capsys, fast_poll):
+    not_running = flexiqctl.CtlError("flexiqd is not running", flexiqctl.EXIT_NOT_RUNNING)
+    client = StatusClient(document(restart=restart(9, "done", finished_at=NOW)),   # an earlier restart's
+                          document(restart=restart(10, "replacing")), not_running,
+                          document(restart=restart(10, "finishing", old_serving=0)),
+                          document(restart=restart(10, "done", finished_at=NOW + 5, old_serving=0, old_draining=0)))
+    assert wait(client) == flexiqctl.EXIT_OK
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "default: restart requested, the first step at the next tick"
+    assert lines[1] == ("default: restart replacing: 2 old serving, 1 old draining, 1 new ready, 1 starting "
+                        "(target 3, steps of 1)")
+    assert "still waiting" in lines[2] and lines[3].startswith("default: restart finishing: 0 old serving")
+    assert lines[4].startswith("default: restart done at ")
+
+
+def test_restart_wait_fails_with_the_reason_and_a_later_restart_stands_for_this_one(fast_poll):
+    failed = StatusClient(document(restart=restart(10, "failed", finished_at=NOW, error="replacement workers keep "
+                                                                                         "failing")))
+    with pytest.raises(flexiqctl.CtlError, match="restart failed: replacement workers keep failing; the old "
+                                                 "workers left keep running") as error:
+        wait(failed)
+    assert error.value.code == flexiqctl.EXIT_ERROR
+    assert wait(StatusClient(document(restart=restart(11, "done", finished_at=NOW)))) == flexiqctl.EXIT_OK
+
+
+def test_restart_wait_gives_up_at_its_timeout_and_says_the_restart_goes_on(fast_poll):
+    with pytest.raises(flexiqctl.CtlError, match="not done after 10ms; it goes on"):
+        wait(StatusClient(document(restart=restart(10, "replacing"))), timeout=0.01)
