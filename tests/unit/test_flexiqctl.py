@@ -309,3 +309,18 @@ def test_restart_wait_fails_with_the_reason_and_a_later_restart_stands_for_this_
 def test_restart_wait_gives_up_at_its_timeout_and_says_the_restart_goes_on(fast_poll):
     with pytest.raises(flexiqctl.CtlError, match="not done after 10ms; it goes on"):
         wait(StatusClient(document(restart=restart(10, "replacing"))), timeout=0.01)
+
+
+def test_status_table_shows_a_restart_while_it_runs_and_for_an_hour_after_it_ended():
+    def row(entry, now=NOW):
+        text = render_status(dict(document(restart=entry), generated_at=now))
+        return [line.split(None, 1)[1] for line in text.splitlines() if line.strip().startswith("restart")]
+
+    assert row(restart(10, "replacing", waiting="held: no room for a new worker: max_workers=4")) == [
+        "replacing: 2 old serving, 1 old draining, 1 new ready, 1 starting (target 3, steps of 1); held: no room "
+        "for a new worker: max_workers=4"]
+    failed = restart(10, "failed", finished_at=NOW - 60, error="replacement workers keep failing (3 within 300s)")
+    assert row(failed)[0].startswith("FAILED at ") and row(failed)[0].endswith(
+        ": replacement workers keep failing (3 within 300s); the old workers left keep running")
+    assert row(restart(10, "done", finished_at=NOW - 3601)) == []
+    assert row(None) == []
