@@ -797,6 +797,10 @@ class Controller:
             if view.crash_loop is not None:
                 looping += (f" CRASH-LOOPING ({view.crash_loop.failures} workers failed: "
                            f"{view.crash_loop.last_error or 'unknown'})")
+            restart = view.restart
+            if restart is not None and restart["state"] in ("replacing", "finishing"):
+                left = (restart["old_serving"] or 0) + (restart["old_draining"] or 0)
+                looping += f" restarting ({left} old workers left)"
             parts.append(f"{view.pool} {running}/{view.max_workers}{looping} age "
                          f"{format_duration(metrics.oldest_runnable_age)} "
                          f"ttd {format_duration(metrics.time_to_drain)}")

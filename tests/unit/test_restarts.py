@@ -194,6 +194,8 @@ def test_the_controller_replaces_every_worker_never_below_the_target(backend):
     originals = set(pool.fleet.workers)
     pool.controller.restarts.request("p")
     samples = []
+    pool.tick()
+    assert "p 3/8 restarting (3 old workers left)" in pool.controller.status_line()
     for _ in range(30):
         pool.tick()
         samples.append(pool.ready())
@@ -201,6 +203,7 @@ def test_the_controller_replaces_every_worker_never_below_the_target(backend):
             break
     assert pool.controller.restarts.document("p")["state"] == DONE
     assert min(samples) >= 3, samples
+    assert "restarting" not in pool.controller.status_line()
     assert all(w.launched > 1000.0 for w in pool.fleet.workers.values())   # all new
     assert len(pool.fleet.workers) == 3                                    # and no more than needed
     assert set(pool.fleet.stopped) == originals                            # each old one drained
