@@ -609,11 +609,14 @@ class Controller:
         """The pool's restart, one step (daemon.restarts): replacements started first, old workers
         drained once the ready ones cover the target; failed when the replacements keep failing."""
         request = self.restarts.active(pool.name)
-        # A tick that resized the pool changed what it observed: the step waits for the next one,
-        # which counts the workers as they are (a scale-in's victims are no capacity any more).
-        if request is None or decision.changed:
+        if request is None:
             return
         workers = seen.workers.get(pool.name, [])
+        if decision.changed:
+            # The resize changed what the tick observed (a scale-in's victims serve no more, the
+            # starts are new workers): the step counts the pool's workers as they are now.
+            self.activity = f"listing the workers of pool {pool.name} again for its restart"
+            workers = [w for w in self.fleet.list() if w.pool == pool.name and w.state is not WorkerState.FAILED]
         target = decision.desired
         self.restarts.update(pool.name, target=target)
         seen_now = self.restarts.census(request, workers, self.retiring)

@@ -222,3 +222,32 @@ def test_replacements_that_keep_failing_fail_the_restart_and_the_old_workers_sta
     assert document["state"] == FAILED and "keep failing" in document["error"]
     assert pool.fleet.stopped == []          # no old worker was stopped
     assert pool.ready() == 3
+
+
+def test_the_pool_is_resized_during_a_restart_and_never_falls_below_its_target(backend):
+    pool = Pool(backend, 1000.0)
+    pool.tick()
+    pool.controller.restarts.request("p")
+    targets = {2: 5, 6: 2, 9: 4}   # pins at these ticks: up, down, up again
+    below = []
+    for tick in range(40):
+        if tick in targets:
+            pool.controller.pin("p", targets[tick], None)
+        decision = pool.controller.tick()["p"]
+        pool.clock.now += 1
+        pool.mono += 1
+        # as the fleet stands right after the tick, before anything becomes ready
+        ready = pool.ready()
+        if ready < min(decision.desired, decision.current):
+            below.append((tick, ready, decision.current, decision.desired))
+        for key, info in list(pool.fleet.workers.items()):
+            if info.state is WorkerState.DRAINING:
+                del pool.fleet.workers[key]
+            elif info.state is WorkerState.STARTING:
+                pool.fleet.workers[key] = dataclasses.replace(info, state=WorkerState.ACTIVE, launched=pool.mono)
+        if tick > 10 and pool.controller.restarts.document("p")["state"] == DONE:
+            break
+    assert pool.controller.restarts.document("p")["state"] == DONE
+    assert below == []
+    assert all(w.launched > 1000.0 for w in pool.fleet.workers.values())
+    assert len(pool.fleet.workers) == 4
