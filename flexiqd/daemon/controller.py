@@ -569,21 +569,22 @@ class Controller:
         self._start(pool, workers, count, seen, now, room)
 
     def _start(self, pool: PoolConfig, workers: list[WorkerInfo], count: int, seen: _Seen, now: float,
-               room: StartRoom) -> str | None:
+               room: StartRoom, *, say_held: bool = True) -> str | None:
         """Start up to ``count`` new units, as the crash-loop backoff and the room allow; what held
-        any back, in words (None: nothing)."""
+        any back, in words (None: nothing).  ``say_held`` False: the caller logs that itself."""
         loop = self.crash_loops.loop(pool.name, now)
         if loop is not None and now < loop.next_start_at:
-            if self._backoff_said.get(pool.name) != loop.last_at:  # once per failure, not per tick
+            if say_held and self._backoff_said.get(pool.name) != loop.last_at:  # once per failure, not per tick
                 self._backoff_said[pool.name] = loop.last_at
                 log.info("Pool %s: no new worker for %.0fs: %d workers failed within %.0fs, the last %s.",
                          pool.name, loop.next_start_at - now, loop.failures, CRASH_WINDOW,
                          loop.last_error or "ended in a way systemd did not record")
-            return f"its workers keep failing: no new worker for {loop.next_start_at - now:.0f}s"
+            return "its workers keep failing: new starts back off"
         allowed = room.allow(pool.name, count)
         held = None
         if allowed.held:
-            log.info("%s", allowed.sentence(pool.name))
+            if say_held:
+                log.info("%s", allowed.sentence(pool.name))
             held = f"no room for a new worker: {allowed.limit}"
             if allowed.stopping:
                 self.waiting_for_stopping.add(pool.name)
@@ -642,8 +643,11 @@ class Controller:
                      seen_now.new_ready, step.stop_ready)
             self._shrink(ready_old, step.stop_ready, seen.busy)
         if step.start:
-            held = self._start(pool, workers, step.start, seen, now, room)
+            held = self._start(pool, workers, step.start, seen, now, room, say_held=False)
             waiting = f"held: {held}" if held else None
+            before = self.restarts.progress.get(pool.name)
+            if held and (before is None or before.waiting != waiting):  # once, not every tick it holds
+                log.info("Pool %s: the restart's next step is %s.", pool.name, waiting)
         elif step.phase == REPLACING and seen_now.new_starting:
             waiting = f"waiting for {seen_now.new_starting} new workers to become ready"
         self.restarts.progress[pool.name] = Progress(seen_now, surge(target), waiting)

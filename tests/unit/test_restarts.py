@@ -4,6 +4,7 @@ controller following it against a fake fleet.  The real systemd: tests/system/te
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import pytest
 
@@ -251,3 +252,25 @@ def test_the_pool_is_resized_during_a_restart_and_never_falls_below_its_target(b
     assert below == []
     assert all(w.launched > 1000.0 for w in pool.fleet.workers.values())
     assert len(pool.fleet.workers) == 4
+
+
+def test_a_restart_without_room_for_a_step_waits_and_says_so_once(backend, caplog):
+    pool = Pool(backend, 1000.0)
+    pool.controller.pin("p", 3, None)
+    pool.controller.reconfigure(parse_config(POOL.replace("max_workers: 8", "max_workers: 3"), "test.yaml"))
+    pool.tick()
+    pool.controller.restarts.request("p")
+    caplog.set_level(logging.INFO, logger="flexiqd.daemon.controller")
+    caplog.clear()
+    for _ in range(5):
+        pool.tick()
+    document = pool.controller.restarts.document("p")
+    assert document["state"] == REPLACING and document["old_serving"] == 3
+    assert document["waiting"] == "held: no room for a new worker: max_workers=3"
+    assert caplog.text.count("the restart's next step is held") == 1
+    assert pool.fleet.stopped == [] and pool.ready() == 3
+    # Pinned one below, the restart goes on.
+    pool.controller.pin("p", 2, None)
+    for _ in range(20):
+        pool.tick()
+    assert pool.controller.restarts.document("p")["state"] == DONE
