@@ -138,6 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
     dead_purge.add_argument("--queue")
     dead_purge.add_argument("--older-than", type=_duration, default=0.0)
 
+    grants = commands.add_parser(
+        "producer-grants", help="print the SQL that lets a PostgreSQL role enqueue into the store, and nothing "
+                                "more (docs/security.md); run it as the store's owner")
+    grants.add_argument("role", help="the producer's role, e.g. web")
+    grants.add_argument("--schema", default="public", help="the store's schema (default: public)")
+
     worker = commands.add_parser("worker", help="run a worker in the foreground")
     worker.add_argument("--app", help="module:attribute of the application's Queue "
                                       "(default: the pool's, from the config file)")
@@ -248,6 +254,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _dependencies(args)
     if args.command in store_ops.COMMANDS:
         return store_ops.run(args)
+    if args.command == "producer-grants":
+        return _producer_grants(args)
     store = store_for_command(args.url)
     if store.note:
         print(f"flexiq: {store.note}", file=sys.stderr)
@@ -266,6 +274,19 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _dead_letter(backend, args)
     finally:
         backend.close()
+
+
+def _producer_grants(args: argparse.Namespace) -> int:
+    from ..queue.postgres_grants import producer_grants
+
+    try:
+        statements = producer_grants(args.role, args.schema)
+    except ValueError as exc:
+        raise FlexiqdError(str(exc)) from None
+    print(f"-- {args.role} may enqueue into the flexiqd store in schema {args.schema}, and nothing more.")
+    print("-- Run as the store's owner, once the daemon has created its tables.")
+    print("\n".join(statements))
+    return EXIT_OK
 
 
 def _worker(args: argparse.Namespace) -> int:
