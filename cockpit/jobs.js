@@ -1,5 +1,5 @@
 /*
- * The jobs (root and the group flexiq): search, one job's details (followed while it may
+ * The jobs (root and the group flexiq-admin): search, one job's details (followed while it may
  * still change), and the dead letters with retry and purge.  Other users get a note
  * instead: a job's arguments, result and errors are not theirs to read (docs/security.md).
  */

@@ -71,7 +71,7 @@ function render() {
     table.hidden = !list.length;
     $("#schedules-actions-head").hidden = !allowed;
     note.textContent = list.length
-        ? (allowed ? "" : "Run now, pause and resume are for root and members of the group flexiq.")
+        ? (allowed ? "" : "Run now, pause and resume are for root and members of the group flexiq-admin.")
         : "No schedules are configured (schedules: in the config, docs/schedules.md).";
     const body = $("tbody", table);
     body.replaceChildren();

@@ -1,7 +1,7 @@
 /*
  * Who may steer, and the controls that depend on it.
  *
- * The page asks Cockpit who the user is: root and members of the group flexiq may steer
+ * The page asks Cockpit who the user is: root and members of the group flexiq-admin may steer
  * (the bus policy's rule, units/org.flexiq.flexiqd1.conf).  That is a courtesy only: every
  * call goes to the bus as the user, and an AccessDenied reply is the final word.
  */
@@ -14,12 +14,12 @@ export function initAccess() {
     return cockpit.user().then(user => {
         state.user = user;
         const groups = user.groups || [];
-        if (user.id === 0 || groups.includes("flexiq")) {
+        if (user.id === 0 || groups.includes("flexiq-admin")) {
             setSteer(true, "");
         } else {
-            setSteer(false, "Steering, the jobs and their arguments are for root and members of the group flexiq; " +
+            setSteer(false, "Steering, the jobs and their arguments are for root and members of the group flexiq-admin; " +
                 "you are logged in as " + user.name + " (groups: " + (groups.join(", ") || "none") + "). " +
-                "An administrator can add you with: usermod -aG flexiq " + user.name + " (effective at your next login).");
+                "An administrator can add you with: usermod -aG flexiq-admin " + user.name + " (effective at your next login).");
         }
     }, () => setSteer(false, "Cockpit could not say who you are, so the controls stay off."));
 }
@@ -29,12 +29,12 @@ function setSteer(allowed, reason) {
     state.steer = {
         allowed, reason,
         short: allowed ? "" : reason.startsWith("flexiqd refused")
-            ? reason : "Disabled: steering and the jobs are for root and members of the group flexiq" + who + ".",
+            ? reason : "Disabled: steering and the jobs are for root and members of the group flexiq-admin" + who + ".",
     };
     const access = $("#access");
     if (allowed) {
         access.textContent = "You are " + (state.user ? state.user.name : "root") +
-            (state.user && state.user.id === 0 ? " (root)" : ", a member of the group flexiq") +
+            (state.user && state.user.id === 0 ? " (root)" : ", a member of the group flexiq-admin") +
             ": you may steer the pools and read the jobs.";
         access.className = "access allowed";
     } else {

@@ -41,8 +41,10 @@ DBUS_INTERFACE = "org.freedesktop.DBus"
 # Where the system bus listens when $DBUS_SYSTEM_BUS_ADDRESS is unset (as sd-bus and dbus-fast default).
 DEFAULT_SYSTEM_BUS = "unix:path=/run/dbus/system_bus_socket"
 
-# The group whose members may steer flexiqd (besides root).
-OPERATOR_GROUP = "flexiq"
+# The steering role: the group whose members may steer flexiqd and read the jobs over D-Bus
+# (besides root).  Not the group ``flexiq``, which the workers and the daemon share the queue
+# with and which job producers join to enqueue (docs/security.md).
+OPERATOR_GROUP = "flexiq-admin"
 
 # Error names the daemon replies with.
 ERROR_INVALID_ARGS = "org.flexiq.flexiqd1.Error.InvalidArgs"   # unknown pool, count out of range, ...

@@ -1,7 +1,7 @@
 """``flexiqctl``: watch and steer flexiqd over D-Bus (``org.flexiq.flexiqd1`` on the system bus).
 
 Reading (status, events, watch) is open to every user; changing (scale, unpin,
-pause, resume, drain, restart, reload) takes root or membership of the ``flexiq`` group.
+pause, resume, drain, restart, reload) takes root or membership of the ``flexiq-admin`` group.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ RESTART_POLL = 0.5       # seconds between reads of a restart's progress (restar
 MAX_UINT32 = 2**32 - 1
 
 START_HINT = "start it with: systemctl start flexiqd"
-ACCESS_HINT = "run flexiqctl as root or as a member of the flexiq group"
+ACCESS_HINT = "run flexiqctl as root or as a member of the flexiq-admin group"
 
 
 class CtlError(Exception):

@@ -60,7 +60,7 @@ class ApiPort(Protocol):
     async def history(self, pool: str, since: float) -> dict[str, Any]:
         """The pool's samples and scale events at or after ``since`` (docs/dbus-api.md, History)."""
 
-    # The jobs' own data (arguments, results, errors): for root and the flexiq group only, which
+    # The jobs' own data (arguments, results, errors): for root and the steering group only, which
     # the API checks before it asks.  ControlError for a bad query or an unknown job.
 
     async def jobs(self, query: JobQuery) -> dict[str, Any]:
@@ -98,7 +98,7 @@ class ApiPort(Protocol):
         request's id, as the Status document's ``restart.id`` shows it."""
 
     # The schedules (flexiqd.daemon.schedules): read by everyone, run/paused/resumed by root
-    # and the flexiq group.  ControlError for a schedule not configured.
+    # and the steering group.  ControlError for a schedule not configured.
 
     async def schedules(self) -> dict[str, Any]:
         """The Schedules document (documents.schedules_document)."""

@@ -2,8 +2,8 @@
 
 Pure: a query is checked here (``ControlError`` names the bad field), the store is
 asked by the caller, and the answers are JSON-able documents.  A job's payload,
-result and error are data other local users cannot read from the store, so only
-root and the ``flexiq`` group may make these calls (flexiqd/dbus/service.py checks).
+result and error are the producers' data, so only root and the steering group
+(``flexiq-admin``) may make these calls (flexiqd/dbus/service.py checks).
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ Read-only members about the pools and schedules (``Status``, ``Events``, ``Histo
 ``Schedules``, the properties) are for everyone; mutating ones (``Scale``, ``Unpin``, ``Pause``,
 ``Resume``, ``Drain``, ``Restart``, ``Reload``, on the manager and on each pool; ``RetryDead``,
 ``PurgeDead``; ``RunSchedule``, ``PauseSchedule``, ``ResumeSchedule``) and the reads of the jobs themselves (``Jobs``, ``Job``: their
-arguments and errors are data other local users cannot read from the store) for
-root and members of the ``flexiq`` group.  The bus policy
+arguments and errors) for root and members of the steering group ``flexiq-admin``
+(``OPERATOR_GROUP``); job producers, in group ``flexiq``, get nothing more than everyone.  The bus policy
 (``/usr/share/dbus-1/system.d/org.flexiq.flexiqd1.conf``) enforces that first; the
 daemon checks again with the caller's credentials as the bus reports them, so a
 missing or loosened policy file does not open them to every user.
@@ -51,7 +51,7 @@ from ..daemon.job_queries import parse_query
 log = logging.getLogger(__name__)
 
 
-# Members of the manager for root and the flexiq group, and their input signatures: the credentials
+# Members of the manager for root and the steering group, and their input signatures: the credentials
 # check covers exactly these.
 CHECKED = {"Scale": "sud", "Unpin": "s", "Pause": "s", "Resume": "s", "Drain": "s", "ClearCeiling": "s", "Reload": "",
            "Restart": "s",
@@ -70,7 +70,7 @@ def caller_allowed(uid: int, groups: Iterable[int], operator_gid: int | None) ->
 
 
 def operator_gid() -> int | None:
-    """The ``flexiq`` group's id, looked up on every call: the group may be created later."""
+    """The steering group's id, looked up on every call: the group may be created later."""
     try:
         return grp.getgrnam(OPERATOR_GROUP).gr_gid
     except KeyError:
@@ -78,7 +78,7 @@ def operator_gid() -> int | None:
 
 
 def checked_request(msg: Message, pools: PoolObjects) -> tuple[str, list[Any]] | None:
-    """(member, arguments as the manager takes them) of a call only root and the flexiq group may
+    """(member, arguments as the manager takes them) of a call only root and the steering group may
     make; None for any other message.
 
     A pool object's call gets its pool as first argument: ``Pause()`` on

@@ -14,6 +14,7 @@ import collections
 import os
 import random
 import sqlite3
+import stat
 import threading
 import time
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
@@ -700,7 +701,15 @@ class SQLiteDatabase(Database):
                 # Created here, not by SQLite (which uses 0644): 0666 less the umask lets the
                 # daemon and the workers share the file through their group (UMask=0007);
                 # the -wal and -shm files take the database file's mode.
-                os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+                try:
+                    if os.stat(directory).st_mode & stat.S_ISGID:
+                        # A shared folder (/var/lib/flexiq is set-group-ID): the file joined its
+                        # group and must be writable by it, whatever this process's umask (a
+                        # producer's is often 0022).
+                        os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) | 0o060)
+                finally:
+                    os.close(fd)
             except FileExistsError:
                 pass  # another process created it first
             except OSError as exc:

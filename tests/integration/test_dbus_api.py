@@ -29,6 +29,8 @@ import time
 import psutil
 import pytest
 
+from flexiqd.busnames import OPERATOR_GROUP
+
 from .conftest import REPO, wait_for
 
 BUS_NAME = "org.flexiq.flexiqd1"
@@ -85,17 +87,27 @@ def require_root_and_dbus() -> None:
         require(shutil.which(tool) is not None, f"needs {tool}")
 
 
-def operator_group() -> int:
-    """The gid of group flexiq, created (as the package's sysusers.d would) when missing."""
+def system_group(name: str) -> int:
+    """The gid of group ``name``, created (as the package's sysusers.d would) when missing."""
     try:
-        return grp.getgrnam("flexiq").gr_gid
+        return grp.getgrnam(name).gr_gid
     except KeyError:
         pass
-    result = subprocess.run(["groupadd", "--system", "flexiq"], capture_output=True, text=True)
+    result = subprocess.run(["groupadd", "--system", name], capture_output=True, text=True)
     try:
-        return grp.getgrnam("flexiq").gr_gid  # also when a concurrent run created it first
+        return grp.getgrnam(name).gr_gid  # also when a concurrent run created it first
     except KeyError:
-        pytest.fail(f"cannot create group flexiq: {result.stderr.strip()}")
+        pytest.fail(f"cannot create group {name}: {result.stderr.strip()}")
+
+
+def operator_group() -> int:
+    """The steering group's gid (flexiq-admin)."""
+    return system_group(OPERATOR_GROUP)
+
+
+def producer_group() -> int:
+    """Group flexiq's gid: the workers', and the job producers' who enqueue."""
+    return system_group("flexiq")
 
 
 def as_user(*, groups: list[int] | None = None) -> list[str]:
@@ -471,21 +483,23 @@ def test_reload_of_a_broken_file_is_reported_and_shown_in_status(daemon, address
     assert good.returncode == 0 and "reloaded" in good.stdout
 
 
-def test_a_caller_neither_root_nor_in_group_flexiq_is_refused_by_the_daemon(address):
-    nobody = as_user()
+@pytest.mark.parametrize("who", ["nobody", "producer"])
+def test_a_caller_neither_root_nor_in_the_steering_group_is_refused_by_the_daemon(address, who):
+    # A job producer (group flexiq, which shares the SQLite store) is no one special here.
+    nobody = as_user(groups=[producer_group()] if who == "producer" else None)
     assert flexiqctl(address, "status", user=nobody).returncode == 0  # reading is for everyone
     result = flexiqctl(address, "pause", "default", user=nobody)
     assert result.returncode == 1
     line = one_line_error(result)
-    assert "permission denied" in line and "member of the flexiq group" in line
+    assert "permission denied" in line and "member of the flexiq-admin group" in line
     for member, args in (("Scale", ["string:default", "uint32:2", "double:0"]), ("Pause", ["string:default"]),
                          ("Drain", ["string:default"]), ("ClearCeiling", ["string:default"]), ("Restart", ["string:default"]),
-                         ("Reload", [])):
+                         ("Reload", []), ("Jobs", ["string:{}"]), ("Job", ["uint64:1"])):
         raw = dbus_send(address, member, *args, user=nobody)
         assert raw.returncode != 0
         # The daemon's own refusal: this bus has no policy that would refuse it.
         assert "org.freedesktop.DBus.Error.AccessDenied" in raw.stderr, raw.stderr
-        assert f"{member} is for root and members of the flexiq group (caller uid {NOBODY})" in raw.stderr
+        assert f"{member} is for root and members of the flexiq-admin group (caller uid {NOBODY})" in raw.stderr
     assert status(address)["pools"]["default"]["paused"] is False
 
 
@@ -512,7 +526,7 @@ def test_restart_wait_replaces_the_process_fleets_workers_and_exits_0(daemon, ad
     assert usage.returncode == 2 and "--timeout is for --wait" in usage.stderr
 
 
-def test_a_member_of_group_flexiq_may_steer(address):
+def test_a_member_of_the_steering_group_may_steer(address):
     operator = as_user(groups=[operator_group()])
     result = flexiqctl(address, "scale", "default", "2", "--for", "30s", user=operator)
     assert result.returncode == 0, result.stderr
@@ -592,7 +606,7 @@ def test_history_gives_everyone_the_pools_samples_and_its_scale_events(daemon, a
     assert "org.flexiq.flexiqd1.Error.InvalidArgs" in unknown.stderr and "no pool 'nope'" in unknown.stderr
 
 
-def test_jobs_and_job_are_for_the_flexiq_group_only_and_page_through_the_store(daemon, address):
+def test_jobs_and_job_are_for_the_steering_group_only_and_page_through_the_store(daemon, address):
     from flexiqd.queue.types import NewJob
     from flexiqd.queue.url import open_backend
 
@@ -605,7 +619,7 @@ def test_jobs_and_job_are_for_the_flexiq_group_only_and_page_through_the_store(d
     query = json.dumps({"queue": "reports", "tenant": "acme", "limit": 2})
     refused = dbus_send(address, "Jobs", f"string:{query}", user=as_user())
     assert "org.freedesktop.DBus.Error.AccessDenied" in refused.stderr
-    assert "Jobs is for root and members of the flexiq group" in refused.stderr
+    assert "Jobs is for root and members of the flexiq-admin group" in refused.stderr
     assert "org.freedesktop.DBus.Error.AccessDenied" in dbus_send(address, "Job", f"uint64:{ids[0]}",
                                                                    user=as_user()).stderr
     operator = as_user(groups=[operator_group()])
@@ -658,7 +672,7 @@ def test_schedules_are_shown_to_everyone_and_run_paused_resumed_by_operators_onl
     assert "schedule nightly" in shown.stdout and "'0 3 * * *' in Europe/Berlin" in shown.stdout
     assert "next fire" in shown.stdout and "secret" not in shown.stdout   # the arguments are not everyone's
     refused = flexiqctl(address, "schedule", "run", "nightly", user=as_user())
-    assert refused.returncode == 1 and "root or as a member of the flexiq group" in one_line_error(refused)
+    assert refused.returncode == 1 and "root or as a member of the flexiq-admin group" in one_line_error(refused)
     operator = as_user(groups=[operator_group()])
     ran = flexiqctl(address, "schedule", "run", "nightly", user=operator)
     assert ran.returncode == 0, ran.stderr

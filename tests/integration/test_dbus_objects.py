@@ -166,7 +166,7 @@ def test_pool_methods_steer_and_properties_changed_follows_with_only_what_change
         assert refused.returncode != 0 and "Access denied" in refused.stderr
         # busctl shows only the error's name; dbus-send shows the daemon's own text.
         raw = dbus_send(address, "Pause", interface=POOL_INTERFACE, path=DEFAULT_POOL, user=as_user())
-        assert f"Pause is for root and members of the flexiq group (caller uid {NOBODY})" in raw.stderr
+        assert f"Pause is for root and members of the flexiq-admin group (caller uid {NOBODY})" in raw.stderr
         assert busctl(address, "call", BUS_NAME, DEFAULT_POOL, POOL_INTERFACE, "Pause").returncode == 0
         monitor.wait_for(lambda m: is_signal(m, DEFAULT_POOL, "PropertiesChanged")
                          and changed(m).get("Paused") is True, 20, "PropertiesChanged with Paused")

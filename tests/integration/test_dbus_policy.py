@@ -22,7 +22,7 @@ import pytest
 
 from .conftest import REPO
 from .test_dbus_api import (DaemonProcess, PrivateBus, as_user, dbus_send, flexiqctl, one_line_error,
-                           operator_group, require, require_root_and_dbus, status)
+                           operator_group, producer_group, require, require_root_and_dbus, status)
 
 SYSTEM_CONF = pathlib.Path("/usr/share/dbus-1/system.conf")
 POLICY = pathlib.Path(__file__).resolve().parents[2] / "units" / "org.flexiq.flexiqd1.conf"
@@ -50,7 +50,8 @@ def install_policy(directory: pathlib.Path) -> None:
 def bus():
     require_root_and_dbus()
     require(SYSTEM_CONF.exists(), f"needs {SYSTEM_CONF} (the dbus package's system bus config)")
-    operator_group()  # before the bus starts: it resolves group="flexiq" when it reads our file
+    operator_group()  # before the bus starts: it resolves group="flexiq-admin" when it reads our file
+    producer_group()
     private = PrivateBus(system_bus_config(), prepare=install_policy)
     yield private
     private.stop()
@@ -68,7 +69,7 @@ def test_the_bus_reads_the_policy_file_without_errors(bus):
     log = bus.log.read_text()
     assert "Encountered error" not in log, log
     assert POLICY.name not in log, log
-    assert 'Unknown group "flexiq"' not in log, log
+    assert "Unknown group" not in log, log
 
 
 def test_root_owns_the_name_and_calls_everything(bus, daemon):
@@ -91,14 +92,33 @@ def test_everyone_may_read(bus, daemon):
         assert result.returncode == 0, f"{interface}.{member}: {result.stderr}"
 
 
+# Every member only root and the steering group may call, with arguments that would be valid.
+CHECKED_CALLS = (("Scale", ["string:default", "uint32:2", "double:0"]), ("Pause", ["string:default"]),
+                 ("Unpin", ["string:default"]), ("Reload", []), ("Jobs", ["string:{}"]), ("Job", ["uint64:1"]),
+                 ("RetryDead", ["string:", "array:uint64:"]), ("PurgeDead", ["string:", "array:uint64:"]),
+                 ("RunSchedule", ["string:s"]), ("PauseSchedule", ["string:s"]),
+                 ("ResumeSchedule", ["string:s"]), ("Restart", ["string:default"]))
+
+
+def test_a_job_producer_in_group_flexiq_may_read_the_status_and_nothing_more(bus, daemon):
+    producer = as_user(groups=[producer_group()])
+    assert flexiqctl(bus.address, "status", user=producer).returncode == 0
+    for member, args in CHECKED_CALLS:
+        result = dbus_send(bus.address, member, *args, user=producer)
+        assert "Rejected send message" in result.stderr and f'member="{member}"' in result.stderr, result.stderr
+    refused = dbus_send(bus.address, "Pause", interface="org.flexiq.flexiqd1.Pool",
+                        path="/org/flexiq/flexiqd1/pool/default", user=producer)
+    assert "Rejected send message" in refused.stderr, refused.stderr
+    result = flexiqctl(bus.address, "pause", "default", user=producer)
+    assert result.returncode == 1
+    assert "root or as a member of the flexiq-admin group" in one_line_error(result)
+    assert status(bus.address)["pools"]["default"]["paused"] is False
+
+
 def test_everyone_else_is_refused_by_the_bus_itself(bus, daemon):
     nobody = as_user()
     # The jobs' own data too: their arguments and errors are not other users' to read.
-    for member, args in (("Scale", ["string:default", "uint32:2", "double:0"]), ("Pause", ["string:default"]),
-                         ("Unpin", ["string:default"]), ("Reload", []), ("Jobs", ["string:{}"]), ("Job", ["uint64:1"]),
-                         ("RetryDead", ["string:", "array:uint64:"]), ("PurgeDead", ["string:", "array:uint64:"]),
-                         ("RunSchedule", ["string:s"]), ("PauseSchedule", ["string:s"]),
-                         ("ResumeSchedule", ["string:s"]), ("Restart", ["string:default"])):
+    for member, args in CHECKED_CALLS:
         result = dbus_send(bus.address, member, *args, user=nobody)
         assert "org.freedesktop.DBus.Error.AccessDenied" in result.stderr, result.stderr
         # dbus-daemon's wording, not flexiqd's: the call never reached the daemon.
@@ -108,7 +128,7 @@ def test_everyone_else_is_refused_by_the_bus_itself(bus, daemon):
     assert "Rejected send message" in properties_set.stderr
     result = flexiqctl(bus.address, "scale", "default", "2", user=nobody)
     assert result.returncode == 1
-    assert "root or as a member of the flexiq group" in one_line_error(result)
+    assert "root or as a member of the flexiq-admin group" in one_line_error(result)
     assert status(bus.address)["pools"]["default"]["pinned"] is None
 
 
@@ -120,7 +140,7 @@ def test_only_root_may_own_the_name(bus, daemon):
     assert "not allowed to own the service" in result.stderr
 
 
-def test_a_member_of_group_flexiq_may_steer(bus, daemon):
+def test_a_member_of_the_steering_group_may_steer(bus, daemon):
     operator = as_user(groups=[operator_group()])
     result = flexiqctl(bus.address, "scale", "default", "2", "--for", "30s", user=operator)
     assert result.returncode == 0, result.stderr

@@ -51,7 +51,7 @@ PROVIDER_UP = f"{MARKS}/payments-up"   # cockpit_app.charge succeeds while it ex
 CARD = 'article.pool[data-pool="default"]'
 SCHEDULE = "heartbeat"   # fires every 3 s into the default pool's queue until the schedule test pauses it
 SCHEDULE_ROW = f'#schedules tr[data-schedule="{SCHEDULE}"]'
-NOT_A_MEMBER = "root and members of the group flexiq"
+NOT_A_MEMBER = "root and members of the group flexiq-admin"
 APP_PATH = REPO / "tests" / "system"
 
 CONFIG = f"""
@@ -157,7 +157,7 @@ def site(sandbox: Sandbox) -> Iterator[Site]:
         install(sandbox, CONFIG)
         install_page(sandbox)
         start_cockpit(sandbox)
-        add_user(sandbox, MEMBER, MEMBER_PASSWORD, ("flexiq",))
+        add_user(sandbox, MEMBER, MEMBER_PASSWORD, ("flexiq-admin",))
         add_user(sandbox, OUTSIDER, OUTSIDER_PASSWORD)
         sandbox.wait_for(lambda: workers(sandbox), 30, what="the first worker")
         with forwarded(sandbox) as forward:
@@ -366,7 +366,7 @@ def test_an_outsider_sees_the_schedule_and_no_button(site: Site, outsider: Cockp
     assert "fired: job #" in row or "skipped" in row, row
     assert not outsider.finds("#schedules button"), "a button for a user who may not steer"
     assert not outsider.find("#schedules-actions-head").is_displayed()
-    assert "root and members of the group flexiq" in outsider.text("#schedules-note")
+    assert "root and members of the group flexiq-admin" in outsider.text("#schedules-note")
 
 
 # -- live ------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ OPERATOR = ["setpriv", "--reuid=operator1", "--regid=operator1", "--init-groups"
 def flexiqd(sandbox: Sandbox) -> Sandbox:
     install(sandbox)
     sandbox.wait_for(lambda: len(workers(sandbox)) == 1, 30, what="the minimum worker unit")
-    sandbox.run("getent passwd operator1 >/dev/null || useradd --no-create-home --groups flexiq operator1")
+    sandbox.run("getent passwd operator1 >/dev/null || useradd --no-create-home --groups flexiq-admin operator1")
     yield sandbox
     sandbox.run(f"systemctl stop {DAEMON} 'flexiq-worker@*'; true", timeout=120)
 

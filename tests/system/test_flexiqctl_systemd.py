@@ -19,7 +19,7 @@ NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 def flexiqd(sandbox: Sandbox) -> Sandbox:
     install(sandbox)
     sandbox.wait_for(lambda: len(workers(sandbox)) == 1, 30, what="the minimum worker unit")
-    sandbox.run("getent passwd operator1 >/dev/null || useradd --no-create-home --groups flexiq operator1")
+    sandbox.run("getent passwd operator1 >/dev/null || useradd --no-create-home --groups flexiq-admin operator1")
     yield sandbox
     sandbox.run(f"systemctl stop {DAEMON} 'flexiq-worker@*'; true", timeout=120)
 
@@ -44,7 +44,7 @@ def test_status_json_for_root_and_for_an_unprivileged_user(flexiqd):
 def test_only_root_and_the_flexiq_group_may_steer(flexiqd):
     for command in (["scale", "default", "2", "--for", "5s"], ["pause", "default"]):
         denied = ctl(flexiqd, *command, as_user=NOBODY)
-        assert denied.returncode == 1 and "flexiq group" in denied.stderr, denied.stderr
+        assert denied.returncode == 1 and "flexiq-admin group" in denied.stderr, denied.stderr
     member = ["setpriv", "--reuid=operator1", "--regid=operator1", "--init-groups"]
     allowed = ctl(flexiqd, "scale", "default", "2", "--for", "3s", as_user=member)
     assert allowed.returncode == 0, allowed.stderr

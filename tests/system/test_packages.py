@@ -190,7 +190,8 @@ def test_install_pulls_only_debian_packages_and_starts_the_daemon(debian: Debian
     assert debian.systemctl("is-enabled", "flexiq-worker@.service", check=False).stdout.strip() == "static"
     assert debian.run(["getent", "passwd", "flexiq"]).stdout.startswith("flexiq:")
     assert debian.run(["getent", "group", "flexiq"]).stdout.startswith("flexiq:")
-    assert debian.run(["stat", "-c", "%U:%G %a", STATE]).stdout.split() == ["flexiq:flexiq", "1770"]
+    assert debian.run(["getent", "group", "flexiq-admin"]).stdout.startswith("flexiq-admin:")
+    assert debian.run(["stat", "-c", "%U:%G %a", STATE]).stdout.split() == ["flexiq:flexiq", "3770"]
     assert debian.run(["stat", "-c", "%U %a", DAEMON_STATE]).stdout.split() == ["root", "700"]
     conffiles = debian.run(["dpkg-query", "-W", "-f=${Conffiles}", "flexiqd"]).stdout
     assert CONFIG in conffiles

@@ -267,7 +267,7 @@ def test_anyone_else_is_refused_before_the_port_hears_of_it():
 
     replies = run(scenario, port, FakeBus(uid=1000, groups=(27,)))
     assert [r.error_name for r in replies] == [ERROR_ACCESS_DENIED] * 2
-    assert replies[0].body == ["Pause is for root and members of the flexiq group (caller uid 1000)"]
+    assert replies[0].body == ["Pause is for root and members of the flexiq-admin group (caller uid 1000)"]
     assert port.requests == []
 
 

@@ -141,7 +141,7 @@ def test_the_bus_address_comes_from_the_option_then_the_environment(monkeypatch)
 @pytest.mark.parametrize("name, code, words", [
     ("org.freedesktop.DBus.Error.ServiceUnknown", 3, "systemctl start flexiqd"),
     ("org.freedesktop.DBus.Error.NameHasNoOwner", 3, "systemctl start flexiqd"),
-    ("org.freedesktop.DBus.Error.AccessDenied", 1, "as root or as a member of the flexiq group"),
+    ("org.freedesktop.DBus.Error.AccessDenied", 1, "as root or as a member of the flexiq-admin group"),
     ("org.flexiq.flexiqd1.Error.InvalidArgs", 1, "the daemon's text"),
     ("org.freedesktop.DBus.Error.NoReply", 1, "did not answer"),
 ])

@@ -531,6 +531,27 @@ def test_a_new_database_is_group_writable_under_a_umask_of_0007(tmp_path):
     assert stat.S_IMODE(os.stat(tmp_path / "shared.db").st_mode) == 0o660
 
 
+@pytest.mark.parametrize("setgid, expected", [(True, 0o664), (False, 0o644)])
+def test_a_database_made_under_a_umask_of_0022_is_group_writable_in_a_set_group_id_folder(tmp_path, setgid,
+                                                                                        expected):
+    # A producer (umask 0022) may be the first to open the shared store in /var/lib/flexiq.
+    import os
+    import stat
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    if setgid:
+        shared.chmod(0o2770)
+    old = os.umask(0o022)
+    try:
+        backend = open_backend(url_of(shared / "queue.db"))
+        backend.enqueue([NewJob(task="t")], now=T0)
+        backend.close()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(shared / "queue.db").st_mode) == expected
+
+
 # -- schema versions -----------------------------------------------------------------------
 
 # The schema of version 1, as flexiqd 0.1.0 created it (git show a73bb31~1:flexiqd/queue/sqlite_schema.py).
