@@ -1,11 +1,13 @@
 """The privilege boundaries of docs/security.md, tried on a real system as each kind of user.
 
-Three users try every boundary inside the sandbox: root (who may do everything: it
-proves each probe can succeed), a member of the steering group ``flexiq`` and an
-unrelated user.  A probe is a real attempt -- open for writing, create a file,
-read -- never a look at mode bits, so a test fails when the boundary is open,
-whatever made it so.  Steering over D-Bus as flexiqctl does is covered in
-test_flexiqctl_systemd.py; here the bus is called directly, member by member.
+Four users try every boundary inside the sandbox: root (who may do everything: it
+proves each probe can succeed), a member of group ``flexiq`` (a job producer: it may
+write the queue), a member of the steering group ``flexiq-admin`` and an unrelated user.
+A probe is a real attempt -- open for writing, create a file, read -- never a look at
+mode bits, so a test fails when the boundary is open, whatever made it so.  Steering
+over D-Bus as flexiqctl does is covered in test_flexiqctl_systemd.py; here the bus is
+called directly, member by member; test_roles_systemd.py tries every steering member
+and the job reads as each role, on both stores.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ import pytest
 from .flexiqd_install import BIN, CONFIG, DAEMON, MARKS, flexiq, install, workers
 from .sandbox import Sandbox
 
-MEMBER = "steward"       # in group flexiq: may steer and enqueue
+MEMBER = "steward"       # in group flexiq: may enqueue (the group that can write the most)
+STEERER = "pilot"        # in group flexiq-admin: may steer over D-Bus
 OUTSIDER = "outsider"    # nothing to do with flexiqd
-USERS = ("root", MEMBER, OUTSIDER)
+USERS = ("root", MEMBER, STEERER, OUTSIDER)
 
 WORKER = "flexiq-worker@default-1.service"
 RUN_DIR = "/run/flexiqd"
@@ -88,6 +91,7 @@ def flexiqd(sandbox: Sandbox) -> Sandbox:
     install(sandbox)
     sandbox.wait_for(lambda: WORKER in workers(sandbox), 30, what="the first worker")
     sandbox.run(f"getent passwd {MEMBER} >/dev/null || useradd --no-create-home --groups flexiq {MEMBER}; "
+                f"getent passwd {STEERER} >/dev/null || useradd --no-create-home --groups flexiq-admin {STEERER}; "
                 f"getent passwd {OUTSIDER} >/dev/null || useradd --no-create-home {OUTSIDER}")
     yield sandbox
     sandbox.run(f"systemctl stop {DAEMON} 'flexiq-worker@*'; true", timeout=120)
@@ -95,7 +99,7 @@ def flexiqd(sandbox: Sandbox) -> Sandbox:
 
 # -- what a worker loads ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("who", ["root", MEMBER, OUTSIDER])
+@pytest.mark.parametrize("who", USERS)
 def test_only_root_writes_the_config_workers_load(flexiqd, who):
     # Workers import the pool's `app:` from the applied config: writing it is running code.
     assert can_open_for_writing(flexiqd, who, APPLIED) is (who == "root")
@@ -159,7 +163,7 @@ def test_only_root_and_the_workers_user_write_the_workers_home(flexiqd, who):
 def test_python_planted_where_the_group_can_write_is_not_run_by_a_worker(flexiqd):
     marker = f"{MARKS}/planted-code-ran"
     code = f"import os; os.close(os.open({marker!r}, os.O_CREAT | os.O_WRONLY, 0o666))\n"
-    # Every folder the steering group can write, the old HOME's user site included.
+    # Every folder group flexiq can write, the old HOME's user site included.
     user_site = f"{QUEUE_DIR}/.local/lib/python3.11/site-packages"
     assert attempt(flexiqd, MEMBER, 'mkdir -p "$1"', user_site)
     found = flexiqd.run([*as_user(MEMBER), "find", "/", "(", "-path", "/proc", "-o", "-path", "/sys", "-o",
@@ -178,7 +182,7 @@ def test_python_planted_where_the_group_can_write_is_not_run_by_a_worker(flexiqd
                          and flexiqd.unit_property(WORKER, "MainPID") != before, 30,
                          what="the restarted worker to be ready")
         assert flexiqd.run(["test", "-e", marker], check=False).returncode != 0, \
-            f"a worker ran code planted by the steering group in one of {planted}"
+            f"a worker ran code planted by group flexiq in one of {planted}"
         # The same plant does run in a Python that reads the old HOME's user site: the
         # test can see what it looks for.
         flexiqd.run([*as_user("flexiq"), "env", f"HOME={QUEUE_DIR}", "python3", "-c", "pass"])
@@ -204,15 +208,15 @@ def test_only_root_reaches_the_daemons_state(flexiqd, who):
 # -- the queue store: data for whoever may enqueue ----------------------------------------------
 
 @pytest.mark.parametrize("who", USERS)
-def test_root_and_the_steering_group_may_enqueue(flexiqd, who):
+def test_root_and_group_flexiq_may_enqueue(flexiqd, who):
     store = f"{QUEUE_DIR}/queue.db"
-    assert can_open_for_writing(flexiqd, who, store) is (who != OUTSIDER)
+    assert can_open_for_writing(flexiqd, who, store) is (who in ("root", MEMBER))
     enqueued = flexiqd.run([*as_user(who), str(BIN / "flexiq"), "--url", f"sqlite:///{store}",
                             "enqueue", "count", "0", "--count", "1"], check=False)
-    assert (enqueued.returncode == 0) is (who != OUTSIDER), enqueued.stderr
+    assert (enqueued.returncode == 0) is (who in ("root", MEMBER)), enqueued.stderr
 
 
-def test_the_steering_group_cannot_swap_the_queue_database(flexiqd):
+def test_group_flexiq_cannot_swap_the_queue_database(flexiqd):
     # flexiqd (root) opens the store by name: were it a link the group planted, root
     # would create or write the file it points at.
     for name in ("queue.db", "queue.db-wal", "queue.db-shm"):
@@ -349,9 +353,10 @@ def call(sbx: Sandbox, who: str, member: str, *args: str):
     return sbx.run([*as_user(who), *BUSCTL, member, *args], check=False)
 
 
+@pytest.mark.parametrize("who", [MEMBER, OUTSIDER])
 @pytest.mark.parametrize("member", sorted(MUTATING_CALLS))
-def test_an_unrelated_user_may_call_no_mutating_member(flexiqd, member):
-    refused = call(flexiqd, OUTSIDER, member, *MUTATING_CALLS[member])
+def test_neither_group_flexiq_nor_an_unrelated_user_may_call_a_mutating_member(flexiqd, member, who):
+    refused = call(flexiqd, who, member, *MUTATING_CALLS[member])
     assert refused.returncode != 0 and "Access denied" in refused.stderr, refused.stderr
 
 
@@ -360,7 +365,7 @@ def test_everyone_reads_the_status_and_the_steering_group_reloads(flexiqd, who):
     status = call(flexiqd, who, "Status")
     assert status.returncode == 0 and "default" in status.stdout, status.stderr
     reload = call(flexiqd, who, "Reload")
-    assert (reload.returncode == 0) is (who != OUTSIDER), reload.stderr
+    assert (reload.returncode == 0) is (who in ("root", STEERER)), reload.stderr
 
 
 def test_the_unit_sandboxing_holds_for_both_units(flexiqd):
