@@ -365,7 +365,7 @@ def _flexiqctl_parser() -> argparse.ArgumentParser:
 FILES_SECTION = """
 - /etc/flexiqd/flexiqd.yaml: The configuration, see flexiqd.yaml(5).
 
-- /var/lib/flexiq/queue.db: The SQLite job queue (the default `store`), shared by the daemon, its workers and the flexiq group; kept when the package is removed, deleted when it is purged.
+- /var/lib/flexiq/queue.db: The SQLite job queue (the default `store`), shared by the daemon, its workers and the flexiq group (job producers); kept when the package is removed, deleted when it is purged.
 
 - /var/lib/flexiqd/: The daemon's own state (the scale-event history, operator intent), root's alone; kept when the package is removed, deleted when it is purged.
 
@@ -430,7 +430,9 @@ which flexiqctl(1) uses.
         description="""
 `flexiqctl` talks to flexiqd(8) over the system bus (`org.flexiq.flexiqd1`). Every
 user may read the status and the scale events; changing anything (scale, unpin,
-pause, resume, drain, restart, reload) takes root or membership of the `flexiq` group.
+pause, resume, drain, restart, reload) and reading the jobs take root or membership of the
+`flexiq-admin` group (docs/security.md); group `flexiq`, which job producers join to
+enqueue, gives nothing more here than everyone has.
 
 `flexiqctl restart POOL` deploys new code to a pool: a worker loads the application
 when it starts, so each worker started before the request is replaced by a new one.

@@ -262,3 +262,38 @@ def test_a_producer_role_cannot_read_claim_cancel_or_purge_on_postgresql(postgre
                                 f"postgresql://flexiq@127.0.0.1:5432/{DATABASE}?password_file={PG_SECRET}",
                                 "jobs", "show", job_id, "--json"]).stdout)
     assert shown["state"] == "queued"
+
+
+# -- upgrading: the package's first creation of the steering group ---------------------------------
+
+POSTINST = BIN.parents[1] / "debian" / "flexiqd.postinst"
+
+
+def test_the_first_creation_of_flexiq_admin_adds_group_flexiqs_members_to_it_once(roles):
+    """An upgrade from a version where group flexiq steered: its members keep steering, and a
+    member taken out afterwards is not put back by a later upgrade."""
+    sbx = roles
+    before = sbx.run("getent group flexiq-admin | cut -d: -f4").stdout.strip()
+    # The package's postinst, with what debhelper puts in its place: sysusers.d creating the groups.
+    sbx.write_file("/run/flexiqd-postinst", POSTINST.read_text().replace(
+        "#DEBHELPER#", "systemd-sysusers /etc/sysusers.d/flexiqd.conf"), mode=0o755)
+    try:
+        sbx.run("groupdel flexiq-admin; "
+                "getent passwd oldop >/dev/null || useradd --no-create-home --groups flexiq oldop; "
+                "getent passwd oldweb >/dev/null || useradd --no-create-home --groups flexiq oldweb")
+        upgraded = sbx.run(["/run/flexiqd-postinst", "configure", "0.1.0"])
+        for user in ("oldop", "oldweb"):
+            assert "flexiq-admin" in sbx.run(["id", "-nG", user]).stdout.split(), user
+            assert user in upgraded.stderr
+        assert "gpasswd -d USER flexiq-admin" in upgraded.stderr
+        sbx.run(["gpasswd", "-d", "oldweb", "flexiq-admin"])
+        again = sbx.run(["/run/flexiqd-postinst", "configure", "0.1.0"])
+        assert "flexiq-admin" not in sbx.run(["id", "-nG", "oldweb"]).stdout.split()
+        assert "flexiq-admin" in sbx.run(["id", "-nG", "oldop"]).stdout.split()
+        assert "flexiq-admin" not in again.stderr
+    finally:
+        # The group as it was, and the bus policy resolving its new gid.
+        sbx.run("getent group flexiq-admin >/dev/null || groupadd --system flexiq-admin; "
+                f"gpasswd -M '{before}' flexiq-admin; userdel oldop; userdel oldweb; "
+                "rm -f /run/flexiqd-postinst; systemctl reload dbus", check=False)
+    assert sbx.run("getent group flexiq-admin | cut -d: -f4").stdout.strip() == before
