@@ -3,13 +3,20 @@
 A producer (a web application) adds jobs; it must not claim, settle, delete or read
 other jobs' arguments and results.  An enqueue (``Store.enqueue``) touches exactly:
 
-- ``flexiq_schema``: the version check every process makes when it opens the store;
+- ``flexiq_schema`` and ``flexiq_schema_steps``: the schema check every process makes when
+  it opens the store; and, while a contract step waits for older hosts to go, the
+  beats of ``flexiq_hosts`` (``last_beat``, ``interval``, ``report``: no job data);
+- ``flexiq_task_declarations``: an enqueue by name takes the task's queue, priority,
+  attempts and timeout from there (SELECT);
 - ``flexiq_jobs``: INSERT, the id from its identity sequence, and SELECT on the three
   columns an idempotency key's conflict is resolved with (``id``, ``idempotency_key``,
   ``state``) -- never ``payload``, ``result`` or ``error``;
 - ``flexiq_count_changes`` (written by the insert trigger, which runs as the caller) and
   ``flexiq_rate_changes`` (the arrivals): INSERT only;
 - ``pg_notify``, which needs no privilege.
+
+The SQL function ``flexiq_enqueue`` runs with its caller's privileges (and PostgreSQL lets
+every role execute a function unless told otherwise), so these grants serve it too.
 
 ``tests/integration/test_postgres_producer_role.py`` enqueues as a role with exactly
 these grants, and checks that it can do nothing else.  A schema change that makes an
@@ -25,6 +32,9 @@ _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_$]*$")
 # (privilege, object kind, object) in the order they are granted.
 PRODUCER_PRIVILEGES: tuple[tuple[str, str, str], ...] = (
     ("SELECT", "TABLE", "flexiq_schema"),
+    ("SELECT", "TABLE", "flexiq_schema_steps"),
+    ("SELECT (last_beat, interval, report)", "TABLE", "flexiq_hosts"),
+    ("SELECT", "TABLE", "flexiq_task_declarations"),
     ("INSERT", "TABLE", "flexiq_jobs"),
     ("SELECT (id, idempotency_key, state)", "TABLE", "flexiq_jobs"),
     ("USAGE", "SEQUENCE", "flexiq_jobs_id_seq"),

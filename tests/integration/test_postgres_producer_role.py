@@ -18,6 +18,7 @@ import pytest
 from flexiqd import Queue
 from flexiqd.errors import FlexiqdError
 from flexiqd.queue import ClaimRequest, JobState, NewJob, open_backend
+from flexiqd.queue.declarations import TaskDeclaration
 
 from .conftest import REPO
 
@@ -88,6 +89,23 @@ def test_the_producer_enqueues_through_the_api_and_the_cli(store):
         # What a producer enqueued is claimable by the owner (the workers).
         claimed = owner.claim(ClaimRequest("w1", ("mail",), 10), now=time.time())
         assert len(claimed) == 4
+    finally:
+        owner.close()
+
+
+def test_the_producer_enqueues_with_the_sql_function_in_its_own_transaction(pg_server, store):
+    owner_url, _, _, _ = store
+    owner = open_backend(owner_url)
+    try:
+        owner.declare_tasks([TaskDeclaration("mail.send", queue="mail", priority=5, max_attempts=7, timeout=30.0)],
+                            by="test", now=time.time())
+    finally:
+        owner.close()
+    [(job_id,)] = as_producer(pg_server, store, "SELECT flexiq_enqueue('mail.send', '[\"a@example.com\"]')")
+    owner = open_backend(owner_url)
+    try:
+        job = owner.get(job_id)
+        assert (job.queue, job.priority, job.max_attempts, job.payload["args"]) == ("mail", 5, 7, ["a@example.com"])
     finally:
         owner.close()
 
