@@ -367,7 +367,7 @@ FILES_SECTION = """
 
 - /var/lib/flexiq/queue.db: The SQLite job queue (the default `store`), shared by the daemon, its workers and the flexiq group (job producers); kept when the package is removed, deleted when it is purged.
 
-- /var/lib/flexiqd/: The daemon's own state (the scale-event history, operator intent), root's alone; kept when the package is removed, deleted when it is purged.
+- /var/lib/flexiqd/: The daemon's own state (the scale-event history, operator intent, the time of the last heartbeat it committed to a SQLite store), root's alone; kept when the package is removed, deleted when it is purged.
 
 - /var/lib/flexiq-worker/: The workers' home, the flexiq user's alone.
 
@@ -507,7 +507,7 @@ A damaged SQLite store is restored from a backup, not repaired in place.
 
 - Taking a backup: `flexiq backup FILE`, or `sqlite3 /var/lib/flexiq/queue.db ".backup FILE"` (Debian's sqlite3 package), makes a consistent copy while flexiqd and its workers run. Copying the file with cp(1) is no backup: it misses what the write-ahead log (queue.db-wal) holds.
 
-- Restoring: stop flexiqd and the workers (`systemctl stop flexiqd 'flexiq-worker@*'`), move queue.db, queue.db-wal and queue.db-shm aside, copy the backup to /var/lib/flexiq/queue.db with the owner, group and mode the old file had (group flexiq, mode 0660), run `flexiq check`, then `systemctl start flexiqd` (docs/operations.md). Jobs enqueued after the backup are not in it; jobs that finished after it are queued or running in it, and run again.
+- Restoring: stop flexiqd and the workers (`systemctl stop flexiqd 'flexiq-worker@*'`), move queue.db, queue.db-wal and queue.db-shm aside, copy the backup to /var/lib/flexiq/queue.db with the owner, group and mode the old file had (group flexiq, mode 0660), run `flexiq check`, then `systemctl start flexiqd` (docs/operations.md). Jobs enqueued after the backup are not in it; jobs that finished after it are queued or running in it, and run again. At its start on the restored file, flexiqd says in the journal that the store is older than it last saw it: expected after a restore.
 
 - A lost write-ahead log alone (`flexiq check` says wal-lost): the store without the transactions committed since its last checkpoint is whole. To go on with it rather than a backup, remove queue.db-shm while nothing runs on the store; those transactions are gone.
 """),

@@ -51,8 +51,10 @@ class HostHeartbeat:
 
     def __init__(self, backend: Backend, host: str, interval: Callable[[], float],
                  report: Callable[[], Mapping[str, Any]], *, clock: Callable[[], float] = time.time,
-                 capacities: Callable[[], Mapping[str, float]] = dict) -> None:
+                 capacities: Callable[[], Mapping[str, float]] = dict,
+                 on_beat: Callable[[float], None] | None = None) -> None:
         self.backend = backend
+        self._on_beat = on_beat  # told each beat's time once it is committed (store_mark)
         self.host = host
         self._interval = interval
         self._report = report
@@ -107,6 +109,8 @@ class HostHeartbeat:
         report = self._published(self._report())
         try:
             self.backend.heartbeat(self.host, now=now, interval=self._interval(), report=report)
+            if self._on_beat is not None:
+                self._on_beat(now)
             fleet = self.backend.hosts(now=now)
             rescued = self.backend.rescue_dead_hosts(now=now, exclude=(self.host,))
             busy = self._busy_dead_hosts(fleet)

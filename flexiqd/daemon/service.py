@@ -33,7 +33,7 @@ from ..queue.sqlite_check import Depth
 from ..queue.store_check import refuse_if_damaged
 from ..queue.url import open_backend, safe_url, sqlite_path
 from ..runtime_files import APPLIED_CONFIG, PAUSED_FILE, write_published
-from . import pacing
+from . import pacing, store_mark
 from .api_port import DaemonPort
 from .controller import Controller
 from .declarations import publish_declarations
@@ -264,8 +264,11 @@ class Daemon:
         self.controller.restarts = Restarts(self.config.pools, file=RestartFile(restarts_path))
         # This host in the fleet: registered (and dead hosts' jobs rescued) before the first
         # tick, then beating on a thread of its own.
+        on_beat = await self.io(self._compare_store_mark, backend, self.controller.host, folder,
+                                what="comparing the store with flexiqd's record of it")
         self.hosts = HostHeartbeat(backend, self.controller.host, lambda: self.config.heartbeat,
-                                   self.controller.fleet_report, capacities=self.controller.global_caps)
+                                   self.controller.fleet_report, capacities=self.controller.global_caps,
+                                   on_beat=on_beat)
         self.controller.fleet_grants = self.hosts.grants
         self.controller.fleet_peers = self.hosts.peers
         await self.io(self.hosts.beat, what="recording this host's heartbeat")
@@ -378,6 +381,36 @@ class Daemon:
             if delay != STORE_RETRY_FIRST:
                 log.info("Reached the store after %.1fs.", time.monotonic() - since)
             return backend
+
+    def _compare_store_mark(self, backend: Backend, host: str,
+                            folder: str | None) -> Callable[[float], None] | None:
+        """Say if the store is older than this daemon last saw it (``store_mark``); the writer of
+        the record for each beat, or None where none is kept.  On the I/O thread."""
+        store = self.config.store
+        if folder is None or not store_mark.marked_store(store):
+            return None
+        path = os.path.join(folder, store_mark.MARK_FILE)
+        try:
+            beats = {info.name: info.last_beat for info in backend.hosts(now=time.time())}
+        except FlexiqdError as exc:
+            log.warning("Cannot compare the store with flexiqd's record of it: %s", exc)
+            beats = None
+        if beats is not None:
+            older = store_mark.judge(store_mark.read_mark(path), store, host, beats.get(host))
+            if older is not None:
+                log.warning("%s: %s.", sqlite_path(store), older,
+                            extra=journal(MessageId.STORE_OLDER, STORE=safe_url(store), PROBLEM=older))
+        failed = []
+
+        def record(beat: float) -> None:  # on the heartbeat's thread
+            try:
+                store_mark.write_mark(path, store_mark.StoreMark(store=store, host=host, beat=beat))
+            except OSError as exc:
+                if not failed:  # once: the record is a help, not a duty
+                    log.warning("Cannot keep flexiqd's record of the store in %s: %s", path, exc.strerror)
+                failed.append(exc)
+
+        return record
 
     def _make_fleet(self, kind: str) -> Fleet:
         if kind == "process":

@@ -3,6 +3,9 @@ and the way to restore in its log, no worker started), and a worker runs nothing
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import sqlite3
 
 import psutil
@@ -102,3 +105,42 @@ def test_a_running_flexiqd_that_meets_damage_stops_with_65_and_stops_its_workers
     assert code == EXIT_STORE_DAMAGED, text
     assert "Stopping: " in text and f"the queue database {path} met damage" in text
     assert not psutil.pid_exists(worker), "the daemon left its worker running on the damaged store"
+
+
+def test_a_store_older_than_flexiqd_last_saw_it_is_said_at_start(tmp_path, store, app, workers):
+    """A log lost together with its -shm: no check of the files can tell, the daemon's own
+    record of its last heartbeat in the store can (docs/guarantees.md)."""
+    app.close()
+    path = store[len("sqlite:///"):]
+    daemon, _, log = start_daemon(tmp_path, store, workers.marks)
+    try:
+        wait_for(lambda: worker_pids(daemon.pid), 30, "the minimum worker")
+        store_damage.checkpoint(path)  # what the file holds from here on
+        mark = tmp_path / "store-mark.json"
+        first = wait_for(lambda: mark.exists() and json.loads(mark.read_text())["beat"], 10, "a beat recorded")
+        wait_for(lambda: json.loads(mark.read_text())["beat"] > first, 10, "a beat after the checkpoint")
+        for pid in [daemon.pid, *worker_pids(daemon.pid)]:
+            os.kill(pid, signal.SIGKILL)  # nothing copies the log into the file
+        daemon.wait(timeout=10)
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+    os.unlink(path + "-wal")
+    os.unlink(path + "-shm")
+    again, _, log = start_daemon(tmp_path, store, workers.marks)
+    try:
+        wait_for(lambda: "flexiqd ready" in log.read_text(), 30, "the daemon to start")
+        text = log.read_text()
+        assert "the queue database is older than flexiqd last saw it: its heartbeat of " in text, text
+        assert "is missing (its last at " in text and "flexiqd starts on it as it is" in text
+    finally:
+        again.send_signal(signal.SIGTERM)
+        again.wait(timeout=60)
+    # The next start finds the record and the store agreeing.
+    third, _, log = start_daemon(tmp_path, store, workers.marks)
+    try:
+        wait_for(lambda: "flexiqd ready" in log.read_text(), 30, "the daemon to start")
+        assert "older than flexiqd last saw it" not in log.read_text()
+    finally:
+        third.send_signal(signal.SIGTERM)
+        third.wait(timeout=60)
