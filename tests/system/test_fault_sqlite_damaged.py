@@ -72,8 +72,13 @@ def _refused(sbx: Sandbox, since: float, what: str) -> dict:
     check = _flexiq(sbx, "check")
     status = sbx.run(["systemctl", "status", "--no-pager", "-n", "5", DAEMON], check=False).stdout
     return {"what": what, "systemctl_status": status, "start_code": start.returncode,
-            "refused_after": round(refused_after, 2), "unit": shown, "journal": entries, "bus_served": bus.returncode == 0,
+            "refused_after": round(refused_after, 2), "unit": shown, "journal": entries,
+            "bus_served": bus.returncode == 0,
             "workers": workers(sbx), "check_code": check.returncode, "check": check.stdout + check.stderr}
+
+
+def _shown(seen: dict) -> str:
+    return json.dumps({k: v for k, v in seen.items() if k not in ("journal", "systemctl_status")}, indent=1)
 
 
 def _assert_refused(seen: dict, finding: str) -> None:
@@ -141,7 +146,7 @@ def test_a_damaged_sqlite_store_is_refused_with_the_reason_and_restored_from_a_b
     assert lost == "100"
     sbx.run([PYTHON, DAMAGE, "lose-wal", DB])
     first = _refused(sbx, began, "write-ahead log lost")
-    print("\nrefused:", json.dumps({k: v for k, v in first.items() if k not in ("journal", "systemctl_status")}, indent=1))
+    print("\nrefused:", _shown(first))
     _assert_refused(first, "its write-ahead log is gone while")
     assert "wal-lost" in first["check"]
 
@@ -168,6 +173,6 @@ def test_a_damaged_sqlite_store_is_refused_with_the_reason_and_restored_from_a_b
     sbx.run([PYTHON, DAMAGE, "page-of-jobs", DB])
     sbx.systemctl("reset-failed", DAEMON, check=False)
     second = _refused(sbx, since, "a page of the jobs table overwritten")
-    print("refused:", json.dumps({k: v for k, v in second.items() if k not in ("journal", "systemctl_status")}, indent=1))
+    print("refused:", _shown(second))
     _assert_refused(second, "quick_check")
     assert len(executions(sbx)) == runs_before, "a job ran from the damaged store"
