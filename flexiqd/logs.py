@@ -60,7 +60,7 @@ class MessageId:
     APP_PROBLEM = "d0c6a3e4b7e14f0c9a51c2f8e36b7d42"         # a pool's app would not run in its workers
     STORE_DAMAGED = "28cf40d5a02245e1ad3c3518b13dd467"       # the SQLite store is damaged: refused, restore it
     POOL_RESTART = "57e0f5819daa490a9b9a1e43c9667f0d"        # a pool's restart is requested, done or failed
-    STORE_OLDER = "c440b825c0c94062a5675263795abd1c"       # the SQLite store lacks commits flexiqd saw: lost, or restored
+    STORE_OLDER = "c440b825c0c94062a5675263795abd1c"         # the SQLite store lacks commits flexiqd saw: lost, or restored
 
 
 def journal(message_id: str, **fields: object) -> dict:
