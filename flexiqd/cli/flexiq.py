@@ -10,7 +10,7 @@ import time
 from typing import Any, Sequence
 
 from ..durations import format_duration
-from ..errors import FlexiqdError
+from ..errors import FlexiqdError, StoreUnavailable
 from . import store_ops
 from .argtypes import duration, whole_number
 from ..logs import setup_logging
@@ -18,7 +18,7 @@ from ..queue.declarations import DECLARED_OPTIONS, by_name, undeclared
 from ..queue.types import Job, JobState, Stats
 from ..config.model import DEFAULT_CONFIG_PATH
 from ..queue.url import DEFAULT_URL, URL_ENV, default_url, open_backend
-from .store_choice import CONFIG_ENV, store_for_command
+from .store_choice import CONFIG_ENV, opening_hint, store_for_command
 from ..settings_schema import AUTOSCALE_FIELDS, autoscale_default, listen_default, setting, show_default
 
 EXIT_OK = 0
@@ -261,7 +261,13 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(f"flexiq: {store.note}", file=sys.stderr)
     if args.command == "check":
         return _check(store.url, args)
-    backend = open_backend(store.url)
+    try:
+        backend = open_backend(store.url)
+    except StoreUnavailable as exc:
+        hint = opening_hint(store)
+        if hint is None:
+            raise
+        raise StoreUnavailable(f"{exc} {hint}") from None
     try:
         if args.command == "enqueue":
             return _enqueue(backend, args)

@@ -108,6 +108,16 @@ def _told(choice: StoreChoice) -> StoreChoice:
     return dataclasses.replace(choice, note=f"using the store {safe_url(choice.url)} (from {choice.source})")
 
 
+def opening_hint(choice: StoreChoice) -> str | None:
+    """What to add when the chosen store cannot be opened: a store taken from the daemon's
+    config may be reachable only as the daemon reaches it (a systemd credential, a password
+    file for root), and the user may not know that is where it came from."""
+    if choice.source in ("--url", "default"):
+        return None
+    return (f"(the store of {choice.source}; give --url, or ${URL_ENV}, to reach it another way, "
+            f"e.g. with a password_file or ~/.pgpass you can read)")
+
+
 def store_for_command(given: str | None, environ: Mapping[str, str] | None = None) -> StoreChoice:
     """``choose_store`` with the real environment and config file."""
     environ = os.environ if environ is None else environ

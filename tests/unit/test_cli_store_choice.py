@@ -158,3 +158,26 @@ def test_a_bad_store_in_the_config_is_one_line_on_stderr(tmp_path, monkeypatch, 
     assert main(["stats"]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"flexiq: {path}: store: must be a store URL") and len(err.splitlines()) == 1
+
+
+def test_a_configs_store_that_cannot_be_opened_says_where_it_came_from_and_how_else(tmp_path, monkeypatch,
+                                                                                   capsys):
+    # The daemon reaches it with a systemd credential; a shell has none.
+    path = tmp_path / "flexiqd.yaml"
+    path.write_text("store: postgresql://flexiq@db.example/flexiq?password_credential=flexiq-db\n")
+    monkeypatch.setenv("FLEXIQD_CONFIG", str(path))
+    monkeypatch.delenv("FLEXIQ_URL", raising=False)
+    monkeypatch.delenv("CREDENTIALS_DIRECTORY", raising=False)
+    assert main(["stats"]) == 1
+    note, error = capsys.readouterr().err.splitlines()
+    assert note == f"flexiq: using the store postgresql://flexiq@db.example/flexiq?password_credential=flexiq-db " \
+                   f"(from {path})"
+    assert "$CREDENTIALS_DIRECTORY is not set" in error
+    assert error.endswith(f"(the store of {path}; give --url, or $FLEXIQ_URL, to reach it another way, "
+                          f"e.g. with a password_file or ~/.pgpass you can read)")
+
+
+def test_a_url_that_cannot_be_opened_gets_no_hint(tmp_path, capsys):
+    assert main(["--url", f"sqlite:///{tmp_path / 'missing' / 'queue.db'}", "stats"]) == 1
+    error = capsys.readouterr().err
+    assert "does not exist" in error and "give --url" not in error
