@@ -21,7 +21,7 @@ APT_PACKAGES += cockpit-ws cockpit-bridge cockpit-system libjs-dygraphs \
 	chromium chromium-driver python3-selenium
 PYTEST_ARGS ?=
 
-.PHONY: test deps venv unit system demo bench clean
+.PHONY: test check deps venv unit system demo bench clean
 
 deps:
 	@missing=""; for p in $(APT_PACKAGES); do \
@@ -43,6 +43,12 @@ venv: deps $(VENV)/.installed
 
 test: venv
 	$(PY) -m pytest $(PYTEST_ARGS) tests
+
+# The loop after every edit: the pure tests (policy, config, the store's contract on
+# SQLite, the worker and the CLIs against fakes), without PostgreSQL, systemd or the
+# minutes-long simulations (docs/testing.md).
+check: venv
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" -k "not postgres" $(PYTEST_ARGS) tests/unit
 
 unit: venv
 	$(PY) -m pytest $(PYTEST_ARGS) tests/unit

@@ -23,6 +23,9 @@ from flexiqd.sim.policies import Flexiqd, KedaDepth
 from flexiqd.sim.report import TraceReport, check_goal
 from flexiqd.sim.trace import realise
 
+# Minutes of simulation: `make test` runs it, `make check` (not slow) does not.
+pytestmark = pytest.mark.slow
+
 SEED = 7
 WORKLOADS = {trace.name: trace for trace in sample(len(FAMILIES), SEED)}
 

@@ -352,6 +352,7 @@ class QueueMachine(RuleBasedStateMachine):
         assert len(self.backend.executions()) == self.executions
 
 
+@pytest.mark.slow
 def test_random_operation_sequences_keep_the_model(backend_factory, backend_kind):
     # A PostgreSQL step is a few round trips, not a function call: fewer examples keep it fast.
     examples = 150 if backend_kind == "sqlite" else 30

@@ -307,6 +307,7 @@ def test_the_worker_pings_the_watchdog_when_systemd_asks(queue, monkeypatch):
     assert code == 0 and notifier.messages.count("WATCHDOG=1") >= 4
 
 
+@pytest.mark.slow
 def test_a_timeout_interrupt_only_ever_hits_the_job_it_was_meant_for(queue):
     # Jobs that time out just as they return, interleaved with jobs without a timeout on the
     # same threads: an interrupt that comes late must vanish, not land in the next job (a
