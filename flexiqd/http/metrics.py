@@ -98,12 +98,18 @@ def pool_families(snapshot: Snapshot) -> list[Metric]:
                       "5 minutes, while it is crash-looping (else 0).", p)
     app_problem = _gauge("flexiqd_pool_app_problem", "1 while the last check of the pool's app (at start and "
                          "each reload, imported as its workers would) found that its workers cannot run it.", p)
+    restart_old = _gauge("flexiqd_pool_restart_old_workers", "Workers started before the pool's restart in "
+                         "progress (flexiqctl restart) that still run, serving or draining; 0 when none runs.", p)
     events = _counter("flexiqd_scale_events_total", "Changes of a pool's desired count, by direction and reason.",
                       ("pool", "direction", "reason"))
     for name, document in sorted(snapshot.status["pools"].items()):
         loop = document.get("crash_loop")
         crash_loop.add_metric([name], 1 if loop else 0)
         app_problem.add_metric([name], 1 if document.get("app_problem") else 0)
+        restart = document.get("restart")
+        running = restart is not None and restart["state"] in ("replacing", "finishing")
+        restart_old.add_metric([name], ((restart.get("old_serving") or 0) + (restart.get("old_draining") or 0))
+                               if running else 0)
         failures.add_metric([name], loop["failures"] if loop else 0)
         minimum.add_metric([name], document["min_workers"])
         maximum.add_metric([name], document["max_workers"])
@@ -133,7 +139,7 @@ def pool_families(snapshot: Snapshot) -> list[Metric]:
     for (pool, direction, reason), count in sorted(snapshot.scale_events.items()):
         events.add_metric([pool, direction, reason], count)
     return [workers, desired, minimum, maximum, cap, utilisation, start_cost, paused, queues, age, target_age,
-            ceiling, ceiling_rate, crash_loop, failures, app_problem, events]
+            ceiling, ceiling_rate, crash_loop, failures, app_problem, restart_old, events]
 
 
 def dependency_families(snapshot: Snapshot) -> list[Metric]:

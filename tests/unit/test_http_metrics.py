@@ -118,6 +118,16 @@ def test_pool_figures():
     assert value(found, "flexiqd_scale_events_total", pool="web", direction="down", reason="ScaleDownIdle") == 1
 
 
+def test_a_restart_in_progress_shows_its_old_workers_left_and_none_otherwise():
+    assert value(samples(snapshot()), "flexiqd_pool_restart_old_workers", pool="web") == 0
+    running = pool_document(restart={"state": "replacing", "old_serving": 2, "old_draining": 1})
+    found = samples(snapshot(status={"pools": {"web": running}}))
+    assert value(found, "flexiqd_pool_restart_old_workers", pool="web") == 3
+    done = pool_document(restart={"state": "done", "old_serving": 0, "old_draining": 0})
+    assert value(samples(snapshot(status={"pools": {"web": done}})), "flexiqd_pool_restart_old_workers",
+                 pool="web") == 0
+
+
 def test_a_measured_ceiling_is_a_metric_and_absent_while_none_is_known():
     names = {name for name, _ in samples(snapshot())}
     assert "flexiqd_pool_measured_ceiling_workers" not in names
