@@ -440,7 +440,8 @@ Replacements start first; an old worker is drained (it claims nothing new and fi
 its jobs, as on a scale-in) only once the ready workers cover the pool's target without
 it. With `--wait` it prints the progress and exits 0 once no old worker is left, 1 when
 the restart failed (the replacements keep failing: the old workers left keep running)
-or `--timeout` ran out. A restart of flexiqd meanwhile does not stop it.
+or `--timeout` ran out. A restart of flexiqd meanwhile does not stop it. A deploy
+script, step by step: docs/deploy.md.
 """,
         sections=(
             ("EXAMPLES", """
