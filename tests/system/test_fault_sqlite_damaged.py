@@ -34,6 +34,7 @@ DB = "/var/lib/flexiq/queue.db"
 BACKUP = "/var/lib/flexiq/backup.db"
 DAMAGED_ID = "28cf40d5a02245e1ad3c3518b13dd467"
 OLDER_ID = "c440b825c0c94062a5675263795abd1c"
+MARK = "/var/lib/flexiqd/store-mark.json"
 PYTHON = str(BIN / "python")
 DAMAGE = str(REPO / "tests" / "store_damage.py")
 
@@ -48,6 +49,12 @@ def _jobs_by_state(sbx: Sandbox, path: str = DB) -> dict[str, int]:
     code = (f"import json, sqlite3; c = sqlite3.connect('file:{path}?mode=ro', uri=True, timeout=30); "
             "print(json.dumps(dict(c.execute('SELECT state, COUNT(*) FROM jobs GROUP BY state').fetchall())))")
     return json.loads(sbx.run(["python3", "-c", code]).stdout)
+
+
+def _beat(sbx: Sandbox, uri: str) -> float:
+    code = (f"import sqlite3; print(sqlite3.connect('{uri}', uri=True)"
+            ".execute('SELECT max(last_beat) FROM hosts').fetchone()[0])")
+    return float(sbx.run(["python3", "-c", code]).stdout)
 
 
 def _not_done(sbx: Sandbox, path: str) -> set[int]:
@@ -75,6 +82,21 @@ def _refused(sbx: Sandbox, since: float, what: str) -> dict:
             "refused_after": round(refused_after, 2), "unit": shown, "journal": entries,
             "bus_served": bus.returncode == 0,
             "workers": workers(sbx), "check_code": check.returncode, "check": check.stdout + check.stderr}
+
+
+WORKER = "flexiq-worker@default-1.service"  # its drop-in (the pool's environment) left by flexiqd
+
+
+def _worker_refuses(sbx: Sandbox, since: float) -> None:
+    sbx.systemctl("start", "--no-block", WORKER)
+    sbx.wait_for(lambda: sbx.unit_property(WORKER, "ActiveState") == "failed", 60, interval=0.2,
+                 what="the worker unit to fail")
+    time.sleep(3)  # three times its RestartSec=: a restart would have happened by now
+    shown = sbx.unit_properties(WORKER, "ActiveState", "ExecMainStatus", "NRestarts")
+    assert shown == {"ActiveState": "failed", "ExecMainStatus": "65", "NRestarts": "0"}, shown
+    said = [e for e in journal_entries(sbx, WORKER, since=since) if e.get("MESSAGE_ID") == DAMAGED_ID]
+    assert len(said) == 1 and "cannot start: the queue database" in said[0]["MESSAGE"], said
+    sbx.systemctl("reset-failed", WORKER, check=False)
 
 
 def _shown(seen: dict) -> str:
@@ -138,6 +160,10 @@ def test_a_damaged_sqlite_store_is_refused_with_the_reason_and_restored_from_a_b
     in_backup = _jobs_by_state(sbx, BACKUP)
     owed = _not_done(sbx, BACKUP)
     _wait_done(sbx, 200)
+    # A heartbeat after the backup, recorded by flexiqd (what a restore of it will lack).
+    backup_beat = _beat(sbx, f"file:{BACKUP}?mode=ro")
+    sbx.wait_for(lambda: json.loads(sbx.run(["cat", MARK]).stdout)["beat"] > backup_beat, 30, interval=0.5,
+                 what="a heartbeat after the backup")
     _stop_all(sbx)
 
     # 1. The write-ahead log lost with committed transactions in it.
@@ -149,6 +175,8 @@ def test_a_damaged_sqlite_store_is_refused_with_the_reason_and_restored_from_a_b
     print("\nrefused:", _shown(first))
     _assert_refused(first, "its write-ahead log is gone while")
     assert "wal-lost" in first["check"]
+    # A worker unit started on it (by hand, or left from before) refuses too, and stays down.
+    _worker_refuses(sbx, time.time())
 
     restarted = _restore(sbx)
     sbx.wait_for(lambda: workers(sbx), 30, what="a worker after the restore")
@@ -163,7 +191,8 @@ def test_a_damaged_sqlite_store_is_refused_with_the_reason_and_restored_from_a_b
     # Only what the backup did not hold as done may run again: the restore's cost, no more.
     assert twice <= owed, sorted(twice - owed)
     # The restored file is older than the daemon last saw the store: said in the journal.
-    older = [e for e in journal_entries(sbx, DAEMON, since=restarted) if e.get("MESSAGE_ID") == OLDER_ID]
+    said = journal_entries(sbx, DAEMON, since=restarted)
+    older = [e for e in said if e.get("MESSAGE_ID") == OLDER_ID]
     assert len(older) == 1 and "is older than flexiqd last saw it" in older[0]["MESSAGE"], older
     _stop_all(sbx)
 
