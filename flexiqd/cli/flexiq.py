@@ -84,12 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
     enqueue.add_argument("task", help="the task's registered name, e.g. flexiqd.demo.sleep")
     enqueue.add_argument("args", nargs="*", type=_json_value, help="positional arguments, each JSON")
     enqueue.add_argument("--kwargs", type=_json_value, default=None, help="keyword arguments as a JSON object")
-    declared = "(default: the task's declaration, else {})"
-    enqueue.add_argument("--queue", default=None, help=declared.format("default"))
-    enqueue.add_argument("--priority", type=int, default=None, help=declared.format("0"))
+    declared = "{} (default: the task's declaration, else {})"
+    enqueue.add_argument("--queue", default=None, help=declared.format("the job's queue", "default"))
+    enqueue.add_argument("--priority", type=int, default=None, help=declared.format("higher runs first", "0"))
     enqueue.add_argument("--delay", type=_duration, default=0.0, help="e.g. 30s, 5m")
-    enqueue.add_argument("--max-attempts", type=_positive_int, default=None, help=declared.format("3"))
-    enqueue.add_argument("--timeout", type=_duration, default=None, help=declared.format("none"))
+    enqueue.add_argument("--max-attempts", type=_positive_int, default=None,
+                         help=declared.format("attempts before it is dead-lettered", "3"))
+    enqueue.add_argument("--timeout", type=_duration, default=None,
+                         help=declared.format("the longest one attempt may run, e.g. 5m", "none"))
     enqueue.add_argument("--key", default=None, help="idempotency key")
     enqueue.add_argument("--tenant", default=None)
     enqueue.add_argument("--count", type=_positive_int, default=1, help="enqueue this many copies")
