@@ -79,7 +79,8 @@ def pool_families(snapshot: Snapshot) -> list[Metric]:
     minimum = _gauge("flexiqd_pool_min_workers", "Configured minimum workers.", p)
     maximum = _gauge("flexiqd_pool_max_workers", "Configured maximum workers.", p)
     cap = _gauge("flexiqd_pool_binding_cap_workers", "The ceiling that held the last decision down, by cap "
-                 "(max, dependency:<name>, knee, starting:<name>); absent when none did.",
+                 "(max, dependency:<name>, latency:<name>, starting:<name>, stopping, stopping:<name>, knee); "
+                 "absent when none did.",
                  ("pool", "cap"))
     utilisation = _gauge("flexiqd_pool_utilisation_ratio", "Busy slots / slots of the active workers.", p)
     start_cost = _gauge("flexiqd_pool_start_cost_seconds", "Measured time from a worker's start to its first claim.", p)
