@@ -413,11 +413,13 @@ which flexiqctl(1) uses.
             ("EXIT STATUS", """
 - 0: Stopped on request, or `--check-config` found the file valid.
 
-- 1: A failure; the reason is logged. With `--check-config`: the file is invalid.
+- 1: A failure; the reason is logged. With `--check-config`: the file is invalid, its store cannot be opened, or a pool's app does not import as its workers would.
+
+- 2: Bad command-line arguments.
 
 - 65: The job store is damaged: SQLite's quick_check at start found a page it cannot read, the file cut short, or a write-ahead log lost with committed transactions in it; or a running flexiqd's read of the queue met a damaged page (it stops its workers first). The journal and the unit's status say what and where; flexiqd.service does not restart on it. `flexiq check` gives the details; restore the store from a backup, see RESTORING A STORE in flexiq(1).
 
-- 78: The configuration file is invalid at start.
+- 78: The configuration file is invalid at start; flexiqd.service does not restart on it.
 """),
             ("FILES", FILES_SECTION),
         ),
@@ -452,6 +454,17 @@ script, step by step: docs/deploy.md.
 - flexiqctl events -f: The scale events so far, then new ones as they happen.
 
 - flexiqctl restart default --wait --timeout 15m: After installing a new version of the application: replace the pool's workers in steps, and wait until it is done.
+"""),
+            ("EXIT STATUS", """
+- 0: Done. `events --follow` ends with 0 on Ctrl-C.
+
+- 1: flexiqd refused or failed the request, or rejected a reload; `restart --wait`: the restart failed or `--timeout` ran out. The reason is on standard error.
+
+- 2: Bad command-line arguments.
+
+- 3: No flexiqd to talk to: none on the bus, or no bus at all.
+
+- 130: Interrupted by Ctrl-C (`watch` ends this way).
 """),
             ("ENVIRONMENT", """
 - DBUS_SYSTEM_BUS_ADDRESS: The bus to use when `--bus-address` is not given.
@@ -499,9 +512,13 @@ when. `flexiq jobs show ID` tells a job's state and, once it ended, its result o
 
 - 65: A worker found its job store damaged, when opening it or in a statement: it claims and starts nothing more from it, and its unit is not restarted.
 
-- 69: A worker could not open its job store.
+- 69: A worker could not open its job store for a reason that waiting would not mend (a wrong URL or password, a schema newer than this flexiq, a store moved elsewhere); a store out of reach is waited for. `flexiq bench replay`: no systemd container can be booted on this machine.
 
 - 70: A worker whose every slot was held by a task past its timeout, which did not stop when interrupted: it exits so that a fresh worker takes over.
+
+- 75: A worker on a PostgreSQL store could not renew a job's lease for a heartbeat: it killed its tasks' processes and ended itself before another host may take the job.
+
+- 130: Interrupted by Ctrl-C.
 """),
             ("RESTORING A STORE", """
 A damaged SQLite store is restored from a backup, not repaired in place.
