@@ -662,9 +662,6 @@ class SQLiteDatabase(Database):
             raise StoreUnavailable(
                 f"{self.url}: synchronous={synchronous!r} is not one of {', '.join(_SYNCHRONOUS)}")
         self.connection: sqlite3.Connection | None = self._open(_SYNCHRONOUS[synchronous.lower()])
-        self._file = _file_id(self.path)
-        with _OPEN_LOCK:
-            _OPEN_FILES[self._file] += 1
 
     def _open(self, synchronous: str) -> sqlite3.Connection:
         directory = os.path.dirname(os.path.abspath(self.path))
@@ -684,13 +681,10 @@ class SQLiteDatabase(Database):
             raise StoreUnavailable(
                 f"cannot create the queue database {self.path}: directory {directory} is not writable")
         # Before SQLite opens it: its first connection would rebuild a -shm index whose log is
-        # gone, and erase the only sign that committed transactions were lost with it.  Only
-        # while this process has no connection to the file: closing any descriptor of the file
-        # or its -shm drops every POSIX lock the process holds on it (SQLite's included), and
-        # another process could then take a live store for an abandoned one.
+        # gone, and erase the only sign that committed transactions were lost with it.  (Not
+        # while this process holds the file open: check_files says why.)
         try:
-            with _OPEN_LOCK:
-                damage = check_files(self.path) if not _OPEN_FILES[_file_id(self.path)] else []
+            damage = check_files(self.path)
         except OSError as exc:
             raise StoreUnavailable(f"cannot open the queue database {self.path}: {exc.strerror}") from None
         if damage:
@@ -782,8 +776,6 @@ class SQLiteDatabase(Database):
             if self.connection is not None:
                 self.connection.close()
                 self.connection = None
-                with _OPEN_LOCK:
-                    _OPEN_FILES[self._file] -= 1
 
     def _translate(self, exc: sqlite3.Error, operation: str) -> QueueError:
         text = str(exc)
@@ -837,20 +829,6 @@ class SQLiteDatabase(Database):
                 return result
             except sqlite3.Error as exc:
                 raise self._translate(exc, operation) from None
-
-
-# The store files this process holds SQLite connections to, by (device, inode): how many.
-_OPEN_FILES: collections.Counter = collections.Counter()
-_OPEN_LOCK = threading.Lock()
-
-
-def _file_id(path: str) -> tuple[int, int] | str:
-    """The file's identity (a stat: no descriptor opened); its absolute path while it does not exist."""
-    try:
-        info = os.stat(path)
-    except OSError:
-        return os.path.abspath(path)
-    return info.st_dev, info.st_ino
 
 
 def _roll_back(conn: sqlite3.Connection) -> None:

@@ -164,15 +164,44 @@ def _read(path: str, count: int) -> bytes | None:
         return None
 
 
+def held_here(path: str) -> bool:
+    """Whether this process has the store file or its ``-shm`` open (a SQLite connection, its
+    own or an application's): /proc/self/fd, each descriptor looked at with stat, none opened.
+    Where that cannot be read, True: the files are then not read here."""
+    targets = set()
+    for name in (path, path + "-shm"):
+        try:
+            info = os.stat(name)
+        except OSError:
+            continue
+        targets.add((info.st_dev, info.st_ino))
+    if not targets:
+        return False
+    try:
+        descriptors = os.listdir("/proc/self/fd")
+    except OSError:
+        return True
+    for fd in descriptors:
+        try:
+            info = os.stat(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # closed meanwhile, or the listing's own descriptor
+        if (info.st_dev, info.st_ino) in targets:
+            return True
+    return False
+
+
 def check_files(path: str) -> list[Finding]:
     """The ``Depth.FILES`` checks of the store file ``path`` and its ``-wal`` and ``-shm``.
 
-    Never while this process has a SQLite connection to the file: the descriptors opened
-    and closed here would drop that connection's POSIX locks (``SQLiteDatabase`` keeps count).
+    Nothing is read while this process holds the file or its ``-shm`` open (``held_here``):
+    closing a descriptor of a file drops every POSIX lock the process holds on it, SQLite's
+    included, and another process could then take a live store for an abandoned one.  A
+    process that holds it open checked it when it opened it.
 
     OSError (other than a missing -wal/-shm) is the caller's to report: it is not damage.
     """
-    if not os.path.exists(path):
+    if not os.path.exists(path) or held_here(path):
         return []
     findings = []
     head = _read(path, 100) or b""

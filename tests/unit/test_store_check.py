@@ -192,3 +192,34 @@ def test_postgres_is_checked_by_its_schema_version_and_every_table_read(pg_url, 
     code = flexiq.main(["--url", pg_url, "check"])
     out = capsys.readouterr().out
     assert code == 3 and "  schema: its table flexiq_executions is missing" in out, out
+
+
+def test_the_files_are_not_read_while_this_process_holds_the_store_open(store_path):
+    """Closing a descriptor of the file would drop this process's POSIX locks on it, SQLite's
+    included: an application's own connection to the store keeps its locks."""
+    import fcntl
+    import sqlite3
+
+    from flexiqd.queue.sqlite_check import held_here
+
+    assert not held_here(store_path)
+    conn = sqlite3.connect(store_path)  # the application's connection, open before the queue's
+    conn.execute("SELECT COUNT(*) FROM jobs").fetchone()
+    try:
+        assert held_here(store_path)
+        with open(store_path, "rb") as handle:  # a lock this process holds, as SQLite's are held
+            fcntl.lockf(handle, fcntl.LOCK_SH, 1, 1000)
+            store = open_backend(f"sqlite:///{store_path}")
+            store.close()
+            assert _locked_elsewhere(store_path), "opening the store dropped this process's locks"
+    finally:
+        conn.close()
+
+
+def _locked_elsewhere(path: str) -> bool:
+    import subprocess
+    import sys
+
+    code = ("import fcntl, sys\nf = open(sys.argv[1], 'r+b')\n"
+            "try:\n    fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 1000)\nexcept OSError:\n    sys.exit(3)\n")
+    return subprocess.run([sys.executable, "-c", code, path]).returncode == 3
