@@ -26,7 +26,8 @@ from .render import render_event, render_schedules, render_status, restart_progr
 EXIT_OK = 0
 EXIT_ERROR = 1        # the daemon refused or failed the request; its message is printed
 EXIT_USAGE = 2        # bad command-line arguments (argparse's own code)
-EXIT_NOT_RUNNING = 3  # nothing to talk to: no flexiqd on the bus, or no bus at all
+EXIT_NOT_RUNNING = 3  # nothing to talk to: no flexiqd on the bus (not running, or connecting again
+                      # after the bus restarted), or no bus at all
 EXIT_INTERRUPTED = 130
 
 CALL_TIMEOUT = 30.0      # seconds for one call; D-Bus's own default is 25s
@@ -36,6 +37,8 @@ MAX_UINT32 = 2**32 - 1
 
 START_HINT = "start it with: systemctl start flexiqd"
 ACCESS_HINT = "run flexiqctl as root or as a member of the flexiq-admin group"
+# A running flexiqd is off the bus for a moment when the bus restarts: it connects again by itself.
+GAP_HINT = "or it is connecting again after a restart of the system bus: try again in a few seconds"
 
 
 class CtlError(Exception):
@@ -49,12 +52,13 @@ class CtlError(Exception):
 def error_from_reply(name: str, text: str, where: str) -> CtlError:
     """A D-Bus error reply as flexiqctl reports it: the one table of error names."""
     if name in (ERROR_SERVICE_UNKNOWN, ERROR_NAME_HAS_NO_OWNER):
-        return CtlError(f"flexiqd is not running (nothing owns {BUS_NAME} on {where}); {START_HINT}",
-                        EXIT_NOT_RUNNING)
+        return CtlError(f"flexiqd cannot be reached: nothing owns {BUS_NAME} on {where} (flexiqd is not running, "
+                        f"{GAP_HINT}); {START_HINT}", EXIT_NOT_RUNNING)
     if name == ERROR_ACCESS_DENIED:
         return CtlError(f"permission denied ({ACCESS_HINT}): {text}")
     if name == ERROR_DISCONNECTED:
-        return CtlError(f"lost the connection to {where}; {START_HINT}", EXIT_NOT_RUNNING)
+        return CtlError(f"lost the connection to the bus at {where} (the bus restarted, or flexiqd stopped); "
+                        f"try again in a few seconds, or {START_HINT}", EXIT_NOT_RUNNING)
     if name in (ERROR_NO_REPLY, ERROR_TIMEOUT):
         return CtlError(f"flexiqd did not answer: {text}")
     if name in (ERROR_UNKNOWN_METHOD, ERROR_UNKNOWN_OBJECT, ERROR_UNKNOWN_INTERFACE):
@@ -82,8 +86,9 @@ class Client:
         try:
             self.bus = await asyncio.wait_for(MessageBus(bus_address=self.address).connect(), CALL_TIMEOUT)
         except Exception as exc:  # OSError, a timeout, or dbus-fast's AuthError and plain Exceptions
-            raise CtlError(f"cannot reach the bus at {self.address} ({exc or type(exc).__name__}), so "
-                           f"flexiqd cannot be reached either; {START_HINT}", EXIT_NOT_RUNNING) from None
+            raise CtlError(f"cannot reach the system bus at {self.address} ({exc or type(exc).__name__}), so "
+                           f"flexiqd cannot be reached either (is the bus restarting?); {START_HINT}",
+                           EXIT_NOT_RUNNING) from None
 
     def close(self) -> None:
         if self.bus is not None:
@@ -102,8 +107,8 @@ class Client:
         except asyncio.TimeoutError:
             raise CtlError(f"flexiqd did not answer {member} within {CALL_TIMEOUT:.0f}s") from None
         except Exception as exc:  # dbus-fast fails a pending call with the connection's own error
-            raise CtlError(f"lost the connection to {self.address}: {exc or type(exc).__name__}",
-                           EXIT_NOT_RUNNING) from None
+            raise CtlError(f"lost the connection to the bus at {self.address} ({exc or type(exc).__name__}): "
+                           f"the bus restarted, or flexiqd stopped; try again in a few seconds", EXIT_NOT_RUNNING) from None
         if reply.message_type is MessageType.ERROR:
             raise error_from_reply(reply.error_name or "", reply.body[0] if reply.body else "", self.address)
         return list(reply.body)
@@ -345,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="flexiqctl", description="Watch and steer flexiqd over D-Bus.",
         epilog="Exit codes: 0 done, 1 refused or failed (the reason is printed), 2 bad arguments, "
-               "3 flexiqd not running.")
+               "3 flexiqd cannot be reached (not running, or off the bus while the bus restarts).")
     parser.add_argument("--bus-address", metavar="ADDRESS", default=None,
                         help="the D-Bus address to use (default: $DBUS_SYSTEM_BUS_ADDRESS, else the system bus)")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")

@@ -196,6 +196,8 @@ def render_status(document: Mapping[str, Any], now: float | None = None) -> str:
         lines.append(f"config rejected, running on the previous one: {document['config_error']}")
     if document.get("store_problem"):
         lines.append(f"the queue takes no writes (nothing is enqueued or claimed): {document['store_problem']}")
+    if document.get("fleet_problem"):
+        lines.append(f"holding every pool, the workers cannot be listed: {document['fleet_problem']}")
     pools = document.get("pools") or {}
     if not pools:
         lines.append("")

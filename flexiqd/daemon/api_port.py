@@ -152,7 +152,8 @@ class DaemonPort:
                                    controller.operators.overrides, now, hosts, controller.dependency_stats,
                                    firer.views() if firer is not None else None,
                                    firer.counters if firer is not None else None,
-                                   store_problem=controller.store_problem)
+                                   store_problem=controller.store_problem,
+                                   fleet_problem=controller.fleet_problem)
 
         return await daemon.io(build)
 

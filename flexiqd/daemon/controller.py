@@ -62,6 +62,9 @@ log = logging.getLogger(__name__)
 DISK_PROBE_INTERVAL = 5.0
 HISTORY_SAVE_INTERVAL = 30.0  # seconds between saves of the histories while nothing changes
 SAMPLES_SAVE_INTERVAL = 60.0  # seconds between saves of the charts' samples
+# While the workers cannot be listed, the journal says so when it starts, when the reason
+# changes, and then this often (seconds), not every tick.
+FLEET_PROBLEM_REPEAT = 30.0
 FORECAST_EVERY = 10.0  # seconds between reads of the schedules' forecasts (ledger, jobs, arrivals)
 
 
@@ -157,6 +160,11 @@ class Controller:
         self.waiting_for_stopping: set[str] = set()
         #: Why the store takes no writes, as the last tick found its disk (full, read-only); None: it does.
         self.store_problem: str | None = None
+        #: Why the last tick could not list the workers (systemd out of reach: the bus restarting,
+        #: systemd re-executing); every pool is held meanwhile.  None: it could.
+        self.fleet_problem: str | None = None
+        self._fleet_problem_since = 0.0
+        self._fleet_problem_logged = float("-inf")
         self._disk_probed_at = float("-inf")
         self._probe_problem: str | None = None
         #: Each limited dependency as the store saw it at the last tick (a failed read: absent).
@@ -240,8 +248,9 @@ class Controller:
         try:
             workers = self.fleet.list()
         except FleetError as exc:
-            log.warning("Holding every pool: cannot list workers: %s", exc)
+            self._fleet_unreachable(str(exc), now)
             return None
+        self._fleet_reachable(now)
         self._check_disk()
         # Dead workers' jobs first: a failed worker is forgotten only once its leases are released.
         busy = self.recovery.release_dead_workers(now, {w.pid for w in workers
@@ -292,6 +301,23 @@ class Controller:
                 active, starting = policy_counts(obs.active, obs.starting, request.target)
                 seen[name] = dataclasses.replace(obs, active=active, starting=starting)
         return seen
+
+    def _fleet_unreachable(self, problem: str, now: float) -> None:
+        """Hold every pool, and say why: when it starts or its reason changes, then every
+        ``FLEET_PROBLEM_REPEAT`` seconds (not every tick: a bus restarting takes seconds)."""
+        if self.fleet_problem is None:
+            self._fleet_problem_since = now
+        if problem != self.fleet_problem or now - self._fleet_problem_logged >= FLEET_PROBLEM_REPEAT:
+            log.warning("Holding every pool: cannot list workers: %s", problem)
+            self._fleet_problem_logged = now
+        self.fleet_problem = problem
+
+    def _fleet_reachable(self, now: float) -> None:
+        if self.fleet_problem is not None:
+            log.info("Listing the workers again after %.1fs (%s); the pools are sized again.",
+                     now - self._fleet_problem_since, self.fleet_problem)
+        self.fleet_problem = None
+        self._fleet_problem_logged = float("-inf")
 
     def _check_disk(self) -> None:
         """A SQLite store's disk, full or mounted read-only: said in the status and, when it
@@ -812,6 +838,8 @@ class Controller:
                          f"{format_duration(metrics.oldest_runnable_age)} "
                          f"ttd {format_duration(metrics.time_to_drain)}")
         line = "; ".join(parts) or "no pools"
+        if self.fleet_problem:
+            line = f"holding every pool, workers cannot be listed: {self.fleet_problem}; {line}"
         return f"store takes no writes: {self.store_problem}; {line}" if self.store_problem else line
 
 

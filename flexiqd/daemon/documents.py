@@ -152,11 +152,13 @@ def status_document(config: "DaemonConfig | None", config_path: str, config_erro
                     now: float, hosts: Mapping[str, Any] | None = None,
                     held: Mapping[str, "DependencyStats"] | None = None,
                     schedules: Mapping[str, "ScheduleView"] | None = None,
-                    counters: Any = None, store_problem: str | None = None) -> dict[str, Any]:
+                    counters: Any = None, store_problem: str | None = None,
+                    fleet_problem: str | None = None) -> dict[str, Any]:
     """The whole Status document: the daemon, then every configured pool by name, the
     dependencies, then the fleet of hosts sharing the store (``hosts``: a ``hosts_document``;
     None when not known).  ``schedules``: the firing loop's views, for each pool's next fire.
-    ``store_problem``: why the store takes no writes (its disk)."""
+    ``store_problem``: why the store takes no writes (its disk); ``fleet_problem``: why the
+    workers could not be listed at the last tick (every pool is held)."""
     pools = {}
     if config is not None:
         for name in sorted(config.pools):
@@ -167,6 +169,7 @@ def status_document(config: "DaemonConfig | None", config_path: str, config_erro
         "config_path": config_path,
         "config_error": config_error,
         "store_problem": store_problem,
+        "fleet_problem": fleet_problem,
         "fleet": config.fleet if config is not None else None,
         "tick": config.tick if config is not None else None,
         "generated_at": now,

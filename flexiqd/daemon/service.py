@@ -33,7 +33,7 @@ from ..queue.sqlite_check import Depth
 from ..queue.store_check import refuse_if_damaged
 from ..queue.url import open_backend, safe_url, sqlite_path
 from ..runtime_files import APPLIED_CONFIG, PAUSED_FILE, write_published
-from . import pacing, store_mark
+from . import backoff, pacing, store_mark
 from .api_port import DaemonPort
 from .controller import Controller
 from .declarations import publish_declarations
@@ -121,6 +121,8 @@ class Daemon:
         self.fleet: Fleet | None = None
         self._systemd = None
         self._watcher = None
+        self._watcher_retry = backoff.Retry()
+        self._watcher_was_lost = False
         self.api = None                   # the D-Bus service, once serving
         self.http = None                  # the HTTP endpoint (/metrics), when configured
         # The daemon as its two faces (the D-Bus API, the HTTP endpoint) see it.
@@ -283,14 +285,7 @@ class Daemon:
         self.controller.schedule_forecasts = self.schedules.forecasts
         await self._watch_queues(loop)
         if self._systemd is not None:
-            from ..fleet.systemd import UnitWatcher
-
-            self._watcher = UnitWatcher(self.wake, self.options.bus_address)
-            try:
-                self._watcher.start(loop)
-            except FlexiqdError as exc:
-                log.warning("Not following unit changes (polling every tick instead): %s", exc)
-                self._watcher = None
+            await self._follow_units(loop)
         if self.config.http is not None:
             from ..http.daemon import HttpEndpoint
 
@@ -299,10 +294,10 @@ class Daemon:
             except FlexiqdError as exc:  # as with D-Bus: scaling goes on without the endpoint
                 log.error("Not serving /metrics and /api/scaler: %s", exc)
         if self.options.serve_api:
-            from ..dbus.service import serve_api
+            from ..dbus.keeper import ApiKeeper
 
             try:
-                self.api = await serve_api(self.port, self.options.bus_address)
+                self.api = await ApiKeeper.start(self.port, self.options.bus_address)
             except FlexiqdError as exc:
                 log.warning("Not offering the D-Bus API (flexiqctl will not reach this daemon): %s", exc)
         pools = ", ".join(f"{v.pool} ({v.active + v.starting} running)" for v in self.controller.views.values())
@@ -418,9 +413,9 @@ class Daemon:
 
             return ProcessFleet(config_path=self._published_path(APPLIED_CONFIG),
                                 paused_path=self._published_path(PAUSED_FILE))
-        from ..fleet.systemd import Systemd, SystemdFleet, open_bus
+        from ..fleet.systemd import Systemd, SystemdFleet
 
-        self._systemd = Systemd(open_bus(self.options.bus_address))
+        self._systemd = Systemd.connect(self.options.bus_address)
         # Workers read their pool from the default file unless told where the daemon's is.
         config_path = self._published_path(APPLIED_CONFIG)
         if config_path is None and self.options.config_path != DEFAULT_CONFIG_PATH:
@@ -489,6 +484,8 @@ class Daemon:
             for event in events:
                 self._emit("scale", event)
             self._emit("tick", loop.time() - last_tick)
+            if self._systemd is not None:
+                await self._follow_units(loop)
 
     def _tick_events(self) -> list:
         """One tick (on the I/O thread); the scale events it recorded, each with its sequence number."""
@@ -503,7 +500,7 @@ class Daemon:
         if self._follow_up is not None and self._follow_up <= last_tick:
             self._follow_up = None  # the decision it asked for was made
         follow_up = self._follow_up
-        if self.controller.waits_on_stopping and self._watcher is None:
+        if self.controller.waits_on_stopping and (self._watcher is None or self._watcher.lost):
             # Growth waits for stopping workers, and no unit change will say they exited.
             follow_up = pacing.stopping_follow_up(last_tick, follow_up)
         while not self._stop.is_set():
@@ -530,6 +527,32 @@ class Daemon:
                     at = pacing.after_unit_change(loop.time(), last_tick)
                 await asyncio.sleep(max(0.0, at - loop.time()))
                 return
+
+    async def _follow_units(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Follow systemd's unit changes (the wake-ups that release a dead worker's jobs at
+        once), on a connection of their own; again, backing off, when it was lost or could not
+        be made.  Each tick lists the workers meanwhile, so nothing waits on it."""
+        if self._watcher is not None and not self._watcher.lost:
+            return
+        if self._watcher is not None:
+            self._watcher = None
+            self._watcher_retry = backoff.Retry()
+            self._watcher_was_lost = True
+        if not self._watcher_retry.due(loop.time()):
+            return
+        from ..fleet.systemd import UnitWatcher
+
+        watcher = UnitWatcher(self.wake, self.options.bus_address)
+        try:
+            await self.io(watcher.connect, what="subscribing to systemd's unit changes")
+        except FlexiqdError as exc:
+            if self._watcher_retry.failed(loop.time()):
+                log.warning("Not following unit changes (polling every tick instead; trying again): %s", exc)
+            return
+        watcher.watch(loop)
+        if self._watcher_was_lost or self._watcher_retry.failures:
+            log.info("Following systemd's unit changes again.")
+        self._watcher, self._watcher_retry, self._watcher_was_lost = watcher, backoff.Retry(), False
 
     async def _watch_queues(self, loop: asyncio.AbstractEventLoop) -> None:
         """Have the store wake the loop when work is committed to a pool's queue (again after a

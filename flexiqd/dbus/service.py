@@ -21,7 +21,7 @@ the bus who sent it (``GetConnectionCredentials``), then run or refuse it.  The
 
 The service sees the daemon only through ``ApiPort`` (daemon/api_port.py).  It lives on
 the daemon's event loop and is not thread-safe.  docs/dbus-api.md describes every
-member and the ``Status`` document.
+member and the ``Status`` document.  keeper.py serves it again when the bus restarts.
 """
 
 from __future__ import annotations
@@ -290,7 +290,6 @@ class ApiService:
         self._subscribed = False
         self._refresh: asyncio.Task | None = None
         self._refresh_again = False
-        self._watch: asyncio.Task | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -313,13 +312,23 @@ class ApiService:
             raise FlexiqdError(f"{BUS_NAME} is already owned by another process: is another flexiqd running?")
         self.port.subscribe(self._on_change)
         self._subscribed = True
-        # Not among the tasks close() cancels: cancelling a wait for the disconnection would cancel
-        # dbus-fast's one future for it, and close() waits on that future too.
-        self._watch = asyncio.get_running_loop().create_task(self._watch_disconnect())
         log.info("Offering %s at %s on the bus.", BUS_NAME, OBJECT_PATH)
 
-    async def close(self) -> None:
-        """Leave the bus: in-flight calls are cancelled.  Idempotent."""
+    async def lost(self) -> str:
+        """Wait until the bus closes the connection; why, in words.  (keeper.py serves again.)"""
+        try:
+            # Shielded: cancelling a wait for the disconnection would cancel dbus-fast's one
+            # future for it, and close() waits on that future too.
+            await asyncio.shield(self.bus.wait_for_disconnect())
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return str(exc) or type(exc).__name__
+        return "the bus closed the connection"
+
+    def abandon(self) -> None:
+        """Stop serving on a connection the bus has closed: no more signals, in-flight calls
+        cancelled (their callers lost their connection too).  Idempotent."""
         if self._closing:
             return
         self._closing = True
@@ -327,6 +336,12 @@ class ApiService:
             self.port.unsubscribe(self._on_change)
         for task in list(self._tasks):
             task.cancel()
+
+    async def close(self) -> None:
+        """Leave the bus: in-flight calls are cancelled.  Idempotent."""
+        if self._closing:
+            return
+        self.abandon()
         self.bus.disconnect()
         try:
             await asyncio.wait_for(self.bus.wait_for_disconnect(), CLOSE_TIMEOUT)
@@ -339,17 +354,6 @@ class ApiService:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
-
-    async def _watch_disconnect(self) -> None:
-        try:
-            await self.bus.wait_for_disconnect()
-        except Exception as exc:
-            if not self._closing:
-                log.warning("Lost the bus connection (%s): flexiqctl cannot reach this daemon until "
-                            "it restarts.", exc)
-            return
-        if not self._closing:
-            log.warning("The bus closed the connection: flexiqctl cannot reach this daemon until it restarts.")
 
     # -- the daemon's changes, as signals -----------------------------------------------------------
 
@@ -521,9 +525,11 @@ async def serve_api(port: ApiPort, address: str | None) -> ApiService:
     try:
         await asyncio.wait_for(service.start(), CONNECT_TIMEOUT)
     except asyncio.TimeoutError:
+        service.abandon()
         bus.disconnect()
         raise FlexiqdError(f"{where} did not answer the request for {BUS_NAME}") from None
-    except FlexiqdError:
+    except BaseException:  # refused, or the daemon stopping meanwhile: leave no connection behind
+        service.abandon()
         bus.disconnect()
         raise
     return service

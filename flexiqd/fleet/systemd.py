@@ -4,10 +4,17 @@ The only module that speaks to systemd.  ``Systemd`` mirrors the Manager's
 methods by their D-Bus names; ``SystemdFleet`` turns them into the fleet
 operations.  systemd is the source of truth: ``list()`` asks it every time,
 so a daemon restart adopts whatever runs.
+
+The system bus can go away under a running daemon (dbus restarted, or killed and
+brought back by socket activation) and systemd can re-execute itself
+(``daemon-reexec``).  ``Systemd`` connects again on the next call that finds its
+connection lost; ``UnitWatcher`` notices its connection close and says so, so the
+daemon can start another.  The workers never notice: they do not use the bus.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -72,6 +79,28 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+# How sd-bus reports a connection the bus closed (pystemd raises them with a negative errno),
+# and the bus's own name for it.
+_LOST_ERRNOS = {errno.ECONNRESET, errno.ENOTCONN, errno.EPIPE, errno.ESHUTDOWN}
+_LOST_NAMES = {b"org.freedesktop.DBus.Error.Disconnected", b"System.Error.ECONNRESET",
+               b"System.Error.ENOTCONN", b"System.Error.EPIPE", b"System.Error.ESHUTDOWN"}
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether a failed call failed because the bus connection is gone (not because systemd
+    refused it): the bus was restarted or killed, and a new connection may succeed."""
+    number = getattr(exc, "errno", None)
+    name = getattr(exc, "err_name", None)
+    if isinstance(name, str):
+        name = name.encode()
+    return (isinstance(number, int) and abs(number) in _LOST_ERRNOS) or name in _LOST_NAMES
+
+
+def bus_name(address: str | None) -> str:
+    """The bus as the journal names it."""
+    return address or os.environ.get("DBUS_SYSTEM_BUS_ADDRESS") or "the system bus"
+
+
 def open_bus(address: str | None = None):
     """A connection to the system bus (or ``address``); FleetError when there is none."""
     from pystemd.dbuslib import DBus, DBusAddress
@@ -80,24 +109,65 @@ def open_bus(address: str | None = None):
         bus = DBusAddress(address.encode(), peer_to_peer=False) if address else DBus()
         bus.open()
     except Exception as exc:  # pystemd raises its own tree and plain OSErrors
-        where = address or os.environ.get("DBUS_SYSTEM_BUS_ADDRESS") or "the system bus"
-        raise FleetError(f"cannot connect to systemd over {where}: {exc}") from None
+        raise FleetError(f"cannot connect to systemd over {bus_name(address)}: {_dbus_error_text(exc)}") from None
     return bus
 
 
 class Systemd:
-    """systemd's Manager, by its D-Bus method names.  One thread at a time (sd-bus is not thread-safe)."""
+    """systemd's Manager, by its D-Bus method names.  One thread at a time (sd-bus is not thread-safe).
 
-    def __init__(self, bus) -> None:
+    Made by ``connect`` it connects again when it finds its connection lost, and repeats
+    the call once on the new connection: every call the fleet makes is idempotent
+    (starting a started unit, stopping a stopping one, sending SIGUSR1 twice, setting
+    the same properties, reloading again), so one that may or may not have reached
+    systemd before the bus went away can be made again.  While the bus is down each
+    call raises FleetError, and the next one tries again.
+    """
+
+    def __init__(self, bus, reopen: Callable[[], Any] | None = None, where: str = "the system bus") -> None:
         self.bus = bus
+        self._reopen = reopen
+        self.where = where
+
+    @classmethod
+    def connect(cls, address: str | None = None) -> Systemd:
+        """Connected to the system bus (or ``address``), and again whenever that connection is lost."""
+        return cls(open_bus(address), reopen=lambda: open_bus(address), where=bus_name(address))
+
+    def _on_bus(self, use: Callable[[Any], Any]) -> Any:
+        """``use(bus)``, on a new connection if the bus closed the current one."""
+        if self.bus is None:
+            self._connect_again()
+        try:
+            return use(self.bus)
+        except Exception as exc:
+            if self._reopen is None or not connection_lost(exc):
+                raise
+            log.warning("Lost the connection to systemd over %s (%s); connecting again.",
+                        self.where, _dbus_error_text(exc))
+        self._connect_again()
+        return use(self.bus)
+
+    def _connect_again(self) -> None:
+        old, self.bus = self.bus, None
+        if old is not None:
+            try:
+                old.close()
+            except Exception:  # it is gone already; closing only frees it
+                pass
+        self.bus = self._reopen()  # FleetError while the bus is down: the next call tries again
+        log.info("Connected to systemd again over %s.", self.where)
 
     def _call(self, path: bytes, interface: bytes, method: str, signature: bytes, args: list) -> Any:
         """The reply's body: the value itself for one out-argument (as pystemd returns it)."""
         from pystemd.dbuslib import apply_signature
 
         try:
-            reply = self.bus.call_method(DESTINATION, path, interface, method.encode(),
-                                         apply_signature(signature, args) if signature else [])
+            reply = self._on_bus(lambda bus: bus.call_method(
+                DESTINATION, path, interface, method.encode(),
+                apply_signature(signature, args) if signature else []))
+        except FleetError:
+            raise
         except Exception as exc:
             raise FleetError(f"systemd {method}({', '.join(map(_text, args))}) failed: "
                              f"{_dbus_error_text(exc)}") from None
@@ -143,13 +213,17 @@ class Systemd:
             args += [(-1, None), (-1, None)]
         args += [(-1, None)]
         try:
-            self.bus.call_method(DESTINATION, MANAGER_PATH, MANAGER, b"SetUnitProperties", args)
+            self._on_bus(lambda bus: bus.call_method(DESTINATION, MANAGER_PATH, MANAGER, b"SetUnitProperties", args))
+        except FleetError:
+            raise
         except Exception as exc:
             raise FleetError(f"systemd SetUnitProperties({name}) failed: {_dbus_error_text(exc)}") from None
 
     def unit_property(self, path: bytes, interface: bytes, prop: str, signature: bytes) -> Any:
         try:
-            return self.bus.get_property(DESTINATION, path, interface, prop.encode(), signature)
+            return self._on_bus(lambda bus: bus.get_property(DESTINATION, path, interface, prop.encode(), signature))
+        except FleetError:
+            raise
         except Exception as exc:
             raise FleetError(f"systemd property {prop} of {_text(path)} unreadable: "
                              f"{_dbus_error_text(exc)}") from None
@@ -414,46 +488,90 @@ class UnitWatcher:
     """Calls ``on_change`` whenever a worker unit changes state (subscribed signals).
 
     Uses its own bus connection, driven by the asyncio loop's reader: never make
-    a blocking call on it after ``start`` (signals would queue up inside sd-bus).
+    a blocking call on it after ``watch`` (signals would queue up inside sd-bus).
+    ``connect`` blocks (it waits for systemd's answer to Subscribe): run it off the loop,
+    then ``watch`` on the loop.  When the bus closes the connection (the bus restarted)
+    the watcher stops reading, calls ``on_change`` once more (a unit may have changed
+    meanwhile) and ``lost`` turns True: the owner starts another one.
     """
 
     def __init__(self, on_change: Callable[[], None], address: str | None = None) -> None:
         self._on_change = on_change
         self._address = address
         self._bus = None
+        self._fd: int | None = None  # sd-bus closes it when the connection is lost: remember it
+        self._loop = None
         self._callback = None  # pystemd needs us to keep a reference
+        self.lost = False
 
     def start(self, loop) -> None:
-        self._bus = open_bus(self._address)
-        Systemd(self._bus).Subscribe()
-        prefix = WORKER_PATH_PREFIX
-        notify = self._on_change
+        """``connect`` and ``watch`` in one call, on the loop (blocking)."""
+        self.connect()
+        self.watch(loop)
 
-        def on_signal(msg, error=None, userdata=None):
-            try:
-                msg.process_reply(True)
-                path = msg.headers.get("Path") or msg.headers.get(b"Path") or b""
-                if isinstance(path, str):
-                    path = path.encode()
-                if path.startswith(prefix) or msg.is_signal(MANAGER, b"JobRemoved"):
-                    notify()
-            except Exception:  # exceptions here are lost by pystemd; log them ourselves
-                log.exception("Error while handling a systemd signal.")
+    def connect(self) -> None:
+        """Open the connection and subscribe to systemd's signals (blocking; FleetError on failure)."""
+        bus = open_bus(self._address)
+        try:
+            Systemd(bus).Subscribe()
+            prefix = WORKER_PATH_PREFIX
+            notify = self._on_change
 
+            def on_signal(msg, error=None, userdata=None):
+                try:
+                    msg.process_reply(True)
+                    path = msg.headers.get("Path") or msg.headers.get(b"Path") or b""
+                    if isinstance(path, str):
+                        path = path.encode()
+                    if path.startswith(prefix) or msg.is_signal(MANAGER, b"JobRemoved"):
+                        notify()
+                except Exception:  # exceptions here are lost by pystemd; log them ourselves
+                    log.exception("Error while handling a systemd signal.")
+
+            bus.match_signal(DESTINATION, None, PROPERTIES, b"PropertiesChanged", on_signal, None)
+            bus.match_signal(DESTINATION, MANAGER_PATH, MANAGER, b"JobRemoved", on_signal, None)
+        except Exception as exc:
+            bus.close()
+            if isinstance(exc, FleetError):
+                raise
+            raise FleetError(f"cannot follow systemd's unit changes: {_dbus_error_text(exc)}") from None
         self._callback = on_signal
-        self._bus.match_signal(DESTINATION, None, PROPERTIES, b"PropertiesChanged", on_signal, None)
-        self._bus.match_signal(DESTINATION, MANAGER_PATH, MANAGER, b"JobRemoved", on_signal, None)
-        loop.add_reader(self._bus.get_fd(), self._process)
+        self._bus = bus
+
+    def watch(self, loop) -> None:
+        """Read the connection's messages on ``loop`` from now on."""
+        self._loop = loop
+        self._fd = self._bus.get_fd()
+        loop.add_reader(self._fd, self._process)
 
     def _process(self) -> None:
         # Drain everything queued: one readable event may carry many messages.
-        while True:
-            message = self._bus.process()
-            if message.is_empty():
-                break
+        try:
+            while True:
+                message = self._bus.process()
+                if message.is_empty():
+                    break
+        except Exception as exc:
+            log.debug("Reading systemd's signals failed: %s", _dbus_error_text(exc))
+        # A closed connection reads as a last message or two, then an fd of -ENOTCONN.
+        if self._bus.get_fd() < 0:
+            self._drop()
+            self.lost = True
+            log.warning("Lost the connection that follows systemd's unit changes; following them "
+                        "again once the bus is back (each tick lists the workers meanwhile).")
+            self._on_change()
+
+    def _drop(self) -> None:
+        if self._fd is not None and self._loop is not None:
+            self._loop.remove_reader(self._fd)
+        self._fd = None
+        if self._bus is not None:
+            try:
+                self._bus.close()
+            except Exception:  # closing frees it; how the bus ended does not matter
+                pass
+            self._bus = None
 
     def stop(self, loop) -> None:
-        if self._bus is not None:
-            loop.remove_reader(self._bus.get_fd())
-            self._bus.close()
-            self._bus = None
+        self._loop = self._loop or loop
+        self._drop()
