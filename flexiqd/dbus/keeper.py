@@ -25,7 +25,7 @@ from .service import ApiService, serve_api
 log = logging.getLogger(__name__)
 
 RETRY_FIRST = 0.2   # seconds before the second attempt to connect again
-RETRY_MAX = 5.0     # ... doubling up to this
+RETRY_MAX = 1.0     # ... doubling up to this: connecting to a socket is cheap, the gap is not
 
 
 class ApiKeeper:
