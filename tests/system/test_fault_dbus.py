@@ -364,6 +364,7 @@ def _in_flight(sbx: Sandbox, load: Load, kind: str | None) -> str:
         assert load.enqueue(*BACKLOG), load.enqueues.failed[-1:]
         return ""
     if kind == "scale-in":
+        assert load.enqueue(*BACKLOG), load.enqueues.failed[-1:]
         _wait_grown(sbx)
         return f"{FLEXIQCTL} scale default 1 --for 3s >/dev/null; "
     return ""
