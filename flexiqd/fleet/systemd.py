@@ -79,6 +79,13 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _argument(value: Any) -> str:
+    """A call's argument as an error message shows it: ``[flexiq-worker@*.service]``, not bytes' reprs."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(map(_text, value)) + "]"
+    return _text(value)
+
+
 # How sd-bus reports a connection the bus closed (pystemd raises them with a negative errno),
 # and the bus's own name for it.
 _LOST_ERRNOS = {errno.ECONNRESET, errno.ENOTCONN, errno.EPIPE, errno.ESHUTDOWN}
@@ -169,7 +176,7 @@ class Systemd:
         except FleetError:
             raise
         except Exception as exc:
-            raise FleetError(f"systemd {method}({', '.join(map(_text, args))}) failed: "
+            raise FleetError(f"systemd {method}({', '.join(map(_argument, args))}) failed: "
                              f"{_dbus_error_text(exc)}") from None
         return reply.body
 

@@ -131,7 +131,10 @@ class PrivateBus:
         self.config.write_text(config_template.format(socket=self.directory / "socket",
                                                       directory=self.directory))
         self.log = self.directory / "bus.log"
-        with open(self.log, "wb") as log:
+        self._start()
+
+    def _start(self) -> None:
+        with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 ["dbus-daemon", f"--config-file={self.config}", "--nofork", "--print-address=1"],
                 stdout=subprocess.PIPE, stderr=log)
@@ -143,6 +146,16 @@ class PrivateBus:
         if not self.address:
             self.stop()
             raise AssertionError(f"dbus-daemon did not start: {self.log.read_text()}")
+
+    def kill(self) -> None:
+        """The bus daemon dies (SIGKILL), as in a crash: every connection is cut at once."""
+        self.proc.kill()
+        self.proc.wait()
+        self.proc.stdout.close()
+
+    def start_again(self) -> None:
+        """A new bus daemon at the same address (as socket activation brings one back)."""
+        self._start()
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -546,6 +559,32 @@ def test_flexiqctl_without_a_daemon_exits_3_and_says_how_to_start_it(bus):
     unreachable = flexiqctl("unix:path=/nonexistent/flexiqd-test-bus", "scale", "default", "1")
     assert unreachable.returncode == 3
     assert "systemctl start flexiqd" in one_line_error(unreachable)
+
+
+def test_flexiqd_offers_its_api_again_when_the_bus_comes_back(bus, tmp_path):
+    """The bus daemon killed, then another at the same address: flexiqd owns its name again by
+    itself, without restarting; in the gap flexiqctl fails in one line (exit 3)."""
+    own_bus = PrivateBus(OPEN_BUS_CONFIG)
+    directory = pathlib.Path(tempfile.mkdtemp(prefix="flexiqd-rebus-"))
+    flexiqd = DaemonProcess(directory, own_bus.address)
+    try:
+        assert flexiqctl(own_bus.address, "status").returncode == 0
+        own_bus.kill()
+        gap = flexiqctl(own_bus.address, "status")
+        assert gap.returncode == 3 and "cannot reach the system bus" in one_line_error(gap)
+        own_bus.start_again()
+        wait_for(lambda: flexiqctl(own_bus.address, "status").returncode == 0, 20,
+                 "flexiqd to offer its API again")
+        assert flexiqd.proc.poll() is None  # the same process: it did not restart
+        log = flexiqd.log.read_text()
+        assert "Lost the bus connection" in log and "Offering org.flexiq.flexiqd1 on the bus again" in log
+        assert "Traceback" not in log
+        # Steering works again too, not only reading.
+        assert flexiqctl(own_bus.address, "scale", "default", "2", "--for", "5s").returncode == 0
+    finally:
+        flexiqd.stop()
+        own_bus.stop()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def test_serve_api_refuses_a_name_already_owned_and_an_unreachable_bus(daemon, address):

@@ -9,7 +9,7 @@ import pytest
 
 from flexiqd.config import parse_config
 from flexiqd.daemon.controller import Controller, choose_victims, free_indices
-from flexiqd.errors import ConfigError, ControlError, QueueError
+from flexiqd.errors import ConfigError, ControlError, FleetError, QueueError
 from flexiqd.fleet.base import WorkerInfo, WorkerState
 from flexiqd.queue.types import ClaimRequest, NewJob
 from flexiqd.queue.url import open_backend
@@ -683,3 +683,35 @@ def test_an_operator_clears_a_measured_ceiling_and_it_is_measured_again(backend)
     assert controller.histories["default"].knee.samples == ()
     with pytest.raises(ControlError, match="nosuchpool"):
         controller.operators.clear_ceiling("nosuchpool")
+
+
+def test_workers_that_cannot_be_listed_hold_every_pool_and_say_so_once_per_reason(backend, monkeypatch, caplog):
+    controller, fleet, clock = make(backend, POOL)
+    for index in (1, 2, 3):
+        fleet.add("default", index, started_at=clock.now)
+    controller.tick()
+    backend.enqueue([NewJob(task="t")] * 500, now=clock.now - 60)  # what would grow the pool
+    listing = fleet.list
+
+    def unreachable():
+        raise FleetError("cannot connect to systemd over the system bus: Connection refused")
+
+    monkeypatch.setattr(fleet, "list", unreachable)
+    caplog.set_level("INFO")
+    for _ in range(4):
+        clock.now += 0.5
+        assert controller.tick() == {}
+    assert fleet.started == [] and fleet.stopped == []
+    assert controller.status_line().startswith(
+        "holding every pool, workers cannot be listed: cannot connect to systemd over the system bus")
+    holding = [r for r in caplog.records if "Holding every pool" in r.getMessage()]
+    assert len(holding) == 1  # not one a tick
+    clock.now += 31
+    controller.tick()
+    assert len([r for r in caplog.records if "Holding every pool" in r.getMessage()]) == 2
+
+    monkeypatch.setattr(fleet, "list", listing)
+    clock.now += 0.5
+    assert controller.tick()["default"].desired > 3  # sized again, on fresh figures
+    assert controller.fleet_problem is None and not controller.status_line().startswith("holding")
+    assert any("Listing the workers again after 33.0s" in r.getMessage() for r in caplog.records)

@@ -291,3 +291,130 @@ def test_a_workers_launch_is_read_from_systemd_once_per_process_and_not_before_i
     systemd.units["flexiq-worker@p-1.service"] = ("active", "", 202)   # restarted: a new process
     systemd.launched["flexiq-worker@p-1.service"] = 9_000_000
     assert {w.instance: w.launched for w in fleet.list()}["p-1"] == 9.0
+
+
+# -- a connection the bus closed: connect again, repeat the (idempotent) call once -------------
+
+class BusError(Exception):
+    """As pystemd raises them: a negative errno and sd-bus's error name."""
+
+    def __init__(self, number: int, name: bytes) -> None:
+        super().__init__(name)
+        self.errno, self.err_name, self.err_message = number, name, b"gone"
+
+
+class Reply:
+    body = [(b"flexiq-worker@p-1.service",)]
+
+
+class StandInBus:
+    """A pystemd bus whose calls fail with ``failure`` until it is None; counts calls and closes."""
+
+    def __init__(self, failure: Exception | None = None) -> None:
+        self.failure, self.calls, self.closed = failure, [], False
+
+    def call_method(self, destination, path, interface, method, args):
+        self.calls.append(method)
+        if self.failure is not None:
+            raise self.failure
+        return Reply()
+
+    def close(self):
+        self.closed = True
+
+
+def test_a_lost_connection_is_told_from_a_refused_call():
+    import errno
+
+    from flexiqd.fleet.systemd import connection_lost
+
+    assert connection_lost(BusError(-errno.ECONNRESET, b"System.Error.ECONNRESET"))
+    assert connection_lost(BusError(-errno.ENOTCONN, b"System.Error.ENOTCONN"))
+    assert connection_lost(BusError(0, b"org.freedesktop.DBus.Error.Disconnected"))
+    # systemd re-executing answers nothing to a call in flight; the connection itself is fine.
+    assert not connection_lost(BusError(-errno.ETIMEDOUT, b"org.freedesktop.DBus.Error.NoReply"))
+    assert not connection_lost(BusError(-errno.ENOENT, b"org.freedesktop.systemd1.NoSuchUnit"))
+    assert not connection_lost(ValueError("no errno at all"))
+
+
+def test_a_call_on_a_connection_the_bus_closed_is_made_again_on_a_new_one():
+    import errno
+
+    from flexiqd.fleet.systemd import Systemd
+
+    old = StandInBus(BusError(-errno.ECONNRESET, b"System.Error.ECONNRESET"))
+    new = StandInBus()
+    opened = []
+
+    def reopen():
+        opened.append(new)
+        return new
+
+    systemd = Systemd(old, reopen=reopen)
+    systemd.StartUnit("flexiq-worker@p-1.service")
+    assert old.calls == [b"StartUnit"] and old.closed
+    assert new.calls == [b"StartUnit"] and opened == [new] and systemd.bus is new
+
+
+def test_while_the_bus_is_away_each_call_fails_in_one_line_and_the_next_connects_again():
+    import errno
+
+    from flexiqd.errors import FleetError
+    from flexiqd.fleet.systemd import Systemd
+
+    old = StandInBus(BusError(-errno.ENOTCONN, b"System.Error.ENOTCONN"))
+    later = StandInBus()
+    attempts = []
+
+    def reopen():
+        attempts.append(len(attempts))
+        if len(attempts) < 3:
+            raise FleetError("cannot connect to systemd over the system bus: Connection refused")
+        return later
+
+    systemd = Systemd(old, reopen=reopen)
+    for _ in range(2):
+        with pytest.raises(FleetError, match="cannot connect to systemd over the system bus"):
+            systemd.ListUnitsByPatterns([], ["flexiq-worker@*.service"])
+    assert systemd.ListUnitsByPatterns([], ["flexiq-worker@*.service"]) == Reply.body
+    assert len(attempts) == 3 and later.calls == [b"ListUnitsByPatterns"]
+
+
+def test_a_refused_call_is_not_made_again():
+    import errno
+
+    from flexiqd.errors import FleetError
+    from flexiqd.fleet.systemd import Systemd
+
+    bus = StandInBus(BusError(-errno.ENOENT, b"org.freedesktop.systemd1.NoSuchUnit"))
+    systemd = Systemd(bus, reopen=lambda: pytest.fail("connected again after a refusal"))
+    with pytest.raises(FleetError, match=r"systemd StopUnit\(flexiq-worker@p-1.service, replace\) failed: "
+                                         r"org.freedesktop.systemd1.NoSuchUnit"):
+        systemd.StopUnit("flexiq-worker@p-1.service")
+    assert bus.calls == [b"StopUnit"] and not bus.closed
+
+
+def test_retries_back_off_from_first_to_most():
+    from flexiqd.daemon.backoff import Retry
+
+    retry = Retry(first=1.0, most=4.0)
+    assert retry.due(0.0)
+    assert retry.failed(0.0) is True      # the first failure of a run: the one to log
+    assert not retry.due(0.5) and retry.due(1.0)
+    assert retry.failed(1.0) is False and retry.next_at == 3.0
+    retry.failed(3.0)
+    retry.failed(7.0)
+    assert retry.next_at == 11.0          # 1, 2, 4, then 4 at most
+
+
+def test_a_failed_calls_arguments_read_as_text():
+    import errno
+
+    from flexiqd.errors import FleetError
+    from flexiqd.fleet.systemd import Systemd
+
+    systemd = Systemd(StandInBus(BusError(-errno.ETIMEDOUT, b"org.freedesktop.DBus.Error.NoReply")))
+    with pytest.raises(FleetError) as failed:
+        systemd.ListUnitsByPatterns([], ["flexiq-worker@*.service"])
+    assert str(failed.value).startswith("systemd ListUnitsByPatterns([], [flexiq-worker@*.service]) failed: "
+                                        "org.freedesktop.DBus.Error.NoReply")

@@ -150,6 +150,26 @@ def test_error_replies_map_to_exit_codes_and_one_line(name, code, words):
     assert error.code == code and words in str(error) and "\n" not in str(error)
 
 
+def test_no_owner_of_the_name_says_flexiqd_may_be_connecting_again_after_a_bus_restart():
+    # A running flexiqd is off the bus for a moment when the bus restarts: the operator is told
+    # that it is not reachable, and that this may be why, not only that it is not running.
+    error = flexiqctl.error_from_reply("org.freedesktop.DBus.Error.ServiceUnknown", "", "unix:path=/x")
+    text = str(error)
+    assert error.code == flexiqctl.EXIT_NOT_RUNNING == 3
+    assert text.startswith("flexiqd cannot be reached: nothing owns org.flexiq.flexiqd1 on unix:path=/x")
+    assert "restart of the system bus: try again in a few seconds" in text and "\n" not in text
+
+
+def test_status_names_the_reason_every_pool_is_held():
+    from flexiqd.cli.render import render_status
+
+    text = render_status({"version": "1", "config_path": "/etc/flexiqd/flexiqd.yaml", "pools": {},
+                          "fleet_problem": "cannot connect to systemd over the system bus: Connection refused"})
+    assert ("holding every pool, the workers cannot be listed: cannot connect to systemd over the system bus: "
+            "Connection refused") in text.splitlines()
+    assert "holding" not in render_status({"version": "1", "config_path": "x", "pools": {}, "fleet_problem": None})
+
+
 # -- the Status document, as the daemon builds it -------------------------------------------------------
 
 def test_status_document_from_the_controllers_view(tmp_path):
