@@ -154,13 +154,18 @@ def _holds(entries: list[dict], since: float) -> list[tuple[float, float]]:
     return spans
 
 
+def _longest_pause(ends: list[float], start: float, end: float) -> float | None:
+    within = sorted(t for t in ends if start <= t <= end)
+    return round(max((b - a for a, b in zip(within, within[1:])), default=0.0), 2) if within else None
+
+
 def _completion_figures(ends: list[float], start: float, end: float) -> dict:
-    """The longest pause between completions from 5 s before the fault to 5 s after its end,
-    and the seconds from its end to the first completion after it."""
-    around = sorted(t for t in ends if start - 5 <= t <= end + 5)
-    gaps = [b - a for a, b in zip(around, around[1:])]
+    """The longest pause between completions from the fault's start to 5 s after its end, the
+    same in the 10 s before it (the load's own pauses, to compare), and the seconds from its
+    end to the first completion after it."""
     after = [t for t in sorted(ends) if t >= end]
-    return {"longest_pause_between_completions_s": round(max(gaps, default=float("nan")), 2),
+    return {"longest_pause_between_completions_s": _longest_pause(ends, start, end + 5),
+            "longest_pause_in_the_10s_before_s": _longest_pause(ends, start - 10, start),
             "complete_again_s": round(after[0] - end, 2) if after else None}
 
 
