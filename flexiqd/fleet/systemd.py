@@ -103,6 +103,17 @@ def connection_lost(exc: BaseException) -> bool:
     return (isinstance(number, int) and abs(number) in _LOST_ERRNOS) or name in _LOST_NAMES
 
 
+def recipient_left(exc: BaseException) -> bool:
+    """Whether systemd left the bus before answering (``daemon-reexec``, or its own reconnection
+    after the bus restarted): the bus answers NoReply at once, and a call made again waits for
+    systemd to come back (the bus holds calls to its name until it is owned again)."""
+    name = getattr(exc, "err_name", None)
+    message = getattr(exc, "err_message", None)
+    name = name.decode() if isinstance(name, bytes) else str(name or "")
+    message = message.decode() if isinstance(message, bytes) else str(message or "")
+    return name == "org.freedesktop.DBus.Error.NoReply" and "disconnected" in message
+
+
 def bus_name(address: str | None) -> str:
     """The bus as the journal names it."""
     return address or os.environ.get("DBUS_SYSTEM_BUS_ADDRESS") or "the system bus"
@@ -124,7 +135,8 @@ class Systemd:
     """systemd's Manager, by its D-Bus method names.  One thread at a time (sd-bus is not thread-safe).
 
     Made by ``connect`` it connects again when it finds its connection lost, and repeats
-    the call once on the new connection: every call the fleet makes is idempotent
+    the call once on the new connection; a call systemd left unanswered because it left
+    the bus (re-executing) is repeated once too.  Every call the fleet makes is idempotent
     (starting a started unit, stopping a stopping one, sending SIGUSR1 twice, setting
     the same properties, reloading again), so one that may or may not have reached
     systemd before the bus went away can be made again.  While the bus is down each
@@ -148,6 +160,9 @@ class Systemd:
         try:
             return use(self.bus)
         except Exception as exc:
+            if recipient_left(exc):
+                log.info("systemd left the bus without answering (re-executing?); asking again.")
+                return use(self.bus)
             if self._reopen is None or not connection_lost(exc):
                 raise
             log.warning("Lost the connection to systemd over %s (%s); connecting again.",

@@ -407,6 +407,35 @@ def test_retries_back_off_from_first_to_most():
     assert retry.next_at == 11.0          # 1, 2, 4, then 4 at most
 
 
+class FailsOnce(StandInBus):
+    def call_method(self, *args):
+        try:
+            return super().call_method(*args)
+        finally:
+            self.failure = None
+
+
+def test_a_call_systemd_left_unanswered_as_it_re_executed_is_made_again_once():
+    import errno
+
+    from flexiqd.errors import FleetError
+    from flexiqd.fleet.systemd import Systemd
+
+    left = BusError(-errno.ETIMEDOUT, b"org.freedesktop.DBus.Error.NoReply")
+    left.err_message = b"Message recipient disconnected from message bus without replying"
+    bus = FailsOnce(left)
+    systemd = Systemd(bus, reopen=lambda: pytest.fail("the connection itself was fine"))
+    systemd.StartUnit("flexiq-worker@p-1.service")
+    assert bus.calls == [b"StartUnit", b"StartUnit"]
+    # A call that timed out is not made again: systemd may be hung, and the tick must not wait twice.
+    timed_out = BusError(-errno.ETIMEDOUT, b"org.freedesktop.DBus.Error.NoReply")
+    timed_out.err_message = b"Connection timed out"
+    bus = StandInBus(timed_out)
+    with pytest.raises(FleetError):
+        Systemd(bus).StartUnit("flexiq-worker@p-1.service")
+    assert bus.calls == [b"StartUnit"]
+
+
 def test_a_failed_calls_arguments_read_as_text():
     import errno
 
