@@ -18,6 +18,7 @@ import errno
 import logging
 import os
 import signal
+import time
 from typing import Any, Callable, Iterable
 
 from ..errors import FleetError
@@ -86,6 +87,10 @@ def _argument(value: Any) -> str:
     return _text(value)
 
 
+# Pauses (seconds) before a call systemd left unanswered as it re-executed is made again:
+# ``daemon-reexec`` takes a few hundred milliseconds (up to about a second on a busy host).
+REEXEC_PAUSES = (0.1, 0.3, 0.9)
+
 # How sd-bus reports a connection the bus closed (pystemd raises them with a negative errno),
 # and the bus's own name for it.
 _LOST_ERRNOS = {errno.ECONNRESET, errno.ENOTCONN, errno.EPIPE, errno.ESHUTDOWN}
@@ -136,7 +141,8 @@ class Systemd:
 
     Made by ``connect`` it connects again when it finds its connection lost, and repeats
     the call once on the new connection; a call systemd left unanswered because it left
-    the bus (re-executing) is repeated once too.  Every call the fleet makes is idempotent
+    the bus (re-executing) is repeated after a pause, up to ``REEXEC_PAUSES``.  Every call
+    the fleet makes is idempotent
     (starting a started unit, stopping a stopping one, sending SIGUSR1 twice, setting
     the same properties, reloading again), so one that may or may not have reached
     systemd before the bus went away can be made again.  While the bus is down each
@@ -158,17 +164,27 @@ class Systemd:
         if self.bus is None:
             self._connect_again()
         try:
-            return use(self.bus)
+            return self._while_systemd_returns(use)
         except Exception as exc:
-            if recipient_left(exc):
-                log.info("systemd left the bus without answering (re-executing?); asking again.")
-                return use(self.bus)
             if self._reopen is None or not connection_lost(exc):
                 raise
             log.warning("Lost the connection to systemd over %s (%s); connecting again.",
                         self.where, _dbus_error_text(exc))
         self._connect_again()
         return use(self.bus)
+
+    def _while_systemd_returns(self, use: Callable[[Any], Any]) -> Any:
+        """``use(self.bus)``, made again after a pause while systemd leaves it unanswered because
+        it left the bus (re-executing): a call sent while the old process still owns the name is
+        dropped with it; one sent once the new process owns it is answered."""
+        for pause in (*REEXEC_PAUSES, None):
+            try:
+                return use(self.bus)
+            except Exception as exc:
+                if pause is None or not recipient_left(exc):
+                    raise
+                log.debug("systemd left the bus without answering (re-executing?); asking again in %.1fs.", pause)
+                time.sleep(pause)
 
     def _connect_again(self) -> None:
         old, self.bus = self.bus, None

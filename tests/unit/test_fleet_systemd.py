@@ -415,7 +415,7 @@ class FailsOnce(StandInBus):
             self.failure = None
 
 
-def test_a_call_systemd_left_unanswered_as_it_re_executed_is_made_again_once():
+def test_a_call_systemd_left_unanswered_as_it_re_executed_is_made_again(monkeypatch):
     import errno
 
     from flexiqd.errors import FleetError
@@ -427,6 +427,12 @@ def test_a_call_systemd_left_unanswered_as_it_re_executed_is_made_again_once():
     systemd = Systemd(bus, reopen=lambda: pytest.fail("the connection itself was fine"))
     systemd.StartUnit("flexiq-worker@p-1.service")
     assert bus.calls == [b"StartUnit", b"StartUnit"]
+    # Not forever: a systemd that keeps leaving fails the call after the pauses.
+    monkeypatch.setattr("flexiqd.fleet.systemd.REEXEC_PAUSES", (0.0, 0.0))
+    bus = StandInBus(left)
+    with pytest.raises(FleetError, match="recipient disconnected"):
+        Systemd(bus).StartUnit("flexiq-worker@p-1.service")
+    assert bus.calls == [b"StartUnit"] * 3
     # A call that timed out is not made again: systemd may be hung, and the tick must not wait twice.
     timed_out = BusError(-errno.ETIMEDOUT, b"org.freedesktop.DBus.Error.NoReply")
     timed_out.err_message = b"Connection timed out"
