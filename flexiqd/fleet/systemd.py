@@ -116,7 +116,9 @@ def recipient_left(exc: BaseException) -> bool:
     message = getattr(exc, "err_message", None)
     name = name.decode() if isinstance(name, bytes) else str(name or "")
     message = message.decode() if isinstance(message, bytes) else str(message or "")
-    return name == "org.freedesktop.DBus.Error.NoReply" and "disconnected" in message
+    # pystemd gives this one without its name, as ETIMEDOUT: the bus's words tell it apart
+    # ("Message recipient disconnected from message bus without replying").
+    return name in ("org.freedesktop.DBus.Error.NoReply", "") and "disconnected" in message
 
 
 def bus_name(address: str | None) -> str:

@@ -39,6 +39,7 @@ What must hold, and what is measured (printed; ``pytest -s``):
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 
@@ -68,6 +69,9 @@ BUS_FAULTS = {
     "away": f"systemctl stop dbus.socket dbus.service; {{call}}; sleep {AWAY_SECONDS}; systemctl start dbus.socket",
 }
 GAP_CALL = f"{FLEXIQCTL} status >/run/flexiq-gap-call 2>&1; echo $? >>/run/flexiq-gap-call"
+
+
+API_AGAIN = re.compile(r"on the bus again, ([\d.]+)s after the connection was lost")
 
 
 def _states(sbx: Sandbox) -> dict[str, int]:
@@ -316,6 +320,8 @@ def test_a_restart_of_the_system_bus_loses_nothing_and_restarts_no_worker(bus_re
             "flexiqctl_back_after_end_s": fault["api_back_after_end_s"],
             "workers_running": fault["workers_before"], "workers_replaced": fault["workers_replaced"],
             "held_s": [round(b - a, 2) for a, b in _holds(daemon_journal, start) if a <= end + 5],
+            "api_again_after_loss_s": [float(m.group(1)) for e in daemon_journal if start <= e["at"] <= end + 10
+                                       for m in [API_AGAIN.search(e.get("MESSAGE", ""))] if m],
             "decisions_while_held": during,
             **_completion_figures(report["ends"], start, end),
             "gap_call": fault["gap_call"],
@@ -340,6 +346,8 @@ def test_a_restart_of_the_system_bus_loses_nothing_and_restarts_no_worker(bus_re
         code, said = row["gap_call"]
         assert code == 0 or (code == 3 and one_line_gap_error(said)), f"{row['fault']}: the call in the gap: {said}"
         assert row["decisions_while_held"] == [], f"{row['fault']}: the pool was resized while it was held"
+    # flexiqd owned its name again by itself after each loss of the bus.
+    assert all(len(row["api_again_after_loss_s"]) == 1 for row in rows), [r["api_again_after_loss_s"] for r in rows]
     away = next(row for row in rows if row["fault"] == "away")
     # The bus was away for seconds: calls surely met it, and said so.
     assert away["gap_call"][0] == 3 and away["calls_failed"] >= 1

@@ -427,6 +427,12 @@ def test_a_call_systemd_left_unanswered_as_it_re_executed_is_made_again(monkeypa
     systemd = Systemd(bus, reopen=lambda: pytest.fail("the connection itself was fine"))
     systemd.StartUnit("flexiq-worker@p-1.service")
     assert bus.calls == [b"StartUnit", b"StartUnit"]
+    # As pystemd raises it: no error name, ETIMEDOUT, and the bus's words.
+    nameless = BusError(-errno.ETIMEDOUT, None)
+    nameless.err_message = b"Message recipient disconnected from message bus without replying"
+    bus = FailsOnce(nameless)
+    Systemd(bus).ListUnitsByPatterns([], ["flexiq-worker@*.service"])
+    assert bus.calls == [b"ListUnitsByPatterns"] * 2
     # Not forever: a systemd that keeps leaving fails the call after the pauses.
     monkeypatch.setattr("flexiqd.fleet.systemd.REEXEC_PAUSES", (0.0, 0.0))
     bus = StandInBus(left)
