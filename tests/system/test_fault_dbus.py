@@ -310,8 +310,9 @@ def test_a_restart_of_the_system_bus_loses_nothing_and_restarts_no_worker(bus_re
     report = _finish(sbx, began, load, daemon_pid)
     daemon_journal = journal_entries(sbx, DAEMON, since=began)
     rows = []
-    for fault in faults:
+    for number, fault in enumerate(faults):
         start, end = fault["started"], fault["ended"]
+        until = faults[number + 1]["started"] if number + 1 < len(faults) else float("inf")
         gap_calls = [c for c in fault["calls"] if c[2] != 0]
         during = [f'{d["FROM"]}->{d["TO"]} {d.get("REASON")}' for d in _decisions(sbx, start)
                   if any(a <= d["at"] <= b for a, b in _holds(daemon_journal, start))]
@@ -320,7 +321,7 @@ def test_a_restart_of_the_system_bus_loses_nothing_and_restarts_no_worker(bus_re
             "flexiqctl_back_after_end_s": fault["api_back_after_end_s"],
             "workers_running": fault["workers_before"], "workers_replaced": fault["workers_replaced"],
             "held_s": [round(b - a, 2) for a, b in _holds(daemon_journal, start) if a <= end + 5],
-            "api_again_after_loss_s": [float(m.group(1)) for e in daemon_journal if start <= e["at"] <= end + 10
+            "api_again_after_loss_s": [float(m.group(1)) for e in daemon_journal if start <= e["at"] < until
                                        for m in [API_AGAIN.search(e.get("MESSAGE", ""))] if m],
             "decisions_while_held": during,
             **_completion_figures(report["ends"], start, end),
