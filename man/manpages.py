@@ -462,7 +462,7 @@ script, step by step: docs/deploy.md.
 
 - 2: Bad command-line arguments.
 
-- 3: flexiqd cannot be reached, said on one line without a traceback: nothing owns `org.flexiq.flexiqd1` on the bus (flexiqd is not running, or it is connecting again after a restart of the system bus, which takes it about a second), the bus itself cannot be reached, or the connection was lost during the call. A running flexiqd keeps scaling meanwhile; try again in a few seconds.
+- 3: flexiqd cannot be reached, said on one line without a traceback: nothing owns `org.flexiq.flexiqd1` on the bus (flexiqd is not running, or it is connecting again after a restart of the system bus: it tries again at least once a second, and owns the name again within about a second of the bus's return), the bus itself cannot be reached, or the connection was lost during the call. A running flexiqd keeps scaling meanwhile; try again in a few seconds.
 
 - 130: Interrupted by Ctrl-C (`watch` ends this way).
 """),
