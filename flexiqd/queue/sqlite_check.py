@@ -296,8 +296,9 @@ def _schema_problem(conn: sqlite3.Connection) -> str | None:
 
 def _counts_problems(conn: sqlite3.Connection) -> list[str]:
     """Where the trigger-kept ``counts`` differ from the jobs they count."""
-    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'counts'").fetchone() is None:
-        return []
+    trigger = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'jobs_count_insert'").fetchone()
+    if trigger is None or "waiting_for" not in trigger[0]:
+        return []  # a store whose counts are kept another way (before v5): not judged by this one
     from .sqlite_schema import _BUCKET_V5  # the one definition of a job's bucket
 
     actual = {(q, s, t): n for q, s, t, n in conn.execute(
@@ -321,8 +322,8 @@ def check_store(path: str, depth: Depth, *, busy_timeout: float = 5.0) -> CheckR
     # A lost log is not opened: SQLite's first connection would rebuild the -shm index to
     # match the log that is left, and with it erase the only sign of the loss.
     if depth is not Depth.FILES and not any(f.kind in ("header", "wal-lost") for f in findings):
-        # Read-only and never creating a file; a -wal left by a crash is still read (and
-        # rolled into the check) since SQLite needs the -shm's lock to read at all.
+        # Read-only: nothing in the store changes (SQLite may leave an empty -wal and -shm);
+        # a log left by a crash is read as part of the store.
         try:
             conn = sqlite3.connect(f"file:{_uri_path(path)}?mode=ro", uri=True, timeout=busy_timeout,
                                    isolation_level=None, check_same_thread=False)

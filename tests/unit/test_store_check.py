@@ -223,3 +223,17 @@ def _locked_elsewhere(path: str) -> bool:
     code = ("import fcntl, sys\nf = open(sys.argv[1], 'r+b')\n"
             "try:\n    fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 1000)\nexcept OSError:\n    sys.exit(3)\n")
     return subprocess.run([sys.executable, "-c", code, path]).returncode == 3
+
+
+def test_counts_that_disagree_with_the_jobs_are_reported(store_path, capsys):
+    """What no page check sees: the trigger-kept counts (what the policy scales on) against the jobs."""
+    import sqlite3
+
+    conn = sqlite3.connect(store_path)
+    conn.execute("UPDATE counts SET n = n + 2 WHERE queue = 'q1' AND state = 'queued'")
+    conn.commit()
+    conn.close()
+    code, out, _ = check(store_path, capsys=capsys)
+    assert code == 3, out
+    assert "  counts: the job counts disagree with the jobs: queue 'q1' state 'queued': " in out
+    assert check(store_path, "--quick", capsys=capsys)[0] == 0  # the daemon's check at start reads pages only
