@@ -257,7 +257,9 @@ def sqlite_findings(conn: sqlite3.Connection, depth: Depth) -> tuple[list[str], 
         except sqlite3.Error as exc:
             if not is_damage(exc):
                 raise
-            findings.append(Finding(kind, f"{name} could not read past a damaged page ({exc})"))
+            # SQLite stops at the first page it cannot read, whatever it was checking.
+            reading = "reading the schema" if name == "schema" else name
+            findings.append(Finding("pages", f"{reading} stopped at a damaged page ({exc})"))
             return False
         if found:
             findings.append(Finding(kind, describe(found)))

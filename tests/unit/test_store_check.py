@@ -52,9 +52,9 @@ def test_a_whole_store_is_reported_whole_with_exit_0_at_both_depths(store_path, 
 DAMAGES = {
     # kind of damage -> (how it is made, the finding's kind at the full depth)
     "a leaf page of the jobs table": (lambda p: store_damage.overwrite_page(p, store_damage.leaf_page(p, "jobs")),
-                                      "indexes"),
+                                      "pages"),
     "a leaf page of the claim index": (lambda p: store_damage.overwrite_page(
-        p, store_damage.leaf_page(p, "jobs_claim")), "indexes"),
+        p, store_damage.leaf_page(p, "jobs_claim")), "pages"),
     "the header page": (lambda p: store_damage.overwrite_page(p, 1), "header"),
     "the file cut short": (store_damage.truncate, "truncated"),
 }
