@@ -98,9 +98,11 @@ def sampling():
         samples.append(sample())
         time.sleep(0.05)
 
+def claiming(unit):
+    return unit["state"] == "active" and not unit["job"] and unit["status"].startswith("claiming")
+
 def capacity(s):
-    return sum(1 for u in s["units"].values()
-               if u["state"] == "active" and not u["job"] and u["status"].startswith("claiming"))
+    return sum(1 for u in s["units"].values() if claiming(u))
 
 def wait(predicate, limit, what):
     deadline = time.time() + limit
@@ -126,7 +128,7 @@ daemon_restarted = None
 if args["restart_daemon"]:
     def one_new_ready(s):
         units = s["units"].values()
-        return (any(u["launched"] > requested_mono and capacity({"units": {0: u}}) for u in units)
+        return (any(u["launched"] > requested_mono and claiming(u) for u in units)
                 and any(0 < u["launched"] < requested_mono for u in units))
     wait(one_new_ready, 120, "a new worker ready beside old ones")
     subprocess.run(["systemctl", "restart", args["daemon"]], check=True)
