@@ -237,3 +237,26 @@ def test_counts_that_disagree_with_the_jobs_are_reported(store_path, capsys):
     assert code == 3, out
     assert "  counts: the job counts disagree with the jobs: queue 'q1' state 'queued': " in out
     assert check(store_path, "--quick", capsys=capsys)[0] == 0  # the daemon's check at start reads pages only
+
+
+def test_a_locked_store_is_out_of_reach_to_wait_for_not_damaged(store_path):
+    """The daemon waits for a locked store (StoreUnreachable) and refuses only a damaged one."""
+    import sqlite3
+
+    from flexiqd.errors import StoreUnreachable
+    from flexiqd.queue.store_check import check_url_store
+
+    holder = sqlite3.connect(store_path, isolation_level=None)
+    holder.execute("PRAGMA locking_mode = EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    holder.execute("UPDATE jobs SET priority = 1 WHERE id = 1")
+    try:
+        for depth in (Depth.QUICK, Depth.FULL):
+            with pytest.raises(StoreUnreachable, match="locked"):
+                check_url_store(f"sqlite:///{store_path}?busy_timeout=0.2", depth)
+        with pytest.raises(StoreUnreachable):
+            refuse_if_damaged(f"sqlite:///{store_path}?busy_timeout=0.2", Depth.QUICK)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    refuse_if_damaged(f"sqlite:///{store_path}", Depth.QUICK)  # whole once released
