@@ -15,7 +15,7 @@ import re
 import pytest
 
 from flexiqd.http.metrics import render
-from flexiqd.policy import Dependency, DependencyUse, PoolInput, PoolPolicy, decide_fleet
+from flexiqd.policy import DependencyUse, PoolInput, PoolPolicy, decide_fleet
 from flexiqd.policy.caps import CAP_REASONS, collect_caps
 from flexiqd.policy.sharing import DependencyCap
 from flexiqd.policy.types import DependencyObservation
