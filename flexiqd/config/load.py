@@ -529,7 +529,7 @@ def _schedules(value: Any) -> dict[str, ScheduleConfig]:
 
 def _schedule(name: str, value: Any) -> ScheduleConfig:
     from ..schedules.calendar import CalendarError, parse_calendar
-    from ..schedules.plan import CatchUp
+    from ..schedules.words import CatchUp
 
     where = f"schedules.{name}"
     if not SCHEDULE_NAME.match(name):

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any, Mapping
 from ..fleet.base import Credential, WorkerSpec
 from ..queue.limits import DependencyLimit, TenantCaps
 from ..queue.types import NewJob
-from ..schedules.calendar import Calendar
-from ..schedules.plan import CatchUp
+from ..schedules.words import CatchUp
 from ..settings_schema import default, listen_default
 
 if TYPE_CHECKING:  # the decision code is loaded by who decides, not by a worker reading its pool
+    from ..schedules.calendar import Calendar
     from ..policy.config import Dependency, PoolPolicy
     from ..policy.fleet import PoolInput
     from ..policy.types import History, Observation

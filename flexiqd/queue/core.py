@@ -37,7 +37,7 @@ from .owners import owner_alive_here, owner_parts, this_host
 from .rows import encode_json, new_row
 from .schedules import (FIRED, LEDGER_KEEP, RUN, SKIPPED, SLOT, LedgerRow, ScheduleRecord, SlotDecision,
                         SlotOutcome, ledger_row)
-from ..schedules.plan import OVERLAP, PAUSED
+from ..schedules.words import OVERLAP, PAUSED
 from .shares import Share
 from .types import (FINISHED_STATES, ClaimRequest, Deferral, DependencyStats, Exchanged, Job, JobState, NewJob,
                     Outcome, OutcomeKind, Stats)

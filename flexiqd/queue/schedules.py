@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..schedules.plan import CATCH_UP_HORIZON
+from ..schedules.words import CATCH_UP_HORIZON
 from .types import JobState, NewJob
 
 # The ledger keeps a row this long after its slot (then only each schedule's newest).
