@@ -13,6 +13,8 @@ APT_PACKAGES += debhelper dh-python pybuild-plugin-pyproject python3-all lintian
 	rpm mmdebstrap
 # promtool for the alert rules' tests; the PostgreSQL server the tests start themselves.
 APT_PACKAGES += prometheus postgresql-15
+# faketime: the clock-step fault test steps the wall clock of the daemon and its workers.
+APT_PACKAGES += faketime
 # pgbouncer: the fixed connection pool of the dependency-ceiling test and bench (bench/ceilings/).
 APT_PACKAGES += pgbouncer
 # The Cockpit page's browser test: Cockpit's web server and bridge, Debian's Chromium

@@ -292,7 +292,7 @@ class Autoscaler:
                     log.exception("autoscale: tick failed")
                 if follow_up is not None and follow_up <= last_tick:
                     follow_up = None
-                due = pacing.due_at(self.controller.next_due, time.time(), time.monotonic())
+                due = pacing.due_at(self.controller.next_due, self.controller.clock(), time.monotonic())
                 soon = follow_up
                 if self.controller.waits_on_stopping:
                     # Growth waits for stopping workers to exit: look again soon, not a poll later.

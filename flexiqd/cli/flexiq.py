@@ -6,7 +6,6 @@ import argparse
 import dataclasses
 import json
 import sys
-import time
 from typing import Any, Sequence
 
 from ..durations import format_duration
@@ -377,7 +376,7 @@ def _enqueue(backend, args: argparse.Namespace) -> int:
         print(f"flexiq: no worker has declared task {args.task} in {backend.url}: "
               + ", ".join(f"{name} {defaults[name]}" for name in DECLARED_OPTIONS if name in job.from_declaration)
               + " (the defaults)", file=sys.stderr)
-    ids = backend.enqueue([job] * args.count, now=time.time())
+    ids = backend.enqueue([job] * args.count, now=backend.clock())
     if len(ids) == 1:
         print(ids[0])
     else:
@@ -410,7 +409,7 @@ def render_declarations(declared: list, *, now: float) -> str:
 
 
 def _stats(backend, args: argparse.Namespace) -> int:
-    now = time.time()
+    now = backend.clock()
     names = args.queue or backend.queues() or ["default"]
     stats = [backend.stats(name, now=now, window=args.window) for name in names]
     if args.json:
@@ -451,8 +450,8 @@ def _dependencies(args: argparse.Namespace) -> int:
 
     config = load_config(config_path(args.config))
     url = args.url or os.environ.get(URL_ENV) or config.store
-    now = time.time()
     backend = open_backend(url)
+    now = backend.clock()
     try:
         rows = [(limit, backend.dependency_stats(name, now=now, window=args.window))
                 for name, limit in sorted(config.dependency_limits.items())]
@@ -513,7 +512,7 @@ def _jobs(backend, args: argparse.Namespace) -> int:
             for row in backend.executions(job_id=job.id):
                 print(f"  attempt {row['attempt']} by {row['worker']}: {row['outcome']}")
     else:
-        if not backend.cancel(args.id, now=time.time()):
+        if not backend.cancel(args.id, now=backend.clock()):
             raise FlexiqdError(f"job {args.id} has already finished; nothing to cancel")
         print(f"cancelled job {args.id}")
     return EXIT_OK
@@ -523,10 +522,10 @@ def _dead_letter(backend, args: argparse.Namespace) -> int:
     if args.dead_command == "list":
         _print_jobs(backend.list_jobs(queue=args.queue, state=JobState.DEAD, limit=args.limit), args.json)
     elif args.dead_command == "retry":
-        n = backend.retry_dead(queue=args.queue, job_ids=args.ids or None, now=time.time())
+        n = backend.retry_dead(queue=args.queue, job_ids=args.ids or None, now=backend.clock())
         print(f"{n} dead jobs queued again")
     else:
-        n = backend.purge(states=[JobState.DEAD], finished_before=time.time() - args.older_than,
+        n = backend.purge(states=[JobState.DEAD], finished_before=backend.clock() - args.older_than,
                           queue=args.queue)
         print(f"{n} dead jobs purged")
     return EXIT_OK

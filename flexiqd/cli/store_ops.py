@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from typing import Any, Callable
 
 from ..durations import format_duration
@@ -86,10 +85,9 @@ def _move(args: argparse.Namespace, url: str) -> int:
 def _hosts(args: argparse.Namespace, url: str) -> int:
     from ..queue.host_admin import list_hosts
 
-    now = time.time()
     backend = open_backend(url)
     try:
-        rows = list_hosts(backend, now=now)
+        rows = list_hosts(backend, now=backend.clock())
     finally:
         backend.close()
     if args.json:
@@ -117,7 +115,7 @@ def _forget(args: argparse.Namespace, url: str) -> int:
 
     backend = open_backend(url)
     try:
-        done = forget_host(backend, args.name, force=args.force, now=time.time())
+        done = forget_host(backend, args.name, force=args.force, now=backend.clock())
     finally:
         backend.close()
     print(f"forgot host {done.name}: {done.handed_back} running jobs handed back to the queue (no attempt used)")

@@ -144,7 +144,7 @@ class DaemonPort:
             controller = daemon.controller
             if controller is None:
                 return status_document(daemon.config, config_path, config_error, {}, {}, time.time())
-            now = time.time()
+            now = controller.clock()  # the store's time: the hosts' beats are in it
             hosts = (hosts_document(daemon.hosts, controller.global_caps(), now)
                      if daemon.hosts is not None else None)
             firer = daemon.schedules
@@ -168,7 +168,7 @@ class DaemonPort:
         if controller is None or daemon.config is None:
             return
         queues = sorted({q for pool in daemon.config.pools.values() for q in pool.queues})
-        await daemon.io(counters.read, controller.backend, queues, time.time(), what="reading the queue counters")
+        await daemon.io(counters.read, controller.backend, queues, controller.clock(), what="reading the queue counters")
 
     async def events_since(self, seq: int) -> list[dict[str, Any]]:
         controller = self._daemon.controller
@@ -210,12 +210,12 @@ class DaemonPort:
 
     async def retry_dead(self, queue: str | None, job_ids: list[int] | None) -> int:
         backend = self._controller().backend
-        return await self._daemon.io(lambda: backend.retry_dead(queue=queue, job_ids=job_ids, now=time.time()),
+        return await self._daemon.io(lambda: backend.retry_dead(queue=queue, job_ids=job_ids, now=backend.clock()),
                                      what="retrying dead letters")
 
     async def purge_dead(self, queue: str | None, job_ids: list[int] | None) -> int:
         backend = self._controller().backend
-        return await self._daemon.io(lambda: backend.purge(states=[JobState.DEAD], finished_before=time.time() + 1,
+        return await self._daemon.io(lambda: backend.purge(states=[JobState.DEAD], finished_before=backend.clock() + 1,
                                                            queue=queue, job_ids=job_ids),
                                      what="purging dead letters")
 

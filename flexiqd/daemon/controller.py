@@ -126,7 +126,7 @@ class Controller:
     """Sizes every pool once per ``tick``.  Not thread-safe: one loop drives it."""
 
     def __init__(self, config: DaemonConfig, backend: Backend, fleet: Fleet, *,
-                 host: str | None = None, clock: Callable[[], float] = time.time,
+                 host: str | None = None, clock: Callable[[], float] | None = None,
                  pid_alive: Callable[[int], bool] = process_exists, events: EventLog | None = None,
                  intent: IntentFile | None = None, paused_path: str | None = None,
                  history: HistoryFile | None = None, samples: SamplesFile | None = None) -> None:
@@ -134,7 +134,8 @@ class Controller:
         self.backend = backend
         self.fleet = fleet
         self.host = host or this_host()
-        self.clock = clock
+        # The store's time (leases, run-ats and ages are in it), which no step of the wall clock moves.
+        self.clock = clock = clock or backend.clock
         self.histories: dict[str, History] = {}
         self.start_costs = StartCosts()
         self.crash_loops = CrashLoops()

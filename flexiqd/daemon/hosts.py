@@ -50,7 +50,7 @@ class HostHeartbeat:
     """
 
     def __init__(self, backend: Backend, host: str, interval: Callable[[], float],
-                 report: Callable[[], Mapping[str, Any]], *, clock: Callable[[], float] = time.time,
+                 report: Callable[[], Mapping[str, Any]], *, clock: Callable[[], float] | None = None,
                  capacities: Callable[[], Mapping[str, float]] = dict,
                  on_beat: Callable[[float], None] | None = None) -> None:
         self.backend = backend
@@ -59,10 +59,12 @@ class HostHeartbeat:
         self._interval = interval
         self._report = report
         self._capacities = capacities
-        self._started = clock()
         self._intent: dict[str, int] = {}   # pool -> the share computed at the last beat
         self._grants: dict[str, dict[str, int]] = {}  # pool -> global cap -> workers, in force
-        self._clock = clock
+        # Beats are written and judged in the store's time: a host whose wall clock is off or
+        # steps neither looks dead to the others nor finds them dead.
+        self._clock = clock or backend.clock
+        self._started = self._clock()
         self._lock = threading.Lock()
         self._fleet: list[HostInfo] = []
         self._failing_since: float | None = None

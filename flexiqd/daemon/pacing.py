@@ -58,9 +58,10 @@ def after_unit_change(now: float, last_tick: float) -> float:
     return max(now, last_tick + UNIT_CHANGE_GAP)
 
 
-def due_at(next_due: float | None, wall_now: float, clock_now: float) -> float | None:
-    """``next_due`` (epoch seconds, as the store keeps run-ats) on the loop's clock; None when
-    nothing is delayed or it is due already (the decision just made saw it)."""
-    if next_due is None or not math.isfinite(next_due) or next_due <= wall_now:
+def due_at(next_due: float | None, store_now: float, clock_now: float) -> float | None:
+    """``next_due`` (a run-at, in the store's time: ``Backend.clock``, read as ``store_now``) on
+    the loop's clock; None when nothing is delayed or it is due already (the decision just
+    made saw it)."""
+    if next_due is None or not math.isfinite(next_due) or next_due <= store_now:
         return None
-    return clock_now + (next_due - wall_now)
+    return clock_now + (next_due - store_now)

@@ -77,11 +77,15 @@ class ScheduleFirer:
     """
 
     def __init__(self, backend: Backend, host: str, schedules: Callable[[], Mapping[str, ScheduleConfig]], *,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] | None = None, store_clock: Callable[[], float] | None = None) -> None:
         self.backend = backend
         self.host = host
         self._schedules = schedules
-        self._clock = clock
+        # Slots are wall-clock times by nature (a calendar): planned on the wall clock.  The jobs
+        # they enqueue are stamped in the store's time, as every job is (``Backend.clock``), so
+        # a wall clock stepped away from it does not make them wait or run early.
+        self._clock = clock or time.time
+        self._store_clock = store_clock or clock or backend.clock
         self._lock = threading.Lock()      # the pass, and what it publishes
         self._wake = threading.Event()
         self._stopped = threading.Event()
@@ -98,12 +102,13 @@ class ScheduleFirer:
     def pass_once(self, now: float | None = None) -> list[SlotOutcome]:
         """Decide every slot due at ``now`` (the clock's by default); what this daemon decided.
         QueueError when the store fails (nothing is lost: the next pass decides the rest)."""
+        store_now = self._store_clock() if now is None else now
         now = self._clock() if now is None else now
         with self._lock:
             schedules = dict(self._schedules())
             decided: list[SlotOutcome] = []
             for _ in range(MAX_REPLANS):
-                outcomes, taken = self._pass(schedules, now)
+                outcomes, taken = self._pass(schedules, now, store_now)
                 decided += outcomes
                 if not taken:
                     break
@@ -112,8 +117,10 @@ class ScheduleFirer:
                 self.backend.prune_ledger(now=now)
             return decided
 
-    def _pass(self, schedules: Mapping[str, ScheduleConfig], now: float) -> tuple[list[SlotOutcome], bool]:
-        """One plan per schedule and its decisions; and whether a slot was found taken."""
+    def _pass(self, schedules: Mapping[str, ScheduleConfig], now: float,
+              store_now: float) -> tuple[list[SlotOutcome], bool]:
+        """One plan per schedule at ``now`` (wall) and its decisions, stamped ``store_now``; and
+        whether a slot was found taken."""
         names = frozenset(schedules)
         if not names:
             self._records, self._next = {}, {}
@@ -131,7 +138,7 @@ class ScheduleFirer:
                 decision = SlotDecision(schedule=name, at=planned.at, job=schedule.new_job(planned.at), skip=planned.skip,
                                         slots=planned.slots, overlap_skip=schedule.catch_up.overlap == "skip",
                                         late=planned.late)
-                outcome = self.backend.fire_slot(decision, host=self.host, now=now)
+                outcome = self.backend.fire_slot(decision, host=self.host, now=store_now)
                 if outcome is None:  # another daemon decided it: plan again from the store
                     taken = True
                     break
@@ -173,7 +180,7 @@ class ScheduleFirer:
         KeyError for a schedule not configured."""
         schedule = self._schedules()[name]
         now = self._clock()
-        job_id = self.backend.run_schedule(name, schedule.new_job(), host=self.host, now=now)
+        job_id = self.backend.run_schedule(name, schedule.new_job(), host=self.host, now=self._store_clock())
         with self._lock:
             self.counters.runs[name] += 1
         log.info("Schedule %s run by an operator: job %s in queue %s.", name, job_id, schedule.queue,

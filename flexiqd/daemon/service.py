@@ -496,7 +496,7 @@ class Daemon:
     async def _sleep_until_next_tick(self, last_tick: float) -> None:
         assert self.config is not None and self.controller is not None
         loop = asyncio.get_running_loop()
-        due = pacing.due_at(self.controller.next_due, time.time(), loop.time())
+        due = pacing.due_at(self.controller.next_due, self.controller.clock(), loop.time())
         if self._follow_up is not None and self._follow_up <= last_tick:
             self._follow_up = None  # the decision it asked for was made
         follow_up = self._follow_up

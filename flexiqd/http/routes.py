@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
@@ -59,7 +58,7 @@ def daemon_routes(latest: Callable[[], Snapshot], target: int) -> dict[str, Rout
 
 
 def store_routes(backend: Backend, target: int, queues: Sequence[str] | None,
-                 clock: Callable[[], float] = time.time) -> dict[str, Route]:
+                 clock: Callable[[], float] | None = None) -> dict[str, Route]:
     """``flexiq scaler``'s routes: each answer read from the store on a thread of its own, so the
     server keeps answering (and timing out slow clients) while a read waits on a lock.
 
@@ -67,6 +66,7 @@ def store_routes(backend: Backend, target: int, queues: Sequence[str] | None,
     queues served -- ``queues``, or every queue the store has -- read at each scrape; its
     counters start at zero when the scaler starts, as the daemon's do.
     """
+    clock = clock or backend.clock
     reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flexiq-scaler")
     counters = Counters()
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any, Callable, Iterable
 
 from ..errors import TaskError
@@ -24,9 +23,10 @@ class Queue:
     Thread-safe.
     """
 
-    def __init__(self, url: str | None = None, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, url: str | None = None, *, clock: Callable[[], float] | None = None) -> None:
         self._url = url
-        self.clock = clock
+        #: The time jobs are enqueued at: the store's (``Backend.clock``), unless one is given.
+        self.clock: Callable[[], float] = clock if clock is not None else self._store_clock
         self.tasks: dict[str, Task] = {}
         self._backend: Backend | None = None
         self._owns_backend = True
@@ -111,6 +111,9 @@ class Queue:
         else:
             job = declarations.by_name(task, {"args": list(args), "kwargs": dict(kwargs or {})}, options)
         return self.enqueue_many([job], connection=connection)[0]
+
+    def _store_clock(self) -> float:
+        return self.backend.clock()
 
     def enqueue_many(self, jobs: Iterable[NewJob], *, connection: Any = None) -> list[int]:
         """Add jobs in one transaction (all or none); return their ids.

@@ -1,7 +1,8 @@
 """The interface every job store implements (SQLite embedded, PostgreSQL shared).
 
 Contracts common to all methods:
-- ``now`` is epoch seconds and always an argument, so tests never patch clocks;
+- ``now`` is epoch seconds and always an argument, so tests never patch clocks; callers
+  take it from ``clock()``, the store's time, not from their own wall clock;
 - every method is one transaction: it happens whole or not at all;
 - an instance is safe to use from one thread at a time (callers that share one
   across threads must serialise their calls);
@@ -12,6 +13,7 @@ Contracts common to all methods:
 from __future__ import annotations
 
 import abc
+import time
 import dataclasses
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -43,6 +45,13 @@ class Backend(abc.ABC):
     """A durable job store with leases."""
 
     url: str
+
+    def clock(self) -> float:
+        """The store's time, epoch seconds: the ``now`` to give every method.  Every process
+        sharing the store reads the same time from it, whatever its own wall clock says, and
+        a step of the wall clock does not move it (``flexiqd.queue.clock``).  Never blocks;
+        thread-safe."""
+        return time.time()
 
     @abc.abstractmethod
     def enqueue(self, jobs: Sequence[NewJob], *, now: float) -> list[int]:

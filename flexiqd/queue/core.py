@@ -100,6 +100,9 @@ class Store(Backend):
     def schema_versions(self) -> Mapping[str, int]:  # type: ignore[override]
         return self.database.schema_versions
 
+    def clock(self) -> float:
+        return self.database.clock()
+
     def close(self) -> None:
         self.database.close()
 

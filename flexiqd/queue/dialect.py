@@ -15,6 +15,7 @@ connection, a deadlock): it must keep nothing from a run that was rolled back.
 from __future__ import annotations
 
 import abc
+import time
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from .declarations import TaskDeclaration
@@ -382,6 +383,11 @@ class Database(abc.ABC):
     @abc.abstractmethod
     def read(self, operation: str, body: Callable[[Tx], T]) -> T:
         """Run ``body`` in one read-only transaction that sees one snapshot."""
+
+    def clock(self) -> float:
+        """The store's time in epoch seconds (``flexiqd.queue.clock``): the ``now`` its
+        processes write and judge leases, beats and run-ats by.  Never blocks."""
+        return time.time()
 
     def read_one(self, operation: str, body: Callable[[Tx], T]) -> T:
         """``read`` of a body that makes one ``Tx`` call reading one snapshot: a dialect whose

@@ -33,6 +33,7 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 
 from ..errors import QueueError, StoreUnavailable, StoreUnreachable
+from .clock import ServerClock
 from .core import CommitUnknown, Store
 from .dialect import Database, RateRow, Tx
 from .declarations import TaskDeclaration
@@ -764,6 +765,10 @@ def _fold(conn: psycopg.Connection) -> None:
         "deferred = e.deferred + excluded.deferred")
 
 
+# The server's time, epoch seconds, as it answers (clock_timestamp(), not the transaction's now()).
+_SERVER_TIME = "SELECT extract(epoch FROM clock_timestamp())::float8"
+
+
 class _Committing:
     """Marks that the transaction body finished: an error from here on is the COMMIT's."""
 
@@ -784,10 +789,15 @@ class PostgresDatabase(Database):
         self._lock = threading.RLock()
         self._closed = False
         self.connection: psycopg.Connection | None = None
+        # Leases, beats and run-ats are in the server's time: hosts whose clocks disagree (or
+        # step) still agree on it.  Measured with every new connection and now and then.
+        self._clock = ServerClock()
+        self._clock_checked = False
         with self._lock:
             conn = _connect(options, url)
             try:
                 self._migrate(conn)
+                self._measure_clock(conn)
             except psycopg.Error as exc:
                 conn.close()
                 raise self._translate(exc, "open") from None
@@ -807,7 +817,15 @@ class PostgresDatabase(Database):
                 self.connection.close()
                 self.connection = None
             self.connection = _connect(self.options, self.url)
+            self._clock_checked = False  # another server, perhaps (a failover): measure again
         return self.connection
+
+    def clock(self) -> float:
+        return self._clock()
+
+    def _measure_clock(self, conn: psycopg.Connection) -> None:
+        self._clock.measure(lambda: float(conn.execute(_SERVER_TIME).fetchone()[0]))
+        self._clock_checked = True
 
     def _migrate(self, conn: psycopg.Connection) -> None:
         """Create the schema, or apply the steps this code knows and the store lacks, in one
@@ -886,6 +904,8 @@ class PostgresDatabase(Database):
                 conn = self._connection()
                 committing = _Committing()
                 try:
+                    if not self._clock_checked or self._clock.due():
+                        self._measure_clock(conn)
                     if alone:
                         return body(PostgresTx(conn))
                     return self._once(conn, body, snapshot, committing)

@@ -20,6 +20,7 @@ import time
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from ..errors import QueueError, StoreDamaged, StoreUnavailable, StoreUnreachable
+from . import clock as store_clock
 from .core import Store
 from .dialect import Database, RateRow, Tx
 from .disk import disk_problem
@@ -628,9 +629,18 @@ def older_hosts_alive(conn: sqlite3.Connection, step: int) -> bool:
     reports no newer schema)."""
     if not _table_exists(conn, "hosts"):
         return False
-    now = time.time()
+    now = _store_time(conn)
     return any(is_alive(last_beat, interval, now) and host_is_older(decode_report(report), step, DIALECT)
                for last_beat, interval, report in conn.execute("SELECT last_beat, interval, report FROM hosts"))
+
+
+def _store_time(conn: sqlite3.Connection) -> float:
+    """The store's time (``flexiqd.queue.clock``: its beats are in it) before the store is open:
+    from the anchor it keeps, else -- a store from before the anchor -- the wall clock."""
+    row = conn.execute("SELECT boot, at, since FROM clock").fetchone() if _table_exists(conn, "clock") else None
+    stored = store_clock.Anchor(*row) if row else None
+    anchor = store_clock.anchor_for_boot(stored, store_clock.boot_id(), time.time(), store_clock.elapsed())
+    return store_clock.AnchoredClock(anchor)()
 
 
 def _record_steps(conn: sqlite3.Connection, steps: Iterable[Step], level: int) -> None:
@@ -662,6 +672,47 @@ class SQLiteDatabase(Database):
             raise StoreUnavailable(
                 f"{self.url}: synchronous={synchronous!r} is not one of {', '.join(_SYNCHRONOUS)}")
         self.connection: sqlite3.Connection | None = self._open(_SYNCHRONOUS[synchronous.lower()])
+        self._clock = store_clock.AnchoredClock(self._anchor(self.connection))
+
+    def clock(self) -> float:
+        return self._clock()
+
+    @staticmethod
+    def _anchor(conn: sqlite3.Connection) -> store_clock.Anchor:
+        """This boot's anchor of the store's clock (``flexiqd.queue.clock``): the stored one, or
+        a new one stored by the first process of the boot (read again under the write lock,
+        so processes opening at once agree).  A store this process cannot write to yet (a
+        full or read-only disk) gets one of its own for now: it can change nothing meanwhile;
+        one it cannot read (a damaged page) too: the calls that read it will say so."""
+        boot = store_clock.boot_id()
+
+        def stored() -> store_clock.Anchor | None:
+            row = conn.execute("SELECT boot, at, since FROM clock").fetchone()
+            return store_clock.Anchor(*row) if row else None
+
+        try:
+            found = stored()
+        except sqlite3.Error:
+            return store_clock.anchor_for_boot(None, "", time.time(), store_clock.elapsed())
+        anchor = store_clock.anchor_for_boot(found, boot, time.time(), store_clock.elapsed())
+        if not store_clock.worth_storing(anchor, found):
+            return anchor
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                found = stored()
+                anchor = store_clock.anchor_for_boot(found, boot, time.time(), store_clock.elapsed())
+                if store_clock.worth_storing(anchor, found):
+                    conn.execute("DELETE FROM clock")
+                    conn.execute("INSERT INTO clock (boot, at, since) VALUES (?, ?, ?)",
+                                 (anchor.boot, anchor.at, anchor.since))
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        except sqlite3.Error:
+            pass
+        return anchor
 
     def _open(self, synchronous: str) -> sqlite3.Connection:
         directory = os.path.dirname(os.path.abspath(self.path))

@@ -246,6 +246,14 @@ _V11_TABLES = (
 ) WITHOUT ROWID""",
 )
 
+# v12: the store's clock (flexiqd.queue.clock): the anchor every process of one boot counts
+# from, so a step of the wall clock moves no lease and no run-at.  One row.  Expand-only.
+_V12_CLOCK = """CREATE TABLE clock (
+    boot TEXT NOT NULL,
+    at REAL NOT NULL,
+    since REAL NOT NULL
+)"""
+
 # Statements that bring a store of the version before each key up to it, in order;
 # a new store gets SCHEMA whole.  Append, never edit: stores in the field ran them.
 #
@@ -302,6 +310,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     9: _V9_TABLES,
     10: _V10_TABLES,
     11: _V11_TABLES,
+    12: (_V12_CLOCK,),
 }
 
 SCHEMA: tuple[str, ...] = (
@@ -358,10 +367,12 @@ SCHEMA: tuple[str, ...] = (
     *_V9_TABLES,
     *_V10_TABLES,
     *_V11_TABLES,
+    _V12_CLOCK,
 )
 
 # Steps 1-9 came before the rule: each refused the code before it.
-KINDS: dict[int, Kind] = {**{number: Kind.BREAKING for number in range(1, 10)}, 10: Kind.EXPAND, 11: Kind.EXPAND}
+KINDS: dict[int, Kind] = {**{number: Kind.BREAKING for number in range(1, 10)},
+                          10: Kind.EXPAND, 11: Kind.EXPAND, 12: Kind.EXPAND}
 
 STEPS = steps_of(MIGRATIONS, KINDS)
 SCHEMA_VERSION = newest(STEPS)  # the newest step, as reported

@@ -155,7 +155,7 @@ class Worker:
     """
 
     def __init__(self, app: Queue, backend: Backend, config: WorkerConfig, *,
-                 notifier: Notifier | None = None, clock: Callable[[], float] = time.time,
+                 notifier: Notifier | None = None, clock: Callable[[], float] | None = None,
                  drain_budget: Callable[[], float] | None = None,
                  dependency_limits: Callable[[], Mapping[str, DependencyLimit]] | None = None,
                  tenant_caps: Callable[[], TenantCaps | None] | None = None,
@@ -164,7 +164,7 @@ class Worker:
         self.backend = backend
         self.config = config
         self.notifier = notifier or Notifier()
-        self.clock = clock
+        self.clock = clock or backend.clock  # the store's time, not this host's wall clock
         self.counters = Counters()
         self.left_running: list[int] = []  # jobs still running when it gave up on them (abandoned)
         self._drain_budget = drain_budget or (lambda: config.drain_timeout)
