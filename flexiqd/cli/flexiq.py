@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 import sys
+import time
 from typing import Any, Sequence
 
 from ..durations import format_duration
