@@ -446,7 +446,7 @@ STATEMENTS = [
     ("docs/guarantees.md", r"\(`heartbeat`, (\d+) s by default\)", lambda: default("heartbeat")),
     ("docs/guarantees.md", r"once the lease \((\d+) s\) ends", lambda: default("pools.<pool>.lease")),
     ("docs/postgresql.md", r"every `heartbeat` \((\d+) s by default\)", lambda: default("heartbeat")),
-    ("docs/postgresql.md", r"within half a heartbeat\*\* \((\d+) s by default", lambda: default("heartbeat") / 2),
+    ("docs/postgresql.md", r"within half a heartbeat of it\*\* \((\d+) s by default", lambda: default("heartbeat") / 2),
     ("docs/metrics.md", r"listen: (\S+) +# the default", lambda: default("http.listen")),
     ("docs/metrics.md", r"`http.scaler_target`, default (\d+)", lambda: default("http.scaler_target")),
     ("README.md", r"`http: \{\}` serves on (\S+)\)", lambda: default("http.listen")),
