@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from ..config import DEFAULT_CONFIG_PATH, DaemonConfig, load_config
-from ..errors import ConfigError, FlexiqdError, StoreDamaged, StoreUnreachable
+from ..errors import ConfigError, FleetError, FlexiqdError, StoreDamaged, StoreUnreachable
 from ..fleet.base import Fleet
 from ..logs import MessageId, journal
 from ..notify import Notifier, watchdog_interval
@@ -62,6 +62,10 @@ BLOCKED_AFTER = 5.0
 STORE_RETRY_FIRST = 0.5
 STORE_RETRY_MAX = 5.0
 STORE_WAIT_MARGIN = 10.0
+# systemd out of reach at start (the system bus away) is tried again as the store is, but at
+# least once a second: connecting to a local socket costs nothing, and the bus's return is
+# what every pool waits for.
+BUS_RETRY_MAX = 1.0
 # How long the check of the store at start may take before systemd's start timeout ends it.
 STORE_CHECK_TIMEOUT = 300.0
 
@@ -249,7 +253,9 @@ class Daemon:
         backend = await self._open_store()
         if backend is None:
             return False
-        self.fleet = await self.io(self._make_fleet, kind, what="connecting to systemd")
+        self.fleet = await self._connect_fleet(kind)
+        if self.fleet is None:
+            return False
         folder = state_dir(self.options, self.config)
         events_path = intent_path = history_path = samples_path = None
         if folder:
@@ -296,10 +302,8 @@ class Daemon:
         if self.options.serve_api:
             from ..dbus.keeper import ApiKeeper
 
-            try:
-                self.api = await ApiKeeper.start(self.port, self.options.bus_address)
-            except FlexiqdError as exc:
-                log.warning("Not offering the D-Bus API (flexiqctl will not reach this daemon): %s", exc)
+            # Offered now, or -- the bus away, the name refused -- as soon as it can be.
+            self.api = await ApiKeeper.start(self.port, self.options.bus_address)
         pools = ", ".join(f"{v.pool} ({v.active + v.starting} running)" for v in self.controller.views.values())
         log.info("flexiqd ready with %s fleet; pools: %s.", kind, pools or "none")
         self._status = self.controller.status_line()
@@ -406,6 +410,35 @@ class Daemon:
                 failed.append(exc)
 
         return record
+
+    async def _connect_fleet(self, kind: str) -> Fleet | None:
+        """The fleet, once systemd can be reached; None when a stop comes first.
+
+        A system bus away at start (restarting, its socket not back yet) is waited for as a
+        store out of reach is -- STATUS= and the journal say why, systemd's start timeout is
+        extended -- rather than failing the start into a restart loop.
+        """
+        delay, since = STORE_RETRY_FIRST, time.monotonic()
+        while True:
+            try:
+                fleet = await self.io(self._make_fleet, kind, what="connecting to systemd")
+            except FleetError as exc:
+                waited = time.monotonic() - since
+                if delay == STORE_RETRY_FIRST:
+                    log.warning("Waiting for systemd before starting: %s", exc)
+                self._set_status(f"waiting {waited:.0f}s for systemd: {exc}")
+                self.notifier.extend_timeout(delay + STORE_WAIT_MARGIN)
+                try:
+                    await asyncio.wait_for(self._stop.wait(), delay)
+                    log.info("Stopped while waiting for systemd.")
+                    return None
+                except asyncio.TimeoutError:
+                    pass
+                delay = min(delay * 2, BUS_RETRY_MAX)
+                continue
+            if delay != STORE_RETRY_FIRST:
+                log.info("Reached systemd after %.1fs.", time.monotonic() - since)
+            return fleet
 
     def _make_fleet(self, kind: str) -> Fleet:
         if kind == "process":

@@ -62,6 +62,11 @@ CONNECT_TIMEOUT = 10.0   # seconds to reach the bus and own the name at startup
 CLOSE_TIMEOUT = 2.0
 
 
+class NameRefused(FlexiqdError):
+    """The bus was reached but this process may not own the name (no policy file, another
+    flexiqd): trying again soon will not change it."""
+
+
 # -- pure part: the access rule ----------------------------------------------
 
 def caller_allowed(uid: int, groups: Iterable[int], operator_gid: int | None) -> bool:
@@ -304,12 +309,12 @@ class ApiService:
         try:
             reply = await self.bus.request_name(BUS_NAME, NameFlag.DO_NOT_QUEUE)
         except DBusError as exc:
-            raise FlexiqdError(
+            raise NameRefused(
                 f"the bus refused to let this process own {BUS_NAME} ({exc.text}); "
                 f"is /usr/share/dbus-1/system.d/{BUS_NAME}.conf installed and is flexiqd running as root?"
             ) from None
         if reply not in (RequestNameReply.PRIMARY_OWNER, RequestNameReply.ALREADY_OWNER):
-            raise FlexiqdError(f"{BUS_NAME} is already owned by another process: is another flexiqd running?")
+            raise NameRefused(f"{BUS_NAME} is already owned by another process: is another flexiqd running?")
         self.port.subscribe(self._on_change)
         self._subscribed = True
         log.info("Offering %s at %s on the bus.", BUS_NAME, OBJECT_PATH)

@@ -155,6 +155,8 @@ class Systemd:
         self.bus = bus
         self._reopen = reopen
         self.where = where
+        #: False: a lost connection is not made again (the daemon is stopping; see ``leave``).
+        self.reconnect = True
 
     @classmethod
     def connect(cls, address: str | None = None) -> Systemd:
@@ -164,11 +166,13 @@ class Systemd:
     def _on_bus(self, use: Callable[[Any], Any]) -> Any:
         """``use(bus)``, on a new connection if the bus closed the current one."""
         if self.bus is None:
+            if not self.reconnect:
+                raise FleetError(f"not connected to systemd: the connection over {self.where} was lost")
             self._connect_again()
         try:
             return self._while_systemd_returns(use)
         except Exception as exc:
-            if self._reopen is None or not connection_lost(exc):
+            if self._reopen is None or not self.reconnect or not connection_lost(exc):
                 raise
             log.warning("Lost the connection to systemd over %s (%s); connecting again.",
                         self.where, _dbus_error_text(exc))
@@ -506,6 +510,10 @@ class SystemdFleet(Fleet):
     def leave(self) -> None:
         # `systemctl stop flexiqd` stops the fleet; a restart (or an upgrade) leaves it
         # running for the next daemon to adopt.  A crash runs none of this.
+        # A bus lost meanwhile is not waited for: `systemctl restart flexiqd` orders the bus's
+        # own start (Wants=dbus.service) after this stop, so connecting again would wait for a
+        # bus that waits for us.  The workers are left running then: stopping them needs the bus.
+        self.systemd.reconnect = False
         job = own_job_type(self.systemd)
         if job == "stop":
             log.info("flexiqd is being stopped: stopping every worker (each drains).")

@@ -171,7 +171,8 @@ class PrivateBus:
 class DaemonProcess:
     """``flexiqd --fleet process`` on a given bus (through $DBUS_SYSTEM_BUS_ADDRESS, as in production)."""
 
-    def __init__(self, directory: pathlib.Path, address: str) -> None:
+    def __init__(self, directory: pathlib.Path, address: str, *, offering: bool = True) -> None:
+        """``offering``: wait until it offers its API (else only until it says it cannot yet)."""
         self.directory = directory
         self.address = address
         self.store = f"{directory / 'queue.db'}"
@@ -190,7 +191,8 @@ class DaemonProcess:
                      or "Offering org.flexiq.flexiqd1" in self.log.read_text(), 30, "flexiqd to offer its API")
         except AssertionError:
             pass  # reported below, with the daemon's log
-        if self.proc.poll() is not None or "Offering org.flexiq.flexiqd1" not in self.log.read_text():
+        said = "Offering org.flexiq.flexiqd1" if offering else "Not offering the D-Bus API yet"
+        if self.proc.poll() is not None or said not in self.log.read_text():
             self.stop()
             pytest.fail(f"flexiqd does not offer its API:\n{self.log.read_text()}")
 
@@ -581,6 +583,24 @@ def test_flexiqd_offers_its_api_again_when_the_bus_comes_back(bus, tmp_path):
         assert "Traceback" not in log
         # Steering works again too, not only reading.
         assert flexiqctl(own_bus.address, "scale", "default", "2", "--for", "5s").returncode == 0
+    finally:
+        flexiqd.stop()
+        own_bus.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_flexiqd_started_while_the_bus_is_away_offers_its_api_once_it_is_back(bus):
+    own_bus = PrivateBus(OPEN_BUS_CONFIG)
+    own_bus.kill()
+    directory = pathlib.Path(tempfile.mkdtemp(prefix="flexiqd-nobus-"))
+    flexiqd = DaemonProcess(directory, own_bus.address, offering=False)
+    try:
+        time.sleep(1.5)  # a few attempts: said once, not once each
+        assert flexiqd.log.read_text().count("offer the API") <= 1, flexiqd.log.read_text()
+        own_bus.start_again()
+        wait_for(lambda: flexiqctl(own_bus.address, "status").returncode == 0, 20, "flexiqd to offer its API")
+        assert flexiqd.proc.poll() is None
+        assert "Offering org.flexiq.flexiqd1 on the bus again" in flexiqd.log.read_text()
     finally:
         flexiqd.stop()
         own_bus.stop()

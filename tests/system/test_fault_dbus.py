@@ -218,7 +218,8 @@ def _after_fault(sbx: Sandbox, fault: dict, daemon_pid: str) -> dict:
 def bus_restored(sandbox: Sandbox):
     yield sandbox
     # The sandbox is the session's: leave its bus running, and flexiqd stopped.
-    sandbox.run("systemctl start dbus.socket dbus.service", check=False, timeout=60)
+    sandbox.run("systemctl unmask --runtime dbus.socket dbus.service; systemctl start dbus.socket dbus.service",
+                check=False, timeout=60)
     sandbox.run(f"systemctl stop {DAEMON} 'flexiq-worker@*' 2>/dev/null; true", timeout=120)
 
 
@@ -437,3 +438,51 @@ def test_systemd_reloaded_and_reexecuted_under_load_restarts_no_worker(bus_resto
     ups = [d for d in _decisions(sbx, began) if int(d["TO"]) > int(d["FROM"])]
     pins = [d for d in _decisions(sbx, began) if d.get("REASON") == "Pinned"]
     assert len(ups) >= 3 and len(pins) >= 2, (len(ups), len(pins))
+
+
+def test_flexiqd_restarted_while_the_bus_cannot_start_waits_for_it_and_keeps_its_workers(bus_restored: Sandbox):
+    """A restart of flexiqd (an upgrade, an operator) while the bus is down and cannot start (its
+    units masked: as a bus whose start fails): the old daemon leaves its workers running without
+    waiting for the bus, and the new one waits for systemd -- STATUS= says so -- instead of failing
+    its start into a restart loop, then adopts the workers once the bus is back."""
+    sbx = bus_restored
+    began, _, load = _start(sbx)
+    try:
+        _enqueue_backlog(sbx, load)
+        _wait_grown(sbx)
+        before = _pids(sbx)
+        sbx.run("systemctl stop dbus.socket dbus.service; systemctl mask --runtime dbus.socket dbus.service")
+        away_at = time.time()
+        sbx.run(f"systemctl restart --no-block {DAEMON}")
+        waiting = sbx.wait_for(lambda: "waiting" in (s := sbx.unit_property(DAEMON, "StatusText")) and s,
+                               60, interval=0.2, what="the new daemon to say it waits")
+        waited_from = time.time() - away_at
+        time.sleep(AWAY_SECONDS)
+        sbx.run("systemctl unmask --runtime dbus.socket dbus.service; systemctl start dbus.socket")
+        back_at = time.time()
+        sbx.wait_for(lambda: sbx.unit_property(DAEMON, "ActiveState") == "active", 60, interval=0.1,
+                     what="flexiqd to be up")
+        up_s = time.time() - back_at
+        api_s = _back_on_bus(sbx, back_at)
+        after = _pids(sbx)
+    finally:
+        load.stop()
+    journal = journal_entries(sbx, DAEMON, since=away_at)
+    said = [e["MESSAGE"] for e in journal if ("aiting for systemd" in e.get("MESSAGE", ""))
+            or "Reached systemd" in e.get("MESSAGE", "") or "leaving the workers" in e.get("MESSAGE", "")]
+    report = {"status_while_away": waiting, "new_daemon_waiting_after_s": round(waited_from, 2),
+              "journal": said[:5], "up_after_bus_s": round(up_s, 2),
+              "flexiqctl_after_bus_s": round(api_s, 2),
+              "daemon_restarts_by_systemd": int(sbx.unit_property(DAEMON, "NRestarts") or 0),
+              "workers_before": before, "workers_after": after,
+              "stopped_by_the_new_daemon": sorted(_stopped_by_daemon(sbx, away_at))}
+    print("flexiqd restarted while the bus cannot start:", json.dumps(report, indent=1))
+    assert waiting.startswith("waiting") and "systemd" in waiting, waiting
+    assert report["daemon_restarts_by_systemd"] == 0  # it waited; it did not fail into Restart=
+    assert any("Reached systemd after" in line for line in said), said
+    # The workers ran on through the restart and the outage, and the new daemon adopted them
+    # (it may have given back since what the finished backlog no longer needs).
+    stopped = _stopped_by_daemon(sbx, away_at)
+    assert {unit: pid for unit, pid in before.items() if after.get(unit) != pid and unit not in stopped} == {}
+    states = wait_all_done(sbx, lambda: _states(sbx), len(load.enqueues.ids), 300)
+    assert states == {"done": len(load.enqueues.ids)}
