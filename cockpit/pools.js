@@ -165,6 +165,23 @@ export class PoolCard {
         const trouble = this.trouble();
         if (trouble) add(trouble, "over");
         else if (!known(d.Runnable)) add("No stats", "over");
+        const restart = this.restartText();
+        if (restart) add(restart, restart.startsWith("Restart failed") ? "over" : "pinned");
+    }
+
+    /* A deploy's restart (flexiqctl restart): in progress, or failed within the hour. */
+    restartText() {
+        const entry = state.status && state.status.pools ? state.status.pools[this.name] : null;
+        const restart = entry && entry.restart;
+        if (!restart) return "";
+        if (restart.state === "failed")
+            return Date.now() / 1000 - restart.finished_at < HOUR
+                ? "Restart failed at " + clock(restart.finished_at) + ": " + restart.error : "";
+        if (restart.state === "done") return "";
+        if (!known(restart.old_serving)) return "Restarting: the first step at the next tick";
+        return "Restarting: " + restart.old_serving + " old serving, " + (restart.old_draining || 0) +
+            " old draining, " + restart.new_ready + " new ready" +
+            (restart.waiting ? "; " + restart.waiting : "");
     }
 
     /* What keeps this pool from working, from the Status document: its app cannot be loaded

@@ -490,6 +490,24 @@ def test_destructive_actions_ask_first(site: Site, member: CockpitPage):
     member.wait(lambda: not member.finds(f'#dead tr[data-job="{job}"]'), what="the purged job to leave the list")
 
 
+def test_a_restart_held_for_room_shows_on_the_card_until_it_is_done(site: Site, outsider: CockpitPage):
+    sbx = site.sbx
+    require(sbx, "Restart")
+    ctl = [str(BIN / "flexiqctl")]
+    # Pinned at its max_workers, the pool has no room for a new worker: the restart waits.
+    sbx.run([*ctl, "scale", "default", "4", "--for", "10m"])
+    try:
+        sbx.run([*ctl, "restart", "default"])
+        flags = outsider.wait_text(f"{CARD} .flags", lambda t: "Restarting" in t and "old serving" in t, 30,
+                                   what="the restart in progress on the card")
+        assert "no room" in flags, flags
+    finally:
+        sbx.run([*ctl, "unpin", "default"])
+    outsider.wait(lambda: "Restarting" not in outsider.text(f"{CARD} .flags"), 60,
+                  what="the restart to end once there is room")
+    assert status(sbx)["pools"]["default"]["restart"]["state"] == "done"
+
+
 # -- how fast ----------------------------------------------------------------------------------------
 
 def test_the_page_loads_20_pools_with_an_hour_of_history(site: Site, record_property):
