@@ -44,7 +44,6 @@ class ApiKeeper:
         self.port = port
         self.address = address
         self.service: ApiService | None = service
-        self.reconnections = 0
         self._closing = False
         self._task = asyncio.get_running_loop().create_task(self._keep(reported))
 
@@ -94,7 +93,6 @@ class ApiKeeper:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, REFUSED_RETRY_MAX if isinstance(exc, NameRefused) else RETRY_MAX)
                 continue
-            self.reconnections += 1
             log.info("Offering %s on the bus again, %.1fs after %s.", BUS_NAME, loop.time() - since, since_what)
             return service
         return None
