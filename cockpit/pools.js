@@ -185,7 +185,8 @@ export class PoolCard {
     }
 
     /* What keeps this pool from working, from the Status document: its app cannot be loaded
-       by its workers, its workers keep failing, the store cannot be read or written. */
+       by its workers, its workers keep failing, systemd cannot be asked for its workers (the
+       bus away: every pool held), the store cannot be read or written. */
     trouble() {
         const entry = state.status && state.status.pools ? state.status.pools[this.name] : null;
         if (!entry) return "";
@@ -193,6 +194,7 @@ export class PoolCard {
         const loop = entry.crash_loop;
         if (loop) return "Crash loop: " + plural(loop.failures, "worker", "workers") + " failed, the last " +
             (loop.last_error || "in a way systemd did not record") + "; next start not before " + clock(loop.next_start_at);
+        if (state.status.fleet_problem) return "Held: the workers cannot be listed: " + state.status.fleet_problem;
         if (state.status.store_problem) return "The store takes no writes: " + state.status.store_problem;
         if (entry.stats_error) return "No stats: " + entry.stats_error;
         return "";
