@@ -31,8 +31,14 @@ import time
 from typing import Callable
 
 # How often a process measures the server's clock again (seconds of CLOCK_BOOTTIME): the
-# local count drifts from the server by parts per million between measurements.
-SERVER_CLOCK_REFRESH = 60.0
+# local count drifts from the server by parts per million between measurements, and a step
+# of the server's own clock reaches every process within this.
+SERVER_CLOCK_REFRESH = 10.0
+# A measurement this far from the last one's count is a step of the server's clock.
+SERVER_STEP = 0.5
+# After a step of the server's clock, how long the processes that have not measured it yet
+# may still write leases and beats in the time before it: no host is found dead meanwhile.
+SERVER_STEP_SETTLE = 3 * SERVER_CLOCK_REFRESH
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
 
@@ -110,6 +116,9 @@ class ServerClock:
         self._lock = threading.Lock()
         self._offset: float | None = None
         self._measured_at = float("-inf")
+        self._stepped_at = float("-inf")
+        #: The server's clock's last step as measured here (seconds, + forward), or None.
+        self.last_step: float | None = None
 
     @property
     def measured(self) -> bool:
@@ -124,9 +133,17 @@ class ServerClock:
         sent = self._elapsed()
         server_time = read_server()
         received = self._elapsed()
+        offset = offset_from(server_time, sent, received)
         with self._lock:
-            self._offset = offset_from(server_time, sent, received)
+            if self._offset is not None and abs(offset - self._offset) > SERVER_STEP + (received - sent):
+                self._stepped_at, self.last_step = received, offset - self._offset
+            self._offset = offset
             self._measured_at = received
+
+    def steady(self) -> bool:
+        """False for ``SERVER_STEP_SETTLE`` after this process measured a step of the server's
+        clock: other processes may still be writing in the time before it."""
+        return self._elapsed() - self._stepped_at >= SERVER_STEP_SETTLE
 
     def __call__(self) -> float:
         with self._lock:

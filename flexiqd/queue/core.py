@@ -817,7 +817,13 @@ class Store(Backend):
         return self.database.write("forget a host", body)
 
     def rescue_dead_hosts(self, *, now: float, exclude: Sequence[str] = ()) -> dict[str, int]:
+        # The rescuer reads the store's clock afresh, and finds no host dead just after that
+        # clock stepped: a host that has not measured the step yet beats in the time before it.
+        self.database.refresh_clock()
+
         def body(tx: Tx) -> dict[str, int]:
+            if not self.database.clock_steady():
+                return {}
             if not tx.lead("rescue"):  # one rescuer at a time: the others would only skip its rows
                 return {}
             dead = {name for name, last_beat, interval, _, _ in tx.host_rows()

@@ -389,6 +389,14 @@ class Database(abc.ABC):
         processes write and judge leases, beats and run-ats by.  Never blocks."""
         return time.time()
 
+    def refresh_clock(self) -> None:
+        """Have the next transaction measure the store's clock again first (where it is measured)."""
+
+    def clock_steady(self) -> bool:
+        """False while the store's clock has just stepped and processes may disagree on it (a
+        host must not be found dead meanwhile)."""
+        return True
+
     def read_one(self, operation: str, body: Callable[[Tx], T]) -> T:
         """``read`` of a body that makes one ``Tx`` call reading one snapshot: a dialect whose
         single statements see their own snapshot runs it without a transaction's round trips."""

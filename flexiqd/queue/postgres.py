@@ -33,7 +33,7 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 
 from ..errors import QueueError, StoreUnavailable, StoreUnreachable
-from .clock import ServerClock
+from .clock import SERVER_STEP_SETTLE, ServerClock
 from .core import CommitUnknown, Store
 from .dialect import Database, RateRow, Tx
 from .declarations import TaskDeclaration
@@ -823,9 +823,21 @@ class PostgresDatabase(Database):
     def clock(self) -> float:
         return self._clock()
 
+    def refresh_clock(self) -> None:
+        with self._lock:
+            self._clock_checked = False
+
+    def clock_steady(self) -> bool:
+        return self._clock.steady()
+
     def _measure_clock(self, conn: psycopg.Connection) -> None:
+        step = self._clock.last_step
         self._clock.measure(lambda: float(conn.execute(_SERVER_TIME).fetchone()[0]))
         self._clock_checked = True
+        if self._clock.last_step is not step:
+            log.warning("The clock of the queue database server %s stepped by %+.1fs: no host is found dead "
+                        "for %.0fs, until every process has measured it.", self.url, self._clock.last_step,
+                        SERVER_STEP_SETTLE)
 
     def _migrate(self, conn: psycopg.Connection) -> None:
         """Create the schema, or apply the steps this code knows and the store lacks, in one

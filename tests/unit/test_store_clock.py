@@ -84,6 +84,40 @@ def test_the_server_clock_reads_the_wall_clock_until_measured_then_never_again()
     assert clock.due()  # measured again every minute
 
 
+def test_a_step_of_the_server_s_own_clock_is_noticed_and_settles():
+    elapsed = Reading(100.0)
+    clock = ServerClock(elapsed=elapsed, wall=Reading(0.0), refresh=10.0)
+    clock.measure(lambda: 9_000.0)
+    elapsed.now += 10.0
+    clock.measure(lambda: 9_010.1)  # 0.1 s off the local count: not a step
+    assert clock.steady() and clock.last_step is None
+    elapsed.now += 10.0
+    clock.measure(lambda: 9_020.0 + STEP)  # the server's clock stepped forward 5 minutes
+    assert clock.last_step == pytest.approx(STEP, abs=0.2)
+    assert not clock.steady() and clock() == pytest.approx(9_020.0 + STEP, abs=0.2)
+    elapsed.now += store_clock.SERVER_STEP_SETTLE
+    assert clock.steady()
+
+
+def test_no_host_is_found_dead_just_after_the_server_s_clock_stepped(postgres_backend):
+    """A host that has not measured the step yet beats in the time before it: the rescuer, which
+    measures the server's clock afresh, waits for every process to have measured it."""
+    store = postgres_backend
+    a = HostHeartbeat(store, "a", lambda: 2.0, lambda: {"pools": {}}, clock=lambda: store.clock() - STEP)
+    a.beat()  # "a" beats in a time five minutes behind the server's
+    store.enqueue([NewJob(task="t")], now=store.clock() - STEP)
+    [job] = store.claim(ClaimRequest(owner_name("default-1", 42, host="a"), ("default",), 1, 4.0),
+                        now=store.clock() - STEP)
+    server = store.database._clock
+    offset = server() - store_clock.elapsed()
+    server.measure(lambda: store_clock.elapsed() + offset + STEP)  # as if the server's clock stepped
+    assert store.rescue_dead_hosts(now=store.clock(), exclude=("b",)) == {}
+    assert store.get(job.id).state is JobState.RUNNING
+    # Without a step measured, the same host five minutes behind is dead, and its job comes back.
+    store.database._clock = ServerClock()
+    assert store.rescue_dead_hosts(now=store.clock(), exclude=("b",)) == {"a": 1}
+
+
 # -- both stores: a process whose wall clock stepped --------------------------------------------
 
 @pytest.fixture
