@@ -215,7 +215,10 @@ def daemon_families(snapshot: Snapshot) -> list[Metric]:
     generation.add_metric([], daemon.config_generation)
     reload_ok = _gauge("flexiqd_config_last_reload_successful", "0 when the last reload was rejected.")
     reload_ok.add_metric([], 1 if daemon.last_reload_ok else 0)
-    families.extend([failed, generation, reload_ok])
+    held = _gauge("flexiqd_workers_unlisted", "1 while systemd could not be asked for the workers at the last "
+                  "tick (the system bus away): every pool is held.")
+    held.add_metric([], 1 if snapshot.status.get("fleet_problem") else 0)
+    families.extend([failed, generation, reload_ok, held])
     return families
 
 

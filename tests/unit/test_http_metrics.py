@@ -170,6 +170,13 @@ def test_dependencies_and_daemon_figures():
     assert value(found, "flexiqd_stats_read_failures_total") == 2
     assert value(found, "flexiqd_config_generation") == 3
     assert value(found, "flexiqd_config_last_reload_successful") == 0
+    assert value(found, "flexiqd_workers_unlisted") == 0
+
+
+def test_a_pool_held_because_the_workers_cannot_be_listed_is_a_metric():
+    held = snapshot(status={"pools": {"web": pool_document()},
+                            "fleet_problem": "cannot connect to systemd over the system bus: Connection refused"})
+    assert value(samples(held), "flexiqd_workers_unlisted") == 1
 
 
 def test_names_follow_prometheus_conventions():
