@@ -433,11 +433,17 @@ def test_a_burst_gets_the_process_fleets_start_cost_measured(daemon, address):
         jobs.close()
 
 
+def ctrl_c_works() -> None:
+    """In the child: SIGINT as a terminal gives it, even when this run inherited it ignored
+    (started in the background by a shell), so the child's Ctrl-C handling is what is tested."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_events_follow_prints_history_then_a_scale_event_as_it_happens(daemon, address):
     history = [json.loads(line) for line in flexiqctl(address, "events", "--json").stdout.splitlines()]
     follower = subprocess.Popen(
         [sys.executable, "-m", "flexiqd.cli.flexiqctl", "--bus-address", address, "events", "--follow"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO), preexec_fn=ctrl_c_works)
     try:
         lines = LineReader(follower)
         last = history[-1]["seq"]
@@ -460,7 +466,7 @@ def test_events_follow_prints_history_then_a_scale_event_as_it_happens(daemon, a
 def test_watch_refreshes_until_ctrl_c(address):
     watcher = subprocess.Popen(
         [sys.executable, "-m", "flexiqd.cli.flexiqctl", "--bus-address", address, "watch", "--interval", "200ms"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO), preexec_fn=ctrl_c_works)
     try:
         lines = LineReader(watcher)
         for refresh in (1, 2):
