@@ -164,6 +164,7 @@ class Controller:
         #: Why the last tick could not list the workers (systemd out of reach: the bus restarting,
         #: systemd re-executing); every pool is held meanwhile.  None: it could.
         self.fleet_problem: str | None = None
+        self._configure_pending = False  # a reload's Fleet.configure still to do (systemd was out of reach)
         self._fleet_problem_since = 0.0
         self._fleet_problem_logged = float("-inf")
         self._disk_probed_at = float("-inf")
@@ -212,11 +213,22 @@ class Controller:
         self.recovery.reconfigure(config)
         self.operators.reconfigure(config.pools)
         self.restarts.reconfigure(config.pools)
+        self._configure_pending = True
+        self._configure_workers()
+
+    def _configure_workers(self) -> None:
+        """``Fleet.configure`` for the config in force; kept pending when systemd cannot be
+        reached (the bus away): the next tick that lists the workers tries again."""
         self.activity = "configuring the running workers"
         try:
-            self.fleet.configure(p.worker_spec(config.store) for p in config.pools.values())
+            self.fleet.configure(p.worker_spec(self.config.store) for p in self.config.pools.values())
+        except FleetError as exc:
+            log.warning("Could not bring the running workers up to the config in force (tried again at "
+                        "the next tick that reaches systemd): %s", exc)
+            return
         finally:
             self.activity = None
+        self._configure_pending = False
 
     def _doing(self, what: str) -> None:
         self.activity = what
@@ -252,6 +264,8 @@ class Controller:
             self._fleet_unreachable(str(exc), now)
             return None
         self._fleet_reachable(now)
+        if self._configure_pending:
+            self._configure_workers()
         self._check_disk()
         # Dead workers' jobs first: a failed worker is forgotten only once its leases are released.
         busy = self.recovery.release_dead_workers(now, {w.pid for w in workers

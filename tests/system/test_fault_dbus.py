@@ -13,7 +13,8 @@ has no ``Restart=``; ``dbus.socket`` stays in PID 1's hands):
   a client connects and socket activation starts it again;
 - ``restarted``: ``systemctl restart dbus`` (an operator, a package's restart);
 - ``away``: ``dbus.socket`` and ``dbus.service`` stopped for ``AWAY_SECONDS``, then started
-  -- a bus that takes seconds to come back, so that calls surely meet the gap.
+  -- a bus that takes seconds to come back, so that calls surely meet the gap; an operator
+  reloads flexiqd in the middle of it.
 Each while the pool is busy and has grown; the next backlog comes only after it.
 
 systemd reloaded and re-executed: ``systemctl daemon-reload`` and ``daemon-reexec``,
@@ -66,7 +67,9 @@ GAP_WORDS = ("bus", "flexiqd")
 BUS_FAULTS = {
     "killed": "kill -KILL $(systemctl show -p MainPID --value dbus.service); {call}",
     "restarted": "systemctl restart dbus.service; {call}",
-    "away": f"systemctl stop dbus.socket dbus.service; {{call}}; sleep {AWAY_SECONDS}; systemctl start dbus.socket",
+    # ... and an operator's reload of flexiqd in the middle of it.
+    "away": (f"systemctl stop dbus.socket dbus.service; {{call}}; sleep 1; systemctl reload {DAEMON}; "
+             f"sleep {AWAY_SECONDS - 1}; systemctl start dbus.socket"),
 }
 GAP_CALL = f"{FLEXIQCTL} status >/run/flexiq-gap-call 2>&1; echo $? >>/run/flexiq-gap-call"
 
@@ -351,6 +354,7 @@ def test_a_restart_of_the_system_bus_loses_nothing_and_restarts_no_worker(bus_re
     # flexiqd owned its name again by itself after each loss of the bus.
     assert all(len(row["api_again_after_loss_s"]) == 1 for row in rows), [r["api_again_after_loss_s"] for r in rows]
     away = next(row for row in rows if row["fault"] == "away")
+    away_fault = next(fault for fault in faults if fault["fault"] == "away")
     # The bus was away for seconds: calls surely met it, and said so.
     assert away["gap_call"][0] == 3 and away["calls_failed"] >= 1
     assert any("cannot reach the system bus" in said or "nothing owns" in said
@@ -359,6 +363,9 @@ def test_a_restart_of_the_system_bus_loses_nothing_and_restarts_no_worker(bus_re
     assert any("holding every pool" in text for text in away["status_seen"]), away["status_seen"]
     assert any("Holding every pool" in line for line in away["journal"]), away["journal"]
     assert any("again" in line for line in away["journal"]), away["journal"]
+    # The reload made while the bus was away was applied, and its workers configured once it was back.
+    assert any("Reloaded /etc/flexiqd/flexiqd.yaml" in e["MESSAGE"] for e in daemon_journal
+               if away_fault["started"] <= e["at"] <= away_fault["ended"]), "the reload in the gap"
 
 
 # (name, what makes the scale in flight just before it, the command)

@@ -715,3 +715,28 @@ def test_workers_that_cannot_be_listed_hold_every_pool_and_say_so_once_per_reaso
     assert controller.tick()["default"].desired > 3  # sized again, on fresh figures
     assert controller.fleet_problem is None and not controller.status_line().startswith("holding")
     assert any("Listing the workers again after 33.0s" in r.getMessage() for r in caplog.records)
+
+
+def test_a_reload_while_systemd_is_out_of_reach_configures_the_workers_at_the_next_tick_that_reaches_it(
+        backend, monkeypatch):
+    controller, fleet, clock = make(backend, POOL)
+    fleet.add("default", 1, started_at=clock.now)
+    configured = []
+
+    def unreachable(specs):
+        raise FleetError("cannot connect to systemd over the system bus: Connection refused")
+
+    monkeypatch.setattr(fleet, "configure", unreachable)
+    monkeypatch.setattr(fleet, "list", lambda: (_ for _ in ()).throw(FleetError("the bus is away")))
+    reloaded = parse_config(POOL.replace("max_workers: 8", "max_workers: 6"), "test.yaml")
+    controller.reconfigure(reloaded)          # nothing raised: the daemon goes on
+    assert controller.config is reloaded      # in force, though not yet on the running workers
+    clock.now += 1
+    assert controller.tick() == {}            # still away: every pool held
+    monkeypatch.undo()                        # the bus is back
+    monkeypatch.setattr(fleet, "configure", lambda specs: configured.append([s.pool for s in specs]))
+    clock.now += 1
+    controller.tick()
+    clock.now += 1
+    controller.tick()
+    assert configured == [["default"]]      # once, at the first tick that reached systemd
