@@ -9,7 +9,9 @@ dependency's users that start at once within its ``start_burst`` (see
 ``stopping`` and ``stopping:<name>`` hold growth while workers that were asked to
 stop have not exited yet: they still count against max_workers and hold what
 one worker uses of each dependency (the pool's ``DependencyCap.stopping``, set
-by ``fleet.decide_fleet``).
+by ``fleet.decide_fleet``).  ``probe:<name>`` and ``pressure:<resource>`` hold the
+pool at the count before a dependency's probe or the pool's cgroup pressure rose
+(see ``evidence``).
 Caps are applied to the signals' recommendation and again after smoothing,
 so a stabilisation window can never keep a pool above a ceiling.
 """
@@ -28,6 +30,8 @@ CAP_REASONS = {
     "knee": "CappedByKnee",
     "starting": "StartStaggered",
     "stopping": "WaitingForStopping",
+    "probe": "CappedByProbe",
+    "pressure": "CappedByPressure",
 }
 
 
@@ -39,13 +43,14 @@ def starting_allowance(burst: int, starting: int, granted: int = 0) -> int:
 
 def collect_caps(
     obs: Observation, policy: PoolPolicy, knee: int | None, dependency_cap: DependencyCap | None,
-    start_allowances: tuple[tuple[str, int], ...] = (),
+    start_allowances: tuple[tuple[str, int], ...] = (), evidence: tuple[CapValue, ...] = (),
 ) -> tuple[CapValue, ...]:
     """Every ceiling that applies to this pool now, ``max`` first.
 
     ``knee``: the knee's cap (``knee.knee_cap``), None when nothing holds growth.
     ``start_allowances``: ``(dependency, new starts allowed now)`` per
     declared dependency the pool uses (see ``starting_allowance``).
+    ``evidence``: the caps of direct evidence (``evidence.evidence_caps``).
     """
     caps = [CapValue("max", policy.max_workers)]
     caps.extend(CapValue(f"starting:{name}", obs.current + allowed) for name, allowed in start_allowances)
@@ -59,6 +64,7 @@ def collect_caps(
                 caps.append(CapValue(f"latency:{use.dependency}", obs.current))
     if knee is not None:
         caps.append(CapValue("knee", knee))
+    caps.extend(evidence)
     return tuple(caps)
 
 

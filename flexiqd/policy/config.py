@@ -220,6 +220,28 @@ class Dependency:
 
 
 @dataclass(frozen=True, kw_only=True)
+class EvidenceRule:
+    """Direct evidence the pool heeds (see ``evidence``): ``source`` ``probe:<dependency>`` with
+    ``threshold`` the factor over the probe's baseline, or ``pressure:<resource>`` (cpu, io,
+    memory) with ``threshold`` the ``some avg10`` percentage that holds the pool."""
+
+    source: str
+    threshold: float
+
+    def validate(self, prefix: str) -> None:
+        kind, _, name = self.source.partition(":")
+        if kind not in ("probe", "pressure") or not name:
+            raise PolicyConfigError(f"{prefix}.source", f"must be probe:<dependency> or pressure:<resource>, "
+                                                        f"got {self.source!r}")
+        if kind == "pressure":
+            if name not in ("cpu", "io", "memory"):
+                raise PolicyConfigError(f"{prefix}.source", f"a pressure is of cpu, io or memory, got {name!r}")
+            require_number(f"{prefix}.threshold", self.threshold, low=0, high=100, low_open=True)
+        else:
+            require_number(f"{prefix}.threshold", self.threshold, low=1, low_open=True)
+
+
+@dataclass(frozen=True, kw_only=True)
 class PoolPolicy:
     """Everything that decides one pool's worker count; the defaults are flexiqd's.
 
@@ -237,6 +259,7 @@ class PoolPolicy:
     behavior: Behavior = field(default_factory=Behavior)
     knee: KneeConfig = field(default_factory=KneeConfig)
     dependencies: tuple[DependencyUse, ...] = ()
+    evidence: tuple[EvidenceRule, ...] = ()
 
     def __post_init__(self) -> None:
         require_int("min_workers", self.min_workers, minimum=0)
@@ -260,6 +283,10 @@ class PoolPolicy:
             if use.dependency in seen:
                 raise PolicyConfigError(f"dependencies[{index}].dependency", f"{use.dependency!r} is declared twice")
             seen.add(use.dependency)
+        for index, rule in enumerate(self.evidence):
+            if not isinstance(rule, EvidenceRule):
+                raise PolicyConfigError(f"evidence[{index}]", f"must be an EvidenceRule, got {rule!r}")
+            rule.validate(f"evidence[{index}]")
 
     @property
     def floor(self) -> int:

@@ -6,8 +6,9 @@ The stages, in order, each its own function:
 2. combine  -- the largest recommendation wins, as in the HPA: the raw
                (prenormalized) count;
 3. cap      -- max_workers, dependency shares, dependency latency,
-               staggered starts of a dependency's users, the knee
-               (``caps``) -> capped; this is what the windows record (with
+               staggered starts of a dependency's users, the knee,
+               direct evidence (a dependency's probe, the pool's cgroup
+               pressure: ``evidence``) (``caps``) -> capped; this is what the windows record (with
                its sustained part: what keeping up with arrivals takes,
                without draining the backlog);
 4. smooth   -- the down window (by default the start cost's break-even
@@ -44,6 +45,7 @@ from dataclasses import dataclass, replace
 from .caps import apply_caps, cap_reason, collect_caps, tightest
 from .config import PoolPolicy
 from .economics import down_hold, reversal, start_cost
+from .evidence import describe as describe_evidence, evidence_caps, update_evidence
 from .knee import describe, knee_cap, update_knee
 from .sharing import DependencyCap
 from .signals import backlog_is_late, record_load, recommend_all, signal_inputs, sustained_need
@@ -177,7 +179,10 @@ def finish(
     assert obs.metrics is not None
 
     knee = knee_cap(history.knee, policy.knee, now, stage.late, obs, policy.targets.age)
-    caps = collect_caps(obs, policy, knee[0] if knee else None, dependency_cap, start_allowances)
+    history = replace(history, evidence=update_evidence(history.evidence, obs, policy.evidence, policy.knee,
+                                                        now, stage.late))
+    caps = collect_caps(obs, policy, knee[0] if knee else None, dependency_cap, start_allowances,
+                        evidence_caps(history.evidence))
     capped, cap_bound = apply_caps(stage.raw, caps)
     sustained = min(apply_caps(stage.sustained, caps)[0], capped)
 
@@ -218,7 +223,7 @@ def finish(
     outcome = _Outcome(
         capped=capped, windowed=windowed, stabilized=stabilized, limited=limited, desired=desired,
         cap=hard_cap or cap_bound, raised=raised, floor=floor,
-        knee_rule=describe(history.knee, knee[1], knee[0]) if knee else "",
+        rules=_cap_rules(history, policy, knee),
     )
     reason, message = _explain(stage, outcome)
     if reversed_workers:
@@ -250,7 +255,16 @@ class _Outcome:
     cap: CapValue | None
     raised: bool
     floor: int
-    knee_rule: str = ""  # the knee's cap in words, with its measurements
+    rules: dict[str, str]  # cap name -> its rule in words, with its measurements (the knee, evidence)
+
+
+def _cap_rules(history: History, policy: PoolPolicy, knee: tuple[int, str] | None) -> dict[str, str]:
+    rules = {"knee": describe(history.knee, knee[1], knee[0])} if knee else {}
+    by_source = {rule.source: rule for rule in policy.evidence}
+    for track in history.evidence:
+        if track.held_at is not None and track.source in by_source:
+            rules[track.source] = describe_evidence(track, by_source[track.source])
+    return rules
 
 
 def _explain(stage: Combined, out: _Outcome) -> tuple[str, str]:
@@ -275,7 +289,7 @@ def _explain(stage: Combined, out: _Outcome) -> tuple[str, str]:
     if out.cap is not None and out.desired == out.cap.workers and (
         out.desired < out.limited or out.capped < stage.raw
     ):
-        rule = f" ({out.knee_rule})" if out.cap.cap == "knee" and out.knee_rule else ""
+        rule = f" ({out.rules[out.cap.cap]})" if out.cap.cap in out.rules else ""
         return cap_reason(out.cap), f"{why}; signals want {stage.raw}, {out.cap.cap} caps at {out.cap.workers}{rule}"
     if out.limited != out.stabilized:
         return "RateLimited", f"{why}; {out.stabilized} wanted, the rate limit allows {out.limited} now"

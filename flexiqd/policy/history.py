@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from .config import PoolPolicy
 from .economics import LONGEST_HOLD
 from .smoothing import record, record_change
-from .types import Decision, History, KneeState, LoadSample, ScaleChange, ThroughputSample, TimedCount
+from .types import Decision, EvidenceTrack, History, KneeState, LoadSample, ScaleChange, ThroughputSample, TimedCount
 
 
 def history_to_dict(history: History) -> dict[str, Any]:
@@ -28,6 +28,9 @@ def history_to_dict(history: History) -> dict[str, Any]:
         "knee": {"samples": [list(s) for s in history.knee.samples],
                  "backlog_since": history.knee.backlog_since, "held_at": history.knee.held_at,
                  "held_since": history.knee.held_since},  # a step under way is not kept: judged afresh
+        # A probe's baseline outlives a restart; a hold does not (judged afresh on new readings).
+        "evidence": [{"source": t.source, "unloaded": list(t.unloaded), "small": list(t.small)}
+                     for t in history.evidence],
     }
 
 
@@ -44,8 +47,11 @@ def history_from_dict(data: Mapping[str, Any] | None) -> History:
             knee=KneeState(samples=tuple(ThroughputSample(*s) for s in knee.get("samples", ())),
                            backlog_since=knee.get("backlog_since"), held_at=knee.get("held_at"),
                            held_since=knee.get("held_since")),
+            evidence=tuple(EvidenceTrack(source=str(t["source"]), unloaded=tuple(float(v) for v in t["unloaded"]),
+                                         small=tuple(float(v) for v in t["small"]))
+                           for t in data.get("evidence", ())),
         )
-    except (TypeError, ValueError, AttributeError):
+    except (TypeError, ValueError, AttributeError, KeyError):
         return History()
 
 
@@ -63,6 +69,7 @@ def with_external_change(history: History | None, policy: PoolPolicy, now: float
         changes=record_change(history.changes, now, current, workers, policy.behavior),
         load=history.load,
         knee=history.knee,
+        evidence=history.evidence,
     )
 
 

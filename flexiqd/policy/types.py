@@ -169,6 +169,8 @@ class Observation:
     a change in the queue waits before a decision can answer it.
     ``other_hosts``: other live hosts of a fleet serving this pool; the store's
     counts (completions, running) are then theirs too, not this host's workers' alone.
+    ``evidence``: direct evidence of a ceiling read this tick (a dependency's probe, the
+    pool's cgroup pressure; see ``evidence``).
     """
 
     pool: str
@@ -180,6 +182,7 @@ class Observation:
     start_cost: float | None = None
     tick: float | None = None
     other_hosts: int = 0
+    evidence: tuple["EvidenceReading", ...] = ()
 
     def __post_init__(self) -> None:
         if min(self.active, self.starting, self.draining) < 0:
@@ -278,6 +281,38 @@ class KneeState:
     waiting_since: float | None = None
 
 
+class EvidenceReading(NamedTuple):
+    """One reading of direct evidence: ``source`` is ``probe:<dependency>`` (``value``: the probe's
+    latency in seconds) or ``pressure:<resource>`` (``value``: the pool's ``some avg10``, in
+    percent).  ``value`` None: no information (the probe failed or timed out, no PSI here)."""
+
+    source: str
+    value: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvidenceTrack:
+    """What one source of direct evidence remembers between decisions (see ``evidence``).
+
+    ``recent``: its last readings (no information left out).  ``unloaded`` /
+    ``small``: a probe's readings while the pool ran no job / at most one
+    worker's slots of jobs (its baseline is learned from them).  ``last_good``:
+    the working workers at the last reading within bounds (the count before a
+    rise); ``before``: the working workers at the previous decision.
+    ``held_at``: the count the pool is held at (None: not held);
+    ``high_at``: the last reading beyond bounds.
+    """
+
+    source: str
+    recent: tuple[float, ...] = ()
+    unloaded: tuple[float, ...] = ()
+    small: tuple[float, ...] = ()
+    last_good: int | None = None
+    before: int | None = None
+    held_at: int | None = None
+    high_at: float | None = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class History:
     """Everything one decision leaves for the next.  Start with ``History()`` (or None).
@@ -292,6 +327,7 @@ class History:
     changes: tuple[ScaleChange, ...] = ()
     load: tuple[LoadSample, ...] = ()
     knee: KneeState = field(default_factory=KneeState)
+    evidence: tuple[EvidenceTrack, ...] = ()
 
 
 class SignalRecommendation(NamedTuple):
@@ -303,7 +339,8 @@ class SignalRecommendation(NamedTuple):
 
 
 class CapValue(NamedTuple):
-    """A ceiling on the worker count: ``max``, ``dependency:<name>``, ``latency:<name>`` or ``knee``."""
+    """A ceiling on the worker count: ``max``, ``dependency:<name>``, ``latency:<name>``, ``knee``,
+    ``probe:<name>``, ``pressure:<resource>``, ... (see ``caps``)."""
 
     cap: str
     workers: int
