@@ -91,6 +91,22 @@ SETTINGS: tuple[Setting, ...] = (
        "Starts allowed at once after a quiet spell (none: the rate rounded up).", unit="starts"),
     _s("dependencies.<name>.global", "boolean", False,
        "The capacity is the whole fleet's (every machine on the store), shared between the machines."),
+    _s("dependencies.<name>.probe", "mapping", None,
+       "A request the daemon times every tick on the dependency (one of postgresql, tcp, http): a rise "
+       "of its latency as workers are added holds the pools that use it (none: no probe)."),
+    _s("dependencies.<name>.probe.postgresql", "store URL", None,
+       "Run statement on this PostgreSQL URL (its password from the URL, password_file or "
+       "password_credential, as for the store)."),
+    _s("dependencies.<name>.probe.statement", "text", "SELECT 1",
+       "The statement a postgresql probe runs."),
+    _s("dependencies.<name>.probe.tcp", "host:port", None, "Time a TCP connect to this address."),
+    _s("dependencies.<name>.probe.http", "URL", None,
+       "Time an HTTP GET of this http:// or https:// URL (an answer of 400 or more is a failure)."),
+    _s("dependencies.<name>.probe.timeout", "duration", 1.0,
+       "A probe not answered within this is a failure: no information, neither load nor calm."),
+    _s("dependencies.<name>.probe.factor", "number", 3.0,
+       "A latency above this many times its unloaded baseline (and 5 ms over it) is a rise.",
+       unit="x baseline"),
     _s("tenants", "mapping", {}, "Caps on the jobs of one tenant running at once (\"*\": every other tenant)."),
     _s("tenants.<name>.max_running", "whole number", REQUIRED,
        "At most this many jobs of the tenant run at once, across every worker on the store.", unit="jobs"),
@@ -189,6 +205,15 @@ SETTINGS: tuple[Setting, ...] = (
     _s("pools.<pool>.uses.<name>.max_latency", "duration", None,
        "No more workers while the p95 time jobs held the dependency is above this "
        "(a dependency with a limit only; none: no such bound)."),
+    _s("pools.<pool>.pressure", "mapping", None,
+       "Hold the pool while its workers' cgroup pressure (PSI some avg10) is at or above these "
+       "percentages (fleet: systemd only; none: pressure is not heeded)."),
+    _s("pools.<pool>.pressure.cpu", "number", None,
+       "The workers' CPU pressure that holds the pool (none: not heeded).", unit="%"),
+    _s("pools.<pool>.pressure.io", "number", None,
+       "The workers' I/O pressure that holds the pool (none: not heeded).", unit="%"),
+    _s("pools.<pool>.pressure.memory", "number", None,
+       "The workers' memory pressure that holds the pool (none: not heeded).", unit="%"),
     # flexiq 2.1's defaults, for pools run with `policy: flexiq`.
     _s("pools.<pool>.flexiq", "section", {}, "The flexiq autoscaler's options, for policy: flexiq."),
     _s("pools.<pool>.flexiq.target_queue_depth_per_worker", "whole number", 15,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from urllib.parse import urlsplit
 from typing import Any, Mapping
 
 from typing import TYPE_CHECKING
@@ -26,6 +27,7 @@ from ..queue.limits import DependencyLimit, LimitError, TenantCaps, limit_from_m
 from ..queue.url import check_url, safe_url
 from ..settings_schema import SETTINGS, children, default, setting
 from .model import (DEFAULT_HTTP_HOST, DEFAULT_HTTP_PORT, DEFAULT_STORE, DaemonConfig, FlexiqOptions, HttpConfig,
+                    ProbeConfig,
                     PoolConfig, ScheduleConfig)
 
 if TYPE_CHECKING:
@@ -38,6 +40,9 @@ POOL_KEYS = children("pools.<pool>")
 POLICY_KEYS = ("min_workers", "max_workers", "scale_to_zero", "cpu_bound", "targets", "behavior", "knee")
 RESOURCE_KEYS = children("pools.<pool>.resources")
 DEPENDENCY_KEYS = children("dependencies.<name>")
+PROBE_KEYS = children("dependencies.<name>.probe")
+PROBE_KINDS = ("postgresql", "tcp", "http")
+PRESSURE_KEYS = children("pools.<pool>.pressure")
 GLOBAL_MAX_KEYS = ("count", "global")
 # The heartbeat's range: below it the beats load the store; above it a dead host's jobs wait long.
 HEARTBEAT_MIN, HEARTBEAT_MAX = 0.2, 60.0
@@ -169,6 +174,8 @@ def _daemon(data: Any, path: str, fleet_override: str | None, policies: bool = T
                     if policies else {})
     limits = {str(name): _dependency_limit(str(name), value["limit"])
               for name, value in dependencies_data.items() if value.get("limit") is not None}
+    probes = ({str(name): _probe(str(name), value["probe"]) for name, value in dependencies_data.items()
+               if value.get("probe") is not None} if policies else {})
     global_dependencies = frozenset(str(name) for name, value in dependencies_data.items()
                                     if _flag(value.get("global", default("dependencies.<name>.global")),
                                              f"dependencies.{name}.global"))
@@ -183,7 +190,7 @@ def _daemon(data: Any, path: str, fleet_override: str | None, policies: bool = T
             pools_data = {**pools_data, name: {**value, "max_workers": count}}
             if shared:
                 global_max[str(name)] = count
-    pools = {str(name): _pool(str(name), value, dependencies, fleet, limits, policies)
+    pools = {str(name): _pool(str(name), value, dependencies, fleet, limits, policies, probes)
              for name, value in pools_data.items()}
     retention = _duration(data.get("retention", default("retention")), "retention")
     dead_retention = _duration(data.get("dead_retention", default("dead_retention")), "dead_retention")
@@ -193,7 +200,8 @@ def _daemon(data: Any, path: str, fleet_override: str | None, policies: bool = T
                         dead_retention=dead_retention,
                         dependencies=dependencies, pools=pools, http=http,
                         dependency_limits=limits, tenant_caps=_tenant_caps(data.get("tenants")), heartbeat=heartbeat,
-                        global_dependencies=global_dependencies, global_max_workers=global_max)
+                        global_dependencies=global_dependencies, global_max_workers=global_max,
+                        probes=probes)
 
 
 def _choice(value: Any, key: str, where: str) -> str:
@@ -286,6 +294,70 @@ def _dependency(name: str, value: Any) -> Dependency:
         raise _fail(where, str(exc)) from None
 
 
+def _probe(name: str, value: Any) -> ProbeConfig:
+    """``dependencies.<name>.probe``: exactly one of postgresql, tcp, http, with its options."""
+    where = f"dependencies.{name}.probe"
+    value = _mapping(value, where)
+    _known(value, PROBE_KEYS, where)
+    kinds = [kind for kind in PROBE_KINDS if value.get(kind) is not None]
+    if len(kinds) != 1:
+        raise _fail(where, f"needs exactly one of {', '.join(PROBE_KINDS)}"
+                           + (f", got {' and '.join(kinds)}" if kinds else ""))
+    kind = kinds[0]
+    target = value[kind]
+    here = f"{where}.{kind}"
+    if not isinstance(target, str) or not target.strip():
+        raise _fail(here, f"must be a string, got {_show(target)}")
+    if kind == "postgresql":
+        if urlsplit(target).scheme not in ("postgresql", "postgres"):
+            raise _fail(here, f"must be a postgresql:// URL, got {safe_url(target)!r}")
+        try:
+            check_url(target)
+        except StoreUnavailable as exc:
+            raise _fail(here, str(exc)) from None
+    elif kind == "http":
+        parts = urlsplit(target)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise _fail(here, f"must be an http:// or https:// URL, got {safe_url(target)!r}")
+    else:
+        host, _, port = target.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise _fail(here, f"must be host:port (a port 1-65535), got {target!r}")
+    for key in ("statement",):
+        if key in value and (not isinstance(value[key], str) or not value[key].strip()):
+            raise _fail(f"{where}.{key}", f"must be an SQL statement, got {_show(value[key])}")
+    if "statement" in value and kind != "postgresql":
+        raise _fail(f"{where}.statement", f"is for a postgresql probe, not {kind}")
+    timeout = _duration(value.get("timeout", default("dependencies.<name>.probe.timeout")), f"{where}.timeout")
+    if timeout <= 0:
+        raise _fail(f"{where}.timeout", "must be more than 0s")
+    factor = value.get("factor", default("dependencies.<name>.probe.factor"))
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 1:
+        raise _fail(f"{where}.factor", f"must be a number above 1, got {_show(factor)}")
+    return ProbeConfig(dependency=name, kind=kind, target=target.strip(),
+                       statement=value.get("statement", default("dependencies.<name>.probe.statement")),
+                       timeout=timeout, factor=float(factor))
+
+
+def _pressure(value: Any, where: str, fleet: str) -> tuple[tuple[str, float], ...]:
+    """``pools.<pool>.pressure``: (resource, some avg10 percentage) per resource given."""
+    if value is None:
+        return ()
+    value = _mapping(value, where)
+    _known(value, PRESSURE_KEYS, where)
+    if value and fleet != "systemd":
+        raise _fail(where, "needs fleet: systemd (the pressure is read from each worker unit's cgroup)")
+    found = []
+    for resource in PRESSURE_KEYS:
+        if value.get(resource) is None:
+            continue
+        level = value[resource]
+        if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level <= 100:
+            raise _fail(f"{where}.{resource}", f"must be a percentage above 0 and at most 100, got {_show(level)}")
+        found.append((resource, float(level)))
+    return tuple(found)
+
+
 def _dependency_limit(name: str, value: Any) -> DependencyLimit:
     """``dependencies.<name>.limit``: what the workers enforce (see flexiqd.queue.limits)."""
     try:
@@ -309,7 +381,8 @@ def _tenant_caps(value: Any) -> TenantCaps:
 
 
 def _pool(name: str, value: Any, dependencies: Mapping[str, Dependency], fleet: str,
-          limits: Mapping[str, DependencyLimit], policies: bool = True) -> PoolConfig:
+          limits: Mapping[str, DependencyLimit], policies: bool = True,
+          probes: Mapping[str, ProbeConfig] | None = None) -> PoolConfig:
     where = f"pools.{name}"
     if not POOL_NAME.match(name):
         raise _fail(where, "a pool name may hold only a-z, 0-9 and _")
@@ -348,7 +421,9 @@ def _pool(name: str, value: Any, dependencies: Mapping[str, Dependency], fleet: 
         concurrency=_int(value.get("concurrency", default("pools.<pool>.concurrency")), f"{where}.concurrency",
                          1, 10000),
         drain_timeout=drain, lease=lease, policy_kind=kind,
-        policy=_policy(value, where, dependencies, limits) if policies else None,
+        policy=(_with_evidence(_policy(value, where, dependencies, limits), probes or {},
+                               _pressure(value.get("pressure"), f"{where}.pressure", fleet))
+                if policies else None),
         flexiq=_flexiq(value.get("flexiq"), where) if policies else FlexiqOptions(),
         environment={str(k): str(v) for k, v in environment.items()},
         memory_max=memory_max, cpu_weight=cpu_weight,
@@ -458,6 +533,16 @@ def _policy(value: Mapping[str, Any], where: str, dependencies: Mapping[str, Dep
         return pool_policy_from_mapping(mapping)
     except PolicyConfigError as exc:
         raise _fail(f"{where}.{_policy_field(exc.field, mapping)}", exc.why) from None
+
+
+def _with_evidence(policy, probes: Mapping[str, ProbeConfig], pressure: tuple[tuple[str, float], ...]):
+    """The pool's policy heeding the probes of the dependencies it uses and its pressure thresholds."""
+    from ..policy.config import EvidenceRule
+
+    rules = tuple(EvidenceRule(source=f"probe:{use.dependency}", threshold=probes[use.dependency].factor)
+                  for use in policy.dependencies if use.dependency in probes)
+    rules += tuple(EvidenceRule(source=f"pressure:{resource}", threshold=level) for resource, level in pressure)
+    return dataclasses.replace(policy, evidence=rules) if rules else policy
 
 
 def _policy_field(field: str, mapping: Mapping[str, Any]) -> str:

@@ -124,6 +124,28 @@ class HttpConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class ProbeConfig:
+    """``dependencies.<name>.probe``: a request the daemon times every tick (``daemon.probes``).
+
+    ``kind``: postgresql, tcp or http; ``target``: the URL or ``host:port`` as written (a
+    postgresql URL may hold a password: show ``shown``, never ``target``)."""
+
+    dependency: str
+    kind: str
+    target: str
+    statement: str = default("dependencies.<name>.probe.statement")
+    timeout: float = default("dependencies.<name>.probe.timeout")
+    factor: float = default("dependencies.<name>.probe.factor")
+
+    @property
+    def shown(self) -> str:
+        """The target with any password hidden: what messages and the status show."""
+        from ..queue.url import safe_url
+
+        return self.target if self.kind == "tcp" else safe_url(self.target)
+
+
+@dataclasses.dataclass(frozen=True)
 class DaemonConfig:
     """The whole file."""
 
@@ -147,5 +169,7 @@ class DaemonConfig:
     global_dependencies: frozenset[str] = frozenset()
     # pools.<name>.max_workers: {count: N, global: true}: N for the whole fleet, not per host.
     global_max_workers: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    # dependencies.<name>.probe: timed every tick (daemon.probes); the pools that use it heed it.
+    probes: Mapping[str, ProbeConfig] = dataclasses.field(default_factory=dict)
     # schedules.<name>: periodic jobs, by name (none in a worker's reading).
     schedules: Mapping[str, ScheduleConfig] = dataclasses.field(default_factory=dict)

@@ -94,12 +94,22 @@ def _loaded() -> dict[str, Any]:
     db = config.dependencies["db"]
     use = policy.dependencies[0]
     schedule = config.schedules["hourly"]
+    probe = _parsed("dependencies: {db: {capacity: 10, probe: {tcp: 'db:5432'}}}\n").probes["db"]
+    pressure = {rule.source.split(":")[1]: rule.threshold for rule in policy.evidence
+                if rule.source.startswith("pressure:")}
     values = {
         "store": config.store, "tick": config.tick, "heartbeat": config.heartbeat, "fleet": config.fleet,
         "retention": config.retention, "dead_retention": config.dead_retention,
         "dependencies.<name>.reserved": db.reserved, "dependencies.<name>.start_burst": db.start_burst,
         "dependencies.<name>.limit": config.dependency_limits.get("db"),
         "dependencies.<name>.global": "db" in config.global_dependencies,
+        "dependencies.<name>.probe": config.probes.get("db"),
+        "dependencies.<name>.probe.postgresql": None, "dependencies.<name>.probe.http": None,
+        "dependencies.<name>.probe.tcp": None,  # each unset unless it is the probe's kind
+        "dependencies.<name>.probe.statement": probe.statement, "dependencies.<name>.probe.timeout": probe.timeout,
+        "dependencies.<name>.probe.factor": probe.factor,
+        "pools.<pool>.pressure": pressure or None, "pools.<pool>.pressure.cpu": pressure.get("cpu"),
+        "pools.<pool>.pressure.io": pressure.get("io"), "pools.<pool>.pressure.memory": pressure.get("memory"),
         "pools": {name: {} for name in _parsed("").pools},
         "pools.<pool>.app": pool.app, "pools.<pool>.queues": pool.queues,
         "pools.<pool>.concurrency": pool.concurrency, "pools.<pool>.batch_size": pool.batch_size,
