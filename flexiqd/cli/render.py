@@ -81,6 +81,30 @@ def restart_progress(restart: Mapping[str, Any]) -> str:
     return line
 
 
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f} ms"
+
+
+def evidence_line(source: Mapping[str, Any]) -> str:
+    """``db: 4.1 ms (baseline 2.0 ms, holds above 6.0 ms)``, ``cpu: 72% (holds at 60%): held at 4
+    workers``, or why there is no reading."""
+    kind, _, name = source["source"].partition(":")
+    probe = kind == "probe"
+    show = _ms if probe else (lambda value: "-" if value is None else f"{value:.0f}%")
+    if source.get("note"):
+        line = f"{name}: no reading ({source['note']})"
+    else:
+        line = f"{name}: {show(source.get('reading'))}"
+    if probe:
+        line += (f" (baseline {_ms(source.get('baseline'))}, holds above {_ms(source.get('bound'))})"
+                 if source.get("baseline") is not None else " (no baseline yet: learned while the pool is idle)")
+    else:
+        line += f" (holds at {source['threshold']:g}% and above)"
+    if source.get("held_at") is not None:
+        line += f": held at {source['held_at']} workers, the count before the rise"
+    return line
+
+
 def pool_rows(pool: Mapping[str, Any], now: float) -> list[tuple[str, str]]:
     """(label, value) rows of one pool's table."""
     workers = pool.get("workers")
@@ -135,6 +159,8 @@ def pool_rows(pool: Mapping[str, Any], now: float) -> list[tuple[str, str]]:
     decision = pool.get("decision")
     if decision is not None:
         rows.append(("decision", decision["rationale"] or decision["reason"]))
+    for source in pool.get("evidence") or ():
+        rows.append((source["source"].split(":", 1)[0], evidence_line(source)))
     upcoming = pool.get("next_schedule")
     if upcoming:
         rows.append(("schedule", f"next fire {_clock(upcoming['at'])} ({_until(upcoming['at'], now)}): "

@@ -45,6 +45,7 @@ from ..queue.types import DependencyStats
 from ..schedules.forecast import Forecast, jobs_coming_due
 from .crashloop import WINDOW as CRASH_WINDOW, CrashLoop, CrashLoops
 from .events import EventLog
+from .evidence import EvidenceReader
 from .samples import Samples
 from .intent import HistoryFile, IntentFile, SamplesFile
 from .operators import OperatorIntent
@@ -87,6 +88,7 @@ class PoolView:
     crash_loop: CrashLoop | None = None  # its workers keep failing (daemon.crashloop)
     app_problem: str | None = None       # why its workers could not run its app (flexiqd.apps), as last checked
     restart: dict | None = None          # its last restart (daemon.restarts.Restarts.document)
+    evidence_notes: Mapping[str, str] = dataclasses.field(default_factory=dict)  # source -> why no reading
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,6 +174,8 @@ class Controller:
         #: Each limited dependency as the store saw it at the last tick (a failed read: absent).
         self.dependency_stats: dict[str, DependencyStats] = {}
         self._cpu = CpuSampler()
+        #: The probes' threads and the pools' cgroup pressure (direct evidence of a ceiling).
+        self.evidence = EvidenceReader(config)
         self._warned_p99: set[str] = set()
         self._binding_caps: dict[str, CapValue | None] = {}  # pool -> the cap that last bound its count
         #: This host's share of the global caps (daemon.hosts.HostHeartbeat.grants); None: the
@@ -211,6 +215,7 @@ class Controller:
         self._binding_caps = {name: c for name, c in self._binding_caps.items() if name in config.pools}
         self.start_costs.forget_pools(config.pools)
         self.recovery.reconfigure(config)
+        self.evidence.reconfigure(config)
         self.operators.reconfigure(config.pools)
         self.restarts.reconfigure(config.pools)
         self._configure_pending = True
@@ -286,6 +291,7 @@ class Controller:
         self._read_forecasts(now)
         observations, stats, errors = {}, {}, {}
         peers = self.fleet_peers() if self.fleet_peers is not None else {}
+        self.evidence.begin_tick()
         for pool in self.config.pools.values():
             mine = by_pool.get(pool.name, [])
             cost = self.start_costs.estimate(pool.name)
@@ -299,7 +305,8 @@ class Controller:
                 starting=_count(mine, WorkerState.STARTING),
                 draining=_count(mine, WorkerState.DRAINING) + retiring,
                 concurrency=pool.concurrency, metrics=self._metrics(pool, stats[pool.name], mine, now),
-                start_cost=start_cost, tick=self.config.tick, other_hosts=peers.get(pool.name, 0))
+                start_cost=start_cost, tick=self.config.tick, other_hosts=peers.get(pool.name, 0),
+                evidence=self.evidence.read(pool, [w.pid for w in mine if w.state is WorkerState.ACTIVE and w.pid]))
         self.next_due = min((s.next_due for per_queue in stats.values() for s in per_queue or ()
                              if s.next_due is not None), default=None)
         stopping = {name: _count(mine, WorkerState.DRAINING) for name, mine in by_pool.items()}
@@ -755,7 +762,8 @@ class Controller:
                         start_cost=self.start_costs.estimate(name), stats_error=seen.stats_errors.get(name),
                         line=self._line(name, decision, obs) if decision is not None else None,
                         crash_loop=self.crash_loops.loop(name, now), app_problem=self.app_problems.get(name),
-                        restart=self.restarts.document(name))
+                        restart=self.restarts.document(name),
+                        evidence_notes=self.evidence.notes.get(name, {}))
 
     def _count_failures(self, workers: list[WorkerInfo], now: float) -> None:
         """Count each failed worker (with how it ended) toward its pool's crash loop; say so when

@@ -47,6 +47,7 @@ def pool_document(name: str, config: "DaemonConfig", view: "PoolView | None",
         "utilisation": None,
         "decision": None,
         "ceiling": None,
+        "evidence": [],
         "paused": bool(override and override.paused),
         "pinned": (None if override is None or override.pinned is None
                    else {"workers": override.pinned, "until": override.until}),
@@ -64,6 +65,8 @@ def pool_document(name: str, config: "DaemonConfig", view: "PoolView | None",
         document["binding_cap_workers"] = cap.workers if cap is not None else None
         document["decision"] = {"reason": view.decision.reason, "rationale": view.line}
         document["ceiling"] = ceiling_document(view.decision.history.knee)
+        document["evidence"] = evidence_document(pool.policy.evidence, view.decision.history.evidence,
+                                                 view.evidence_notes)
     document["stats_error"] = view.stats_error
     document["crash_loop"] = view.crash_loop.as_dict() if view.crash_loop is not None else None
     document["app_problem"] = view.app_problem
@@ -108,6 +111,31 @@ def ceiling_document(knee: "KneeState") -> dict[str, Any] | None:
             "since": knee.held_since,
             "above": None if tried is None else {"workers": tried.workers, "jobs_per_second": tried.completion_rate,
                                                  "at": tried.at}}
+
+
+def evidence_document(rules, tracks, notes: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Each source of direct evidence the pool heeds (policy.evidence): its last reading (None:
+    no information, ``note`` says why), the level judged (median of the recent readings), a
+    probe's baseline, the bound above which it holds the pool, and the count it holds at."""
+    from ..policy.evidence import baseline, bound, level
+
+    by_source = {track.source: track for track in tracks}
+    documents = []
+    for rule in rules:
+        track = by_source.get(rule.source)
+        note = notes.get(rule.source)
+        documents.append({
+            "source": rule.source,
+            "threshold": rule.threshold,
+            "reading": track.recent[-1] if track is not None and track.recent and note is None else None,
+            "note": note,
+            "level": level(track) if track is not None else None,
+            "baseline": baseline(track) if track is not None and rule.source.startswith("probe:") else None,
+            "bound": bound(track, rule) if track is not None else None,
+            "held_at": track.held_at if track is not None else None,
+            "count_before": track.last_good if track is not None else None,
+        })
+    return documents
 
 
 def dependency_use(config: "DaemonConfig", views: Mapping[str, "PoolView"]) -> dict[str, float]:

@@ -79,8 +79,8 @@ def pool_families(snapshot: Snapshot) -> list[Metric]:
     minimum = _gauge("flexiqd_pool_min_workers", "Configured minimum workers.", p)
     maximum = _gauge("flexiqd_pool_max_workers", "Configured maximum workers.", p)
     cap = _gauge("flexiqd_pool_binding_cap_workers", "The ceiling that held the last decision down, by cap "
-                 "(max, dependency:<name>, latency:<name>, starting:<name>, stopping, stopping:<name>, knee); "
-                 "absent when none did.",
+                 "(max, dependency:<name>, latency:<name>, starting:<name>, stopping, stopping:<name>, knee, "
+                 "probe:<name>, pressure:<resource>); absent when none did.",
                  ("pool", "cap"))
     utilisation = _gauge("flexiqd_pool_utilisation_ratio", "Busy slots / slots of the active workers.", p)
     start_cost = _gauge("flexiqd_pool_start_cost_seconds", "Measured time from a worker's start to its first claim.", p)
@@ -101,6 +101,15 @@ def pool_families(snapshot: Snapshot) -> list[Metric]:
                          "each reload, imported as its workers would) found that its workers cannot run it.", p)
     restart_old = _gauge("flexiqd_pool_restart_old_workers", "Workers started before the pool's restart in "
                          "progress (flexiqctl restart) that still run, serving or draining; 0 when none runs.", p)
+    probe = _gauge("flexiqd_pool_probe_latency_seconds", "A dependency's probe as the pool's last decision "
+                   "judged it: the median of its last three readings; absent before its first reading.",
+                   ("pool", "dependency"))
+    probe_baseline = _gauge("flexiqd_pool_probe_baseline_seconds", "The probe's unloaded latency, learned while "
+                            "the pool ran no job; absent while none is learned.", ("pool", "dependency"))
+    pressure = _gauge("flexiqd_pool_pressure_percent", "The mean of the pool's workers' cgroup pressure (PSI "
+                      "some avg10) for a resource the pool heeds; absent without a reading.", ("pool", "resource"))
+    held = _gauge("flexiqd_pool_evidence_held_workers", "The count a rise of a probe or of the pressure holds "
+                  "the pool at (the count before it); absent while none holds.", ("pool", "source"))
     events = _counter("flexiqd_scale_events_total", "Changes of a pool's desired count, by direction and reason.",
                       ("pool", "direction", "reason"))
     for name, document in sorted(snapshot.status["pools"].items()):
@@ -137,10 +146,22 @@ def pool_families(snapshot: Snapshot) -> list[Metric]:
             ceiling.add_metric([name], document["ceiling"]["workers"])
             if document["ceiling"]["jobs_per_second"] is not None:
                 ceiling_rate.add_metric([name], document["ceiling"]["jobs_per_second"])
+        for source in document.get("evidence") or ():
+            kind, _, which = source["source"].partition(":")
+            if kind == "probe":
+                if source["level"] is not None:
+                    probe.add_metric([name, which], source["level"])
+                if source["baseline"] is not None:
+                    probe_baseline.add_metric([name, which], source["baseline"])
+            elif source["level"] is not None:
+                pressure.add_metric([name, which], source["level"])
+            if source["held_at"] is not None:
+                held.add_metric([name, source["source"]], source["held_at"])
     for (pool, direction, reason), count in sorted(snapshot.scale_events.items()):
         events.add_metric([pool, direction, reason], count)
     return [workers, desired, minimum, maximum, cap, utilisation, start_cost, paused, queues, age, target_age,
-            ceiling, ceiling_rate, crash_loop, failures, app_problem, restart_old, events]
+            ceiling, ceiling_rate, crash_loop, failures, app_problem, restart_old, probe, probe_baseline, pressure,
+            held, events]
 
 
 def dependency_families(snapshot: Snapshot) -> list[Metric]:
