@@ -11,9 +11,9 @@ more workers stop adding throughput; ``flash_crowd`` runs one policy on a burst.
 
 from .deps import KINDS, Dependency, ceiling, unavailable_reason
 from .prober import Prober, percentile
-from .runs import (AutoscalerFleet, FixedFleet, KedaFleet, Settings, Store, WorkerSampler, flash_crowd,
-                   kill_leftovers, knee_of, knee_sweep, read_marks, sweep_counts)
+from .runs import (AutoscalerFleet, DaemonFleet, FixedFleet, KedaFleet, Settings, Store, WorkerSampler, flash_crowd,
+                   kill_leftovers, knee_of, knee_sweep, probe_of, read_marks, sweep_counts)
 
 __all__ = ["KINDS", "Dependency", "ceiling", "unavailable_reason", "Prober", "percentile", "AutoscalerFleet",
-           "FixedFleet", "KedaFleet", "Settings", "Store", "WorkerSampler", "flash_crowd", "kill_leftovers",
-           "knee_of", "knee_sweep", "read_marks", "sweep_counts"]
+           "DaemonFleet", "FixedFleet", "KedaFleet", "Settings", "Store", "WorkerSampler", "flash_crowd", "kill_leftovers",
+           "knee_of", "knee_sweep", "probe_of", "read_marks", "sweep_counts"]

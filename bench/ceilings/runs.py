@@ -21,6 +21,7 @@ import collections
 import contextlib
 import dataclasses
 import glob
+import json
 import math
 import os
 import pathlib
@@ -31,6 +32,7 @@ import sys
 import threading
 import time
 from typing import Callable, Iterable
+from urllib.parse import quote
 
 import psutil
 
@@ -378,6 +380,86 @@ class AutoscalerFleet:
                 kill_leftovers(self.sampler.seen)
 
 
+def probe_of(dependency: Dependency) -> dict:
+    """``dependencies.<name>.probe`` timing the request path's own request on ``dependency``."""
+    if dependency.kind == "threads":
+        return {"http": dependency.target.rstrip("/") + dependency.probe_op}
+    fields = dict(part.split("=", 1) for part in dependency.target.split())
+    url = (f"postgresql://{fields.get('user', 'postgres')}@/{fields['dbname']}"
+           f"?host={quote(fields['host'], safe='')}&port={fields['port']}")
+    return {"postgresql": url, "statement": dependency.probe_op}
+
+
+class DaemonFleet:
+    """flexiqd itself (``fleet: process``) with one pool of ceiling_app workers, as its own process.
+
+    The dependency is declared with a capacity far above what it serves (nobody told flexiqd
+    its ceiling) and, when ``probe`` is given, that probe; ``knee`` False turns the
+    throughput knee off, so that what holds the pool is the probe alone."""
+
+    def __init__(self, store: Store, dependency: Dependency, marks: pathlib.Path, logs: pathlib.Path,
+                 settings: Settings, *, probe: dict | None = None, knee: bool = True) -> None:
+        s = settings
+        dep = {"capacity": 10_000}
+        if probe is not None:
+            dep["probe"] = probe
+        pool = {"app": APP, "queues": ["default"], "concurrency": s.concurrency, "min_workers": s.min_workers,
+                "max_workers": s.max_workers, "drain_timeout": f"{s.drain_timeout:g}s",
+                "targets": {"age": f"{s.target_age:g}s"}, "uses": {"dep": {"per_worker": 1}}}
+        if not knee:
+            pool["knee"] = {"enabled": False}
+        config = {"store": store.url, "tick": f"{s.poll_interval:g}s", "fleet": "process",
+                  "dependencies": {"dep": dep}, "pools": {"crowd": pool}}
+        self.config_path = logs / "flexiqd.yaml"
+        self.config_path.write_text(json.dumps(config, indent=1) + "\n")   # JSON is YAML
+        self.log_path = logs / "flexiqd.log"
+        self.command = [sys.executable, "-m", "flexiqd.cli.daemon", "--config", str(self.config_path)]
+        self.env = dict(os.environ, **dependency.environment(marks))
+        for name in ("NOTIFY_SOCKET", "STATE_DIRECTORY", "RUNTIME_DIRECTORY"):
+            self.env.pop(name, None)
+        self.cwd = logs
+        self.proc: subprocess.Popen | None = None
+        self.root_pid = 0
+        self.sampler: WorkerSampler | None = None
+
+    def __enter__(self) -> "DaemonFleet":
+        with open(self.log_path, "wb") as output:
+            self.proc = subprocess.Popen(self.command, env=self.env, cwd=str(self.cwd), start_new_session=True,
+                                         stdout=output, stderr=subprocess.STDOUT)
+        self.root_pid = self.proc.pid
+        return self
+
+    def ready(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"flexiqd exited ({self.proc.returncode}): {self.log_tail()}")
+        return _ready_logs(self.cwd) >= 1 or b" ready: queues" in self._log()
+
+    def _log(self) -> bytes:
+        with contextlib.suppress(OSError):
+            return self.log_path.read_bytes()
+        return b""
+
+    def log_tail(self, chars: int = 1500) -> str:
+        return self._log().decode(errors="replace")[-chars:]
+
+    def binding_caps(self) -> list[str]:
+        """The caps the daemon said bound the pool ("Pool crowd: bounded by cap probe:dep=2 ..."), in order."""
+        return [line.split("bounded by cap ", 1)[1].split(" ", 1)[0]
+                for line in self._log().decode(errors="replace").splitlines() if "bounded by cap " in line]
+
+    def decisions(self, limit: int = 16) -> list[str]:
+        """The daemon's lines that changed the pool's count (``crowd 2 -> 4: Reason: ...``)."""
+        out = []
+        for line in self._log().decode(errors="replace").splitlines():
+            if " crowd " in f" {line}" and " -> " in line and ": " in line and "bounded" not in line:
+                out.append(line[-300:])
+                if len(out) >= limit:
+                    break
+        return out
+
+    __exit__ = AutoscalerFleet.__exit__
+
+
 # ---------------------------------------------------------------------------------------------
 # Executions
 # ---------------------------------------------------------------------------------------------
@@ -487,10 +569,12 @@ def _timeline(samples: list[tuple[float, int]], t0: float, t1: float, step: floa
 
 def flash_crowd(policy: str, dependency: Dependency, server, workdir: pathlib.Path, jobs: int, *,
                 settings: Settings = Settings(), prober: Prober, idle: float = 2.0, timeout: float = 600.0,
-                log: Log = _quiet) -> dict:
+                log: Log = _quiet, probe: dict | None = None, knee: bool = True) -> dict:
     """Enqueue ``jobs`` at once onto ``policy``'s fleet (at rest first); measure the drain.
 
-    ``policy``: ``flexiqd`` or ``flexiq`` (``flexiq autoscale``), ``keda``, or ``fixed-K``.
+    ``policy``: ``flexiqd`` or ``flexiq`` (``flexiq autoscale``), ``keda``, ``fixed-K``, or
+    ``daemon`` (flexiqd itself on the process fleet, with ``probe`` declared on the dependency
+    when given and its knee off when ``knee`` is False; its ``binding_caps`` are reported).
     """
     workdir.mkdir(parents=True, exist_ok=True)
     marks, logs = workdir / "marks", workdir / "logs"
@@ -506,11 +590,13 @@ def flash_crowd(policy: str, dependency: Dependency, server, workdir: pathlib.Pa
             fleet = KedaFleet(spec, logs, store, settings)
         elif policy in ("flexiqd", "flexiq"):
             fleet = AutoscalerFleet(policy, store, dependency, marks, logs, settings)
+        elif policy == "daemon":
+            fleet = DaemonFleet(store, dependency, marks, logs, settings, probe=probe, knee=knee)
         else:
             raise ValueError(f"unknown policy {policy!r}")
         with fleet:
             with WorkerSampler(fleet.root_pid) as sampler:
-                if isinstance(fleet, AutoscalerFleet):
+                if isinstance(fleet, (AutoscalerFleet, DaemonFleet)):
                     fleet.sampler = sampler
                 _wait(fleet.ready, 90, f"{policy}'s workers to be ready")
                 rest = time.time()
@@ -532,8 +618,10 @@ def flash_crowd(policy: str, dependency: Dependency, server, workdir: pathlib.Pa
             t_end = counts["last_done"] or ended
             if result.get("timed_out"):
                 t_end = ended
-            if isinstance(fleet, AutoscalerFleet):
+            if isinstance(fleet, (AutoscalerFleet, DaemonFleet)):
                 result["decisions"] = fleet.decisions()
+            if isinstance(fleet, DaemonFleet):
+                result["binding_caps"] = fleet.binding_caps()
             elif isinstance(fleet, KedaFleet):
                 result["decisions"] = [f"+{at - t0:.1f}s metric={m} workers={c} -> {d}"
                                        for at, m, c, d in fleet.decisions if c != d and at >= t0][:12]

@@ -19,9 +19,10 @@ of source, each a reading per decision (``EvidenceReading``):
 Judged on the median of the last ``RECENT_READINGS`` readings, so one slow
 probe or one spike is no rise.  The rule, the same for every source:
 
-1. while the latest reading is within bounds, the source remembers the working
-   workers (the fewer of this decision's and the previous one's: a reading
-   tells of the load while it was taken) -- the count before any rise;
+1. while the latest reading is within bounds, the source remembers the workers
+   at work (running jobs in whole workers: one just started loads nothing yet),
+   the fewer of those at this reading and at the previous one (a reading tells
+   of the load since the previous) -- the count before any rise;
 2. once the median is high, the pool is **held** at the fewer of its current
    count and that count before the rise: it stops adding workers, and shrinks
    back to where the dependency (or the host) was still fine.  Cap
@@ -39,6 +40,7 @@ Pure: time is an argument, nothing is read or remembered outside ``EvidenceTrack
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import replace
 
@@ -108,15 +110,24 @@ def update_evidence(tracks: tuple[EvidenceTrack, ...], obs: Observation, rules: 
                  for rule in rules)
 
 
+def busy_workers(obs: Observation) -> int:
+    """The workers at work: their running jobs in whole workers, at most the active ones (a worker
+    that has just started loads nothing yet)."""
+    if obs.metrics is None:
+        return obs.active
+    return min(obs.active, math.ceil(obs.metrics.running / obs.concurrency))
+
+
 def _update(track: EvidenceTrack, value: float | None, rule: EvidenceRule, obs: Observation,
             hold: float, now: float) -> EvidenceTrack:
-    working = obs.active
-    before = working if track.before is None else min(working, track.before)
     if track.held_at is not None and track.high_at is not None and now - track.high_at > hold:
         track = replace(track, held_at=None)
     if value is None:
         # No information: nothing is learned, the count before a rise is not moved.
-        return replace(track, before=working)
+        return track
+    working = busy_workers(obs)
+    # The reading was taken since the previous one: it tells of the load of the fewer workers.
+    before = working if track.before is None else min(working, track.before)
     track = replace(track, recent=(track.recent + (value,))[-RECENT_READINGS:], before=working)
     if kind_of(rule.source) == PROBE and obs.metrics is not None:
         running = obs.metrics.running

@@ -297,8 +297,8 @@ class EvidenceTrack:
     ``recent``: its last readings (no information left out).  ``unloaded`` /
     ``small``: a probe's readings while the pool ran no job / at most one
     worker's slots of jobs (its baseline is learned from them).  ``last_good``:
-    the working workers at the last reading within bounds (the count before a
-    rise); ``before``: the working workers at the previous decision.
+    the workers at work at the last reading within bounds (the count before a
+    rise); ``before``: the workers at work at the previous reading.
     ``held_at``: the count the pool is held at (None: not held);
     ``high_at``: the last reading beyond bounds.
     """

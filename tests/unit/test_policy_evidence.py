@@ -71,6 +71,14 @@ def test_a_reading_counts_for_the_fewer_workers_of_its_decision_and_the_one_befo
     assert drive(POLICY, steps)[-1].desired == 2
 
 
+def test_workers_that_just_started_do_not_count_before_they_work():
+    # 8 workers are active but only 2 workers' jobs run yet when the probe is fine: 2 is the count
+    # before the rise, not 8.
+    steps = learn_baseline() + [probed(2, 0.003), probed(8, 0.003, running=8), probed(8, 0.003, running=8)]
+    steps += [probed(8, 0.05)] * 3
+    assert drive(POLICY, steps)[-1].desired == 2
+
+
 def test_the_hold_stays_while_the_latency_stays_high_and_for_the_reprobe_interval_after():
     policy = dataclasses.replace(POLICY, knee=dataclasses.replace(NO_KNEE, reprobe_interval=300.0, settle_time=15.0))  # late: 2 x 15 s
     steps = learn_baseline() + [probed(2, 0.003), probed(4, 0.003), probed(4, 0.003)] + [probed(8, 0.05)] * 3
