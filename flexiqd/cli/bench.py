@@ -23,6 +23,7 @@ the container or the daemon failed during a run.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import multiprocessing
@@ -87,6 +88,9 @@ def _parser() -> _Parser:
     policies.add_argument("--plots", metavar="DIR", help="write one PNG per trace into DIR")
     policies.add_argument("--down-window", action="append", type=number(finite=False, unit="seconds"), default=[], metavar="SECONDS",
                           help="also run flexiqd with this down window (repeatable)")
+    policies.add_argument("--probe", action="append", type=_factor, default=[], metavar="FACTOR",
+                          help="also run flexiqd with a probe of the workload's dependency (the request path's "
+                               "latency), heeded at this factor over its baseline (repeatable)")
     policies.add_argument("--random", type=_count, metavar="N", help="N workloads drawn at random instead of traces")
     policies.add_argument("--seed", type=int, default=0, help="the random sample's seed (default 0)")
     policies.add_argument("--family", action="append", choices=sorted(FAMILIES), metavar="F",
@@ -94,6 +98,16 @@ def _parser() -> _Parser:
     policies.add_argument("--jobs", type=_count, default=os.cpu_count() or 1, metavar="J",
                           help="workloads run at once (default: one per CPU)")
     return parser
+
+
+def _factor(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not value > 1:
+        raise argparse.ArgumentTypeError(f"must be a number above 1, got {text}")
+    return value
 
 
 def _count(text: str) -> int:
@@ -109,11 +123,12 @@ def _count(text: str) -> int:
 def _run_random(args: argparse.Namespace) -> int:
     families = tuple(args.family or FAMILIES)
     traces = sample(args.random, args.seed, families)
+    run = functools.partial(bench_trace, down_windows=tuple(args.down_window), probe_factors=tuple(args.probe))
     if args.jobs > 1 and len(traces) > 1:
         with multiprocessing.Pool(args.jobs) as pool:
-            reports = pool.map(bench_trace, traces, chunksize=1)
+            reports = pool.map(run, traces, chunksize=1)
     else:
-        reports = [bench_trace(trace) for trace in traces]
+        reports = [run(trace) for trace in traces]
     if args.plots:
         _plot(worst(reports), Path(args.plots))
     if args.json:
@@ -135,7 +150,7 @@ def main(argv: Sequence[str]) -> int:
         if not paths:
             raise UsageError(f"no traces found in {TRACES_DIR}")
         traces = [load_trace(path) for path in paths]
-        reports = [bench_trace(trace, args.down_window) for trace in traces]
+        reports = [bench_trace(trace, args.down_window, args.probe) for trace in traces]
         if args.plots:
             _plot(reports, Path(args.plots))
     except (UsageError, TraceError) as error:

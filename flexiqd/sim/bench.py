@@ -23,9 +23,11 @@ def standard_traces() -> list[Path]:
     return sorted(TRACES_DIR.glob("*.json"))
 
 
-def policies_for(workload: Workload, down_windows: Sequence[float] = ()) -> list[Policy]:
+def policies_for(workload: Workload, down_windows: Sequence[float] = (),
+                 probe_factors: Sequence[float] = ()) -> list[Policy]:
     """Every policy compared, in table order (the oracle last)."""
     variants: list[Policy] = [Flexiqd(down_window=window) for window in down_windows]
+    variants += [Flexiqd(probe_factor=factor) for factor in probe_factors]
     return [
         FixedPeak(workload.runnable_at, workload.base_duration),
         HpaCpu(),
@@ -37,8 +39,8 @@ def policies_for(workload: Workload, down_windows: Sequence[float] = ()) -> list
     ]
 
 
-def bench_trace(trace: Trace, down_windows: Sequence[float] = ()) -> TraceReport:
+def bench_trace(trace: Trace, down_windows: Sequence[float] = (), probe_factors: Sequence[float] = ()) -> TraceReport:
     """Run every policy on ``trace`` (the same realised jobs for each)."""
     workload = realise(trace)
-    policies = policies_for(workload, down_windows)
+    policies = policies_for(workload, down_windows, probe_factors)
     return TraceReport(trace=trace, results=tuple(run(trace, workload, policy) for policy in policies))

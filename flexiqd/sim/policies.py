@@ -46,7 +46,8 @@ from ..policy import (
 )
 from ..policy.economics import lead_time
 from ..policy.smoothing import rate_limit, record, record_change, stabilize
-from ..policy.types import ScaleChange, TimedCount
+from ..policy.config import EvidenceRule
+from ..policy.types import EvidenceReading, ScaleChange, TimedCount
 from .engine import FleetModel, Simulation, Snapshot
 from .metrics import RECENT_WINDOW
 from .trace import Trace
@@ -286,15 +287,21 @@ class Flexiqd(BasePolicy):
     """flexiqd's default policy, through ``decide_fleet`` as the daemon calls it.
 
     ``down_window`` replaces the default down window (for showing what the
-    window costs); the row is then named after it.
+    window costs); the row is then named after it.  ``probe_factor``: the
+    trace's dependency (declared or not) has a probe, the request path's latency
+    the simulator models, heeded with this factor (``policy.evidence``); the row
+    is ``flexiqd-probe<factor>``.
     """
 
     name = "flexiqd"
 
-    def __init__(self, down_window: float | None = None) -> None:
+    def __init__(self, down_window: float | None = None, probe_factor: float | None = None) -> None:
         self.down_window = down_window
+        self.probe_factor = probe_factor
         if down_window is not None:
             self.name = f"flexiqd-dw{down_window:g}"
+        if probe_factor is not None:
+            self.name = f"flexiqd-probe{probe_factor:g}"
 
     def fleet(self, trace: Trace) -> FleetModel:
         return FleetModel("flexiqd", victims="idle_first", drain_timeout=trace.workers.stop_timeout, requeue_delay=0.0,
@@ -306,13 +313,21 @@ class Flexiqd(BasePolicy):
         if self.down_window is not None:
             behavior = replace(self.policy.behavior, down_window=self.down_window)
             self.policy = replace(self.policy, behavior=behavior)
+        self.probe: str | None = None
+        if self.probe_factor is not None and trace.dependency is not None:
+            self.probe = f"probe:{trace.dependency.name}"
+            self.policy = replace(self.policy, evidence=(EvidenceRule(source=self.probe, threshold=self.probe_factor),))
         # As the daemon asks the store: the jobs coming due within the lead time (a start and a tick).
         sim.coming_due_within = lead_time(self.policy.targets, trace.workers.cold_start, trace.tick_interval)
         self.history: History | None = None
         self.log: list[str] = []
 
     def desired(self, snapshot: Snapshot) -> int:
-        pool = PoolInput(observation=observation_from(snapshot, self.trace), policy=self.policy, history=self.history)
+        observation = observation_from(snapshot, self.trace)
+        if self.probe is not None:
+            # The probe times one request of the request path: its latency as the dependency's load makes it.
+            observation = replace(observation, evidence=(EvidenceReading(self.probe, snapshot.dependency_latency),))
+        pool = PoolInput(observation=observation, policy=self.policy, history=self.history)
         decision = decide_fleet([pool], self.dependencies, snapshot.now)[self.trace.name]
         self.history = decision.history
         if decision.changed:

@@ -28,6 +28,12 @@ def test_json_has_every_policy_cost_ratios_and_the_goal(small_file, capsys):
     assert set(trace["goal"]) == {"met", "age", "dependency", "cost", "killed", "completion", "requests"}
 
 
+def test_a_probe_adds_a_row_of_flexiqd_heeding_the_request_paths_latency(small_file, capsys):
+    assert main(["policies", "--trace", str(small_file), "--json", "--probe", "3"]) == 0
+    (trace,) = json.loads(capsys.readouterr().out)["traces"]
+    assert [result["policy"] for result in trace["results"]][-2:] == ["flexiqd-probe3", "oracle"]
+
+
 def test_the_table_names_each_trace_and_policy(small_file, capsys):
     assert main(["policies", "--trace", str(small_file)]) == 0
     out = capsys.readouterr().out
@@ -47,6 +53,7 @@ def test_plots_one_png_per_trace(small_file, tmp_path, capsys):
         (["policies", "--trace", "/nonexistent/trace.json"], "cannot read"),
         (["policies", "--colour"], "unrecognized arguments: --colour"),
         (["compare"], "invalid choice: 'compare'"),
+        (["policies", "--probe", "1"], "argument --probe: must be a number above 1, got 1"),
         ([], "the following arguments are required"),
     ],
 )
