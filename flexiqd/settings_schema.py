@@ -206,7 +206,7 @@ SETTINGS: tuple[Setting, ...] = (
        "No more workers while the p95 time jobs held the dependency is above this "
        "(a dependency with a limit only; none: no such bound)."),
     _s("pools.<pool>.pressure", "mapping", None,
-       "Hold the pool while its workers' cgroup pressure (PSI some avg10) is at or above these "
+       "Hold the pool while its workers' cgroup pressure (PSI some: the share of time stalled) is at or above these "
        "percentages (fleet: systemd only; none: pressure is not heeded)."),
     _s("pools.<pool>.pressure.cpu", "number", None,
        "The workers' CPU pressure that holds the pool (none: not heeded).", unit="%"),

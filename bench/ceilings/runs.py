@@ -574,7 +574,9 @@ def flash_crowd(policy: str, dependency: Dependency, server, workdir: pathlib.Pa
 
     ``policy``: ``flexiqd`` or ``flexiq`` (``flexiq autoscale``), ``keda``, ``fixed-K``, or
     ``daemon`` (flexiqd itself on the process fleet, with ``probe`` declared on the dependency
-    when given and its knee off when ``knee`` is False; its ``binding_caps`` are reported).
+    when given and its knee off when ``knee`` is False; its ``binding_caps`` are reported),
+    ``daemon-probe`` (the same with ``probe_of(dependency)``), ``daemon-probe-only`` (that
+    probe, the knee off).
     """
     workdir.mkdir(parents=True, exist_ok=True)
     marks, logs = workdir / "marks", workdir / "logs"
@@ -590,8 +592,12 @@ def flash_crowd(policy: str, dependency: Dependency, server, workdir: pathlib.Pa
             fleet = KedaFleet(spec, logs, store, settings)
         elif policy in ("flexiqd", "flexiq"):
             fleet = AutoscalerFleet(policy, store, dependency, marks, logs, settings)
-        elif policy == "daemon":
-            fleet = DaemonFleet(store, dependency, marks, logs, settings, probe=probe, knee=knee)
+        elif policy.startswith("daemon"):
+            # daemon: its knee, no probe; daemon-probe: both; daemon-probe-only: the probe, no knee.
+            if probe is None and policy.startswith("daemon-probe"):
+                probe = probe_of(dependency)
+            fleet = DaemonFleet(store, dependency, marks, logs, settings, probe=probe,
+                                knee=knee and policy != "daemon-probe-only")
         else:
             raise ValueError(f"unknown policy {policy!r}")
         with fleet:

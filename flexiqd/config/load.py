@@ -340,7 +340,7 @@ def _probe(name: str, value: Any) -> ProbeConfig:
 
 
 def _pressure(value: Any, where: str, fleet: str) -> tuple[tuple[str, float], ...]:
-    """``pools.<pool>.pressure``: (resource, some avg10 percentage) per resource given."""
+    """``pools.<pool>.pressure``: (resource, stalled percentage) per resource given."""
     if value is None:
         return ()
     value = _mapping(value, where)

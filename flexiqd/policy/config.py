@@ -223,7 +223,7 @@ class Dependency:
 class EvidenceRule:
     """Direct evidence the pool heeds (see ``evidence``): ``source`` ``probe:<dependency>`` with
     ``threshold`` the factor over the probe's baseline, or ``pressure:<resource>`` (cpu, io,
-    memory) with ``threshold`` the ``some avg10`` percentage that holds the pool."""
+    memory) with ``threshold`` the share of time stalled (percent) that holds the pool."""
 
     source: str
     threshold: float

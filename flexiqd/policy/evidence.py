@@ -13,7 +13,7 @@ of source, each a reading per decision (``EvidenceReading``):
   most one worker's slots were busy; with neither, there is no baseline and the
   probe decides nothing.
 - ``pressure:<resource>`` (cpu, io, memory): the share of time the pool's
-  workers stalled on that resource over the last 10 s (``some avg10``, percent).
+  workers stalled on that resource since the previous tick (PSI ``some``, percent).
   It is *high* at or above the pool's threshold.
 
 Judged on the median of the last ``RECENT_READINGS`` readings, so one slow
@@ -157,7 +157,7 @@ def describe(track: EvidenceTrack, rule: EvidenceRule) -> str:
     if kind_of(rule.source) == PRESSURE:
         resource = rule.source.split(":", 1)[1]
         shown = "no reading" if now_level is None else f"{now_level:.0f}%"
-        return (f"the workers' {resource} pressure {shown} (some avg10), at or above {rule.threshold:g}%"
+        return (f"the workers' {resource} pressure {shown} (share of time stalled), at or above {rule.threshold:g}%"
                 f" since {track.last_good if track.last_good is not None else track.held_at} workers")
     base = baseline(track)
     if now_level is None or base is None:

@@ -283,8 +283,8 @@ class KneeState:
 
 class EvidenceReading(NamedTuple):
     """One reading of direct evidence: ``source`` is ``probe:<dependency>`` (``value``: the probe's
-    latency in seconds) or ``pressure:<resource>`` (``value``: the pool's ``some avg10``, in
-    percent).  ``value`` None: no information (the probe failed or timed out, no PSI here)."""
+    latency in seconds) or ``pressure:<resource>`` (``value``: the share of the time
+    since the previous tick its workers stalled on it, PSI ``some``, in percent).  ``value`` None: no information (the probe failed or timed out, no PSI here)."""
 
     source: str
     value: float | None

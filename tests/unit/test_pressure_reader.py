@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pathlib
 
-from flexiqd.daemon.pressure import PressureReader, parse_pressure, unified_mount, unified_path
+from flexiqd.daemon.pressure import PressureReader, parse_pressure, stalled_share, unified_mount, unified_path
 
 # Recorded on a development machine (Linux 6.18, cgroup v1 beside v2's unified hierarchy).
 CPU = ("some avg10=96.87 avg60=96.09 avg300=93.72 total=8023591694\n"
@@ -22,8 +22,8 @@ PROC_CGROUP = ("9:name=systemd:/system.slice/flexiq-worker@default-1.service\n"
 
 
 def test_the_files_are_parsed_as_the_kernel_writes_them():
-    assert parse_pressure(CPU) == {"some": 96.87, "full": 0.0}
-    assert parse_pressure("some avg10=12.50 avg60=1 avg300=0 total=1\n") == {"some": 12.5}
+    assert parse_pressure(CPU) == {"some": 96.87, "some_total": 8023591694.0, "full": 0.0, "full_total": 0.0}
+    assert parse_pressure("some avg10=12.50 avg60=1 avg300=0 total=1\n") == {"some": 12.5, "some_total": 1.0}
     assert parse_pressure("") == {}
     assert parse_pressure("garbage\nsome avg10=x\n") == {}
 
@@ -36,7 +36,19 @@ def test_the_unified_hierarchy_is_found_where_it_is_mounted_and_a_worker_in_it()
     assert unified_path("1:cpu:/\n") is None
 
 
-def _host(tmp: pathlib.Path, mountinfo: str, workers: dict[int, dict[str, str]]) -> PressureReader:
+def test_the_share_stalled_is_the_totals_growth_over_the_time_between_reads():
+    assert stalled_share((1_000_000.0, 10.0), (1_500_000.0, 11.0)) == 50.0
+    assert stalled_share((0.0, 10.0), (3_000_000.0, 11.0)) == 100.0   # more than the time: several tasks
+    assert stalled_share((5.0, 10.0), (1.0, 11.0)) is None   # the counter went back: a new cgroup
+    assert stalled_share((5.0, 10.0), (9.0, 10.0)) is None   # no time passed
+
+
+def _pressure(total_us: float, avg10: float = 0.0) -> str:
+    return (f"some avg10={avg10:.2f} avg60=0.00 avg300=0.00 total={total_us:.0f}\n"
+            f"full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+
+
+def _host(tmp: pathlib.Path, mountinfo: str, workers: dict[int, dict[str, str]], clock=None) -> PressureReader:
     """A /proc and a cgroup tree with ``workers``: pid -> {resource: file text} (a file left out: absent)."""
     proc, mount = tmp / "proc", tmp / "cgroup"
     (proc / "self").mkdir(parents=True)
@@ -49,18 +61,30 @@ def _host(tmp: pathlib.Path, mountinfo: str, workers: dict[int, dict[str, str]])
         folder.mkdir(parents=True)
         for resource, text in files.items():
             (folder / f"{resource}.pressure").write_text(text)
-    return PressureReader(proc=str(proc))
+    return PressureReader(proc=str(proc), **({"clock": clock} if clock else {}))
 
 
-def test_a_pools_pressure_is_the_mean_of_its_workers_that_could_be_read(tmp_path):
-    reader = _host(tmp_path, MOUNTINFO_HYBRID, {
-        11: {"cpu": CPU, "io": IO},
-        12: {"cpu": "some avg10=3.13 avg60=0 avg300=0 total=1\nfull avg10=0.00 avg60=0 avg300=0 total=0\n"},
-    })
+def _rewrite(tmp: pathlib.Path, pid: int, resource: str, text: str) -> None:
+    (tmp / "cgroup" / "system.slice" / f"flexiq-worker@default-{pid}.service" / f"{resource}.pressure").write_text(text)
+
+
+def test_a_pools_pressure_is_the_mean_of_its_workers_read_twice(tmp_path):
+    now = [100.0]
+    reader = _host(tmp_path, MOUNTINFO_HYBRID, {11: {"cpu": _pressure(0), "io": IO}, 12: {"cpu": _pressure(0)}},
+                   clock=lambda: now[0])
+    # The first read has nothing to measure against: no information yet.
+    assert reader.pool([11, 12, 99], ["cpu", "io", "memory"]) == {"cpu": None, "io": None, "memory": None}
+    now[0] = 102.0
+    _rewrite(tmp_path, 11, "cpu", _pressure(1_800_000))   # 1.8 s of 2 s stalled: 90 %
+    _rewrite(tmp_path, 12, "cpu", _pressure(200_000))     # 10 %
     found = reader.pool([11, 12, 99], ["cpu", "io", "memory"])  # 99: gone since the listing
-    assert abs(found["cpu"] - (96.87 + 3.13) / 2) < 1e-9
-    assert found["io"] == 2.17          # the only worker whose file exists
-    assert found["memory"] is None      # no information, not "no pressure"
+    assert abs(found["cpu"] - 50.0) < 1e-9
+    assert found["io"] == 0.0          # its total did not grow: no stall, a reading all the same
+    assert found["memory"] is None     # no file: no information, not "no pressure"
+    # A worker no longer listed is forgotten; listed again, it starts afresh.
+    now[0] = 103.0
+    assert reader.pool([11], ["cpu"]) == {"cpu": 0.0}
+    assert (12, "cpu") not in reader._last
 
 
 def test_a_host_without_the_unified_hierarchy_gives_no_reading(tmp_path):
