@@ -22,7 +22,7 @@ probe or one spike is no rise.  The rule, the same for every source:
 1. while the latest reading is within bounds, the source remembers the workers
    at work (running jobs in whole workers: one just started loads nothing yet),
    the fewer of those at this reading and at the previous one (a reading tells
-   of the load since the previous) -- the count before any rise;
+   of the load since the previous), at least one -- the count before any rise;
 2. once the median is high, the pool is **held** at the fewer of its current
    count and that count before the rise: it stops adding workers, and shrinks
    back to where the dependency (or the host) was still fine.  Cap
@@ -142,7 +142,8 @@ def _update(track: EvidenceTrack, value: float | None, rule: EvidenceRule, obs: 
         held = min(obs.current, track.last_good if track.last_good is not None else obs.current)
         return replace(track, high_at=now, held_at=held if track.held_at is None else min(track.held_at, obs.current))
     if value <= limit and track.held_at is None:
-        track = replace(track, last_good=before)
+        # An idle pool's count before a rise is one worker: it loaded nothing, and was fine.
+        track = replace(track, last_good=max(1, before))
     return track
 
 

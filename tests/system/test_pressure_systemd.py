@@ -57,10 +57,11 @@ def test_a_cpu_bound_pool_is_held_by_its_workers_cpu_pressure(sandbox: Sandbox):
             lambda: (lambda p: p if p.get("binding_cap") == "pressure:cpu" else None)(status(sandbox)["pools"]["default"]),
             90, interval=0.5, what="the pool held by its cpu pressure")
         assert held["binding_cap_workers"] < MAX_WORKERS, held
+        assert held["decision"]["reason"] == "CappedByPressure", held
+        assert "pressure:cpu caps at" in held["decision"]["rationale"], held
         evidence = cpu_evidence(sandbox)
         assert evidence["held_at"] is not None and evidence["level"] is not None, evidence
         journal = sandbox.run(["journalctl", "--no-pager", "-u", DAEMON]).stdout
         assert "bounded by cap pressure:cpu=" in journal
-        assert "CappedByPressure" in journal
     finally:
         sandbox.run(f"systemctl stop {DAEMON} 'flexiq-worker@*'", check=False)

@@ -79,6 +79,12 @@ def test_workers_that_just_started_do_not_count_before_they_work():
     assert drive(POLICY, steps)[-1].desired == 2
 
 
+def test_a_rise_right_after_an_idle_pool_grew_holds_it_at_one_worker():
+    steps = learn_baseline() + [probed(8, 0.003, running=0)] + [probed(8, 0.05)] * 3
+    decisions = drive(POLICY, steps)
+    assert decisions[-1].desired == 1 and decisions[-1].reason == "CappedByProbe"
+
+
 def test_the_hold_stays_while_the_latency_stays_high_and_for_the_reprobe_interval_after():
     policy = dataclasses.replace(POLICY, knee=dataclasses.replace(NO_KNEE, reprobe_interval=300.0, settle_time=15.0))  # late: 2 x 15 s
     steps = learn_baseline() + [probed(2, 0.003), probed(4, 0.003), probed(4, 0.003)] + [probed(8, 0.05)] * 3
