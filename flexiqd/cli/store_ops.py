@@ -87,7 +87,8 @@ def _hosts(args: argparse.Namespace, url: str) -> int:
 
     backend = open_backend(url)
     try:
-        rows = list_hosts(backend, now=backend.clock())
+        now = backend.clock()  # the store's time: the beats are in it
+        rows = list_hosts(backend, now=now)
     finally:
         backend.close()
     if args.json:

@@ -390,7 +390,7 @@ class Daemon:
             return None
         path = os.path.join(folder, store_mark.MARK_FILE)
         try:
-            beats = {info.name: info.last_beat for info in backend.hosts(now=time.time())}
+            beats = {info.name: info.last_beat for info in backend.hosts(now=backend.clock())}
         except FlexiqdError as exc:
             log.warning("Cannot compare the store with flexiqd's record of it: %s", exc)
             beats = None

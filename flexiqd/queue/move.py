@@ -29,7 +29,6 @@ import dataclasses
 import os
 import sqlite3
 import stat
-import time
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..errors import FlexiqdError, StoreUnavailable
@@ -112,10 +111,9 @@ def move_store(source_url: str, target_url: str, *, history: bool = True,
     only after the target committed.  ``MoveRefused`` when the fleet is not quiet, the
     target holds jobs, or the file was moved before.
     """
-    now = time.time() if now is None else now
     path, shown_target = _check_urls(source_url, target_url)
     _check_file(path)
-    recovered = _quiet_down(source_url, now)
+    recovered, now = _quiet_down(source_url, now)
     target = open_backend(target_url)  # creates or migrates the target's schema
     try:
         source = sqlite3.connect(path, isolation_level=None, timeout=30.0)
@@ -176,11 +174,13 @@ def _check_file(path: str) -> None:
             raise MoveRefused(f"cannot move {path}: {what} is not writable for this user (run as root)")
 
 
-def _quiet_down(source_url: str, now: float) -> int:
+def _quiet_down(source_url: str, now: float | None) -> tuple[int, float]:
     """Refuse early when a daemon beats on the file; else hand back the expired leases of
     workers that are gone (as the daemon would), and refuse if jobs are still held.  The
-    number handed back."""
+    number handed back, and ``now``: the store's time (``Backend.clock``) unless given --
+    its beats and leases are in it, whatever the wall clock says."""
     backend = open_backend(source_url)  # brings an older file up to this version's schema
+    now = backend.clock() if now is None else now
     try:
         refusal = quiet_refusal(backend.hosts(now=now), {}, now)
         if refusal:
@@ -189,7 +189,7 @@ def _quiet_down(source_url: str, now: float) -> int:
         refusal = quiet_refusal([], backend.lease_owners(), now)
         if refusal:  # before the target is touched (checked again under the lock)
             raise MoveRefused(f"cannot move {sqlite_path(source_url)}: {refusal}")
-        return recovered
+        return recovered, now
     finally:
         backend.close()
 
