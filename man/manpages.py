@@ -518,6 +518,8 @@ when. `flexiq jobs show ID` tells a job's state and, once it ended, its result o
 
 - 75: A worker on a PostgreSQL store could not renew a job's lease for a heartbeat: it killed its tasks' processes and ended itself before another host may take the job.
 
+- 78: A worker could not load its pool's app (a module missing, an import that raised, an attribute that is not a Queue): its unit is not restarted; flexiqd reports the pool (APP PROBLEM, then CRASH LOOP) and spaces its new starts.
+
 - 130: Interrupted by Ctrl-C.
 """),
             ("RESTORING A STORE", """

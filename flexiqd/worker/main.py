@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Callable
 
-from ..errors import QueueError, StoreDamaged, StoreUnavailable, StoreUnreachable
+from ..errors import QueueError, StoreDamaged, StoreUnavailable, StoreUnreachable, TaskError
 from ..logs import MessageId, journal
 from ..notify import Notifier
 from ..queue.api import Queue
@@ -30,7 +30,7 @@ from ..queue.url import open_backend, safe_url
 from ..runtime_files import PAUSED_FILE_ENV, is_paused
 from .exit import become_subreaper, exit_now, kill_descendants
 from .loader import load_app
-from .runtime import EXIT_DAMAGED, EXIT_OK, EXIT_UNAVAILABLE, STORE_RETRY_MAX, Worker
+from .runtime import EXIT_APP, EXIT_DAMAGED, EXIT_OK, EXIT_UNAVAILABLE, STORE_RETRY_MAX, Worker
 from .settings_reader import LimitsReader, TenantCapsReader, WorkerSetup, drain_timeout_now
 from .signals import STOP_SIGNALS, WorkerSignals
 
@@ -53,7 +53,13 @@ def run_worker(setup: WorkerSetup, signals: WorkerSignals | None = None) -> int:
     """
     signals = signals or WorkerSignals.install()
     become_subreaper()
-    app = load_app(setup.app)
+    try:
+        app = load_app(setup.app)
+    except TaskError as exc:
+        # Starting again at once would fail the same way: the unit does not restart on this
+        # code (RestartPreventExitStatus=), and flexiqd's crash-loop backoff paces new starts.
+        log.error("Worker %s cannot load its app: %s", setup.config.name, exc)
+        return EXIT_APP
     store_url = setup.store_url or app.url
     try:
         backend = open_when_reachable(store_url, setup.config.name, signals, Notifier())

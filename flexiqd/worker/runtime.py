@@ -72,6 +72,7 @@ EXIT_OK = 0
 EXIT_STUCK = 70       # every slot is held by a task that ignored its timeout: restart clean
 EXIT_UNAVAILABLE = 69  # the store could not be opened
 EXIT_DAMAGED = 65      # the store is damaged: no job is run from it (the unit does not restart)
+EXIT_APP = 78          # the pool's app cannot be loaded: the unit does not restart, flexiqd backs off
 EXIT_FENCED = 75      # leases unconfirmed too long on a store shared by hosts: ended before another host may take them
 
 # Prefetch: claim ahead only about this much work, so a worker never sits on a
