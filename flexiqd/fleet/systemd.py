@@ -144,11 +144,10 @@ class Systemd:
     Made by ``connect`` it connects again when it finds its connection lost, and repeats
     the call once on the new connection; a call systemd left unanswered because it left
     the bus (re-executing) is repeated after a pause, up to ``REEXEC_PAUSES``.  Every call
-    the fleet makes is idempotent
-    (starting a started unit, stopping a stopping one, sending SIGUSR1 twice, setting
-    the same properties, reloading again), so one that may or may not have reached
-    systemd before the bus went away can be made again.  While the bus is down each
-    call raises FleetError, and the next one tries again.
+    the fleet makes is idempotent (starting a started unit, stopping a stopping one,
+    sending SIGUSR1 twice, setting the same properties, reloading again), so one that may
+    or may not have reached systemd before the bus went away can be made again.  While
+    the bus is down each call raises FleetError, and the next one tries again.
     """
 
     def __init__(self, bus, reopen: Callable[[], Any] | None = None, where: str = "the system bus") -> None:
