@@ -124,7 +124,12 @@ class _PostgresRequest:
         if self.connection is None or self.connection.closed:
             self.connection = self._connect()
             raise ProbeFailed("connected (this round is not timed)")
+        # A statement that outlasts the timeout is cancelled (a pooler forwards the cancel), so a
+        # stuck server never keeps this thread from its next round for long.
+        canceller = threading.Timer(self.config.timeout, self._cancel, args=(self.connection,))
+        canceller.daemon = True
         started = time.monotonic()
+        canceller.start()
         try:
             with self.connection.cursor() as cursor:
                 cursor.execute(self.config.statement)
@@ -133,7 +138,16 @@ class _PostgresRequest:
         except psycopg.Error as exc:
             self.close()
             raise ProbeFailed(f"the statement failed: {_first_line(exc)}") from None
+        finally:
+            canceller.cancel()
         return time.monotonic() - started
+
+    @staticmethod
+    def _cancel(connection) -> None:
+        try:
+            connection.cancel()
+        except Exception:  # noqa: BLE001 -- the statement may have ended meanwhile
+            pass
 
     def close(self) -> None:
         if self.connection is not None:

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from flexiqd.config.model import ProbeConfig
-from flexiqd.daemon.probes import Probe, ProbeSet
+from flexiqd.daemon.probes import Probe, ProbeFailed, ProbeSet, _PostgresRequest
 
 from .conftest import wait_for
 
@@ -84,6 +84,16 @@ def test_a_postgresql_probe_runs_its_statement_and_hides_the_password(pg_server,
     good = _results(Probe(ProbeConfig(dependency="db", kind="postgresql", target=url,
                                       statement="SELECT pg_sleep(0.02)"), 0.1), count=3)
     assert good.error is None and 0.02 <= good.latency < 1.0
+    # A statement longer than the timeout is cancelled: no reading, and the next round comes.
+    slow = _PostgresRequest(ProbeConfig(dependency="db", kind="postgresql", target=url,
+                                        statement="SELECT pg_sleep(30)", timeout=0.5))
+    with pytest.raises(ProbeFailed, match="connected"):
+        slow()
+    began = time.monotonic()
+    with pytest.raises(ProbeFailed, match="the statement failed: canceling statement"):
+        slow()
+    assert time.monotonic() - began < 10
+    slow.close()
     wrong = url.replace("probe@", "probe:wrong-pw@").split("?")[0]
     config = ProbeConfig(dependency="db", kind="postgresql", target=wrong)
     bad = _results(Probe(config, 0.1))
