@@ -47,9 +47,9 @@ from dataclasses import replace
 from .config import EvidenceRule, KneeConfig
 from .types import CapValue, EvidenceReading, EvidenceTrack, Observation
 
-# A rise must also be this many seconds above the baseline: a probe of a fraction of a
-# millisecond triples with a context switch on a busy host.
-MIN_RISE = 0.005
+# A rise must also be this many seconds above the baseline: a probe of a few milliseconds
+# triples when the host's CPU is busy (the workers' own starts and claims), with no ceiling.
+MIN_RISE = 0.010
 
 # Readings kept for the judgement (its median) and for a probe's baseline.
 RECENT_READINGS = 3

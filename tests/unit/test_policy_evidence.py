@@ -131,9 +131,9 @@ def test_a_slow_dependency_while_the_pool_does_not_grow_holds_it_where_it_is():
 def test_a_rise_within_the_factor_or_under_the_minimum_rise_holds_nothing():
     steps = learn_baseline(0.010) + [probed(2, 0.010), probed(4, 0.025), probed(8, 0.029), probed(16, 0.029)]
     assert drive(POLICY, steps)[-1].desired == 30
-    # A probe of 0.2 ms is "4x" at 0.8 ms: less than MIN_RISE, so no rise.
-    tiny = learn_baseline(0.0002) + [probed(4, 0.0008)] * 4
-    assert MIN_RISE > 0.0006
+    # A probe of 2 ms is "4x" at 8 ms: less than MIN_RISE above it, so no rise.
+    tiny = learn_baseline(0.002) + [probed(4, 0.008)] * 4
+    assert MIN_RISE > 0.006
     assert drive(POLICY, tiny)[-1].desired == 30
 
 

@@ -28,7 +28,7 @@ def test_a_probe_is_heeded_by_the_pools_that_use_its_dependency():
 
 def test_tcp_and_http_probes_take_the_defaults():
     tcp = config("{tcp: 'db.example:5432'}").probes["db"]
-    assert (tcp.kind, tcp.target, tcp.timeout, tcp.factor) == ("tcp", "db.example:5432", 1.0, 3.0)
+    assert (tcp.kind, tcp.target, tcp.timeout, tcp.factor) == ("tcp", "db.example:5432", 1.0, 5.0)
     assert config("{http: 'http://api.example/health'}").probes["db"].kind == "http"
 
 
