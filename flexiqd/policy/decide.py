@@ -179,8 +179,9 @@ def finish(
     assert obs.metrics is not None
 
     knee = knee_cap(history.knee, policy.knee, now, stage.late, obs, policy.targets.age)
+    step = history.knee.probe
     history = replace(history, evidence=update_evidence(history.evidence, obs, policy.evidence, policy.knee,
-                                                        now, stage.late))
+                                                        now, stage.late, step.start.workers if step else None))
     caps = collect_caps(obs, policy, knee[0] if knee else None, dependency_cap, start_allowances,
                         evidence_caps(history.evidence))
     capped, cap_bound = apply_caps(stage.raw, caps)

@@ -24,7 +24,9 @@ probe or one spike is no rise.  The rule, the same for every source:
    the fewer of those at this reading and at the previous one (a reading tells
    of the load since the previous), at least one -- the count before any rise;
 2. once the median is high, the pool is **held** at the fewer of its current
-   count and that count before the rise: it stops adding workers, and shrinks
+   count and that count before the rise (and, while a step of the knee is under
+   way, the count the step grew from: the rise is the step's doing): it stops
+   adding workers, and shrinks
    back to where the dependency (or the host) was still fine.  Cap
    ``probe:<dependency>`` or ``pressure:<resource>``;
 3. the hold lasts while the source stays high and ``hold`` seconds more (the
@@ -101,12 +103,15 @@ def hold_for(knee: KneeConfig, late: bool) -> float:
 
 
 def update_evidence(tracks: tuple[EvidenceTrack, ...], obs: Observation, rules: tuple[EvidenceRule, ...],
-                    knee: KneeConfig, now: float, late: bool) -> tuple[EvidenceTrack, ...]:
-    """Every rule's track after this decision's readings (tracks of sources no longer heeded are dropped)."""
+                    knee: KneeConfig, now: float, late: bool, step_from: int | None = None) -> tuple[EvidenceTrack, ...]:
+    """Every rule's track after this decision's readings (tracks of sources no longer heeded are dropped).
+
+    ``step_from``: the count a step of the knee under way grew from (None: none under way); a rise
+    during the step is the step's doing, so the count before it is at most that."""
     readings = {reading.source: reading.value for reading in obs.evidence}
     known = {track.source: track for track in tracks}
     return tuple(_update(known.get(rule.source) or EvidenceTrack(source=rule.source), readings.get(rule.source),
-                         rule, obs, hold_for(knee, late), now)
+                         rule, obs, hold_for(knee, late), now, step_from)
                  for rule in rules)
 
 
@@ -119,7 +124,7 @@ def busy_workers(obs: Observation) -> int:
 
 
 def _update(track: EvidenceTrack, value: float | None, rule: EvidenceRule, obs: Observation,
-            hold: float, now: float) -> EvidenceTrack:
+            hold: float, now: float, step_from: int | None = None) -> EvidenceTrack:
     if track.held_at is not None and track.high_at is not None and now - track.high_at > hold:
         track = replace(track, held_at=None)
     if value is None:
@@ -139,7 +144,8 @@ def _update(track: EvidenceTrack, value: float | None, rule: EvidenceRule, obs: 
     if limit is None:
         return track
     if is_high(track, rule):
-        held = min(obs.current, track.last_good if track.last_good is not None else obs.current)
+        held = min(obs.current, track.last_good if track.last_good is not None else obs.current,
+                   max(1, step_from) if step_from is not None else obs.current)
         return replace(track, high_at=now, held_at=held if track.held_at is None else min(track.held_at, obs.current))
     if value <= limit and track.held_at is None:
         # An idle pool's count before a rise is one worker: it loaded nothing, and was fine.

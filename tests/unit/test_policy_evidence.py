@@ -85,6 +85,17 @@ def test_a_rise_right_after_an_idle_pool_grew_holds_it_at_one_worker():
     assert decisions[-1].desired == 1 and decisions[-1].reason == "CappedByProbe"
 
 
+def test_a_rise_during_a_step_of_the_knee_holds_the_pool_at_the_count_the_step_grew_from():
+    from flexiqd.policy.evidence import update_evidence
+    from flexiqd.policy.types import EvidenceTrack
+
+    track = EvidenceTrack(source="probe:db", unloaded=(0.003,) * 5, recent=(0.05, 0.05), last_good=6, before=6)
+    obs = probed(8, 0.05)
+    (free,) = update_evidence((track,), obs, (PROBE,), NO_KNEE, 10.0, False)
+    (stepping,) = update_evidence((track,), obs, (PROBE,), NO_KNEE, 10.0, False, step_from=4)
+    assert (free.held_at, stepping.held_at) == (6, 4)
+
+
 def test_the_hold_stays_while_the_latency_stays_high_and_for_the_reprobe_interval_after():
     policy = dataclasses.replace(POLICY, knee=dataclasses.replace(NO_KNEE, reprobe_interval=300.0, settle_time=15.0))  # late: 2 x 15 s
     steps = learn_baseline() + [probed(2, 0.003), probed(4, 0.003), probed(4, 0.003)] + [probed(8, 0.05)] * 3
