@@ -151,7 +151,9 @@ def test_header_and_log_rules():
     assert wal_loss(shm, wal_head, full) is None
     assert wal_loss(shm, None, 0).kind == "wal-lost"
     assert wal_loss(shm, wal_head, full - 1).kind == "wal-lost"
-    assert wal_loss(shm, wal_head[:16] + b"XXXXXXXX" + wal_head[24:], full).kind == "wal-lost"
+    # An index of another generation of the log (stale after a crash or a read-only file
+    # system: SQLite never syncs it) says nothing about the log on disk.
+    assert wal_loss(shm, wal_head[:16] + b"XXXXXXXX" + wal_head[24:], full) is None
     assert wal_loss(shm_header(committed=10, copied=10, salts=b"ABCDEFGH"), None, 0) is None  # all copied
     torn = shm[:64] + b"\x0b" + shm[65:]  # the second copy of mxFrame differs
     assert wal_loss(torn, None, 0) is None  # being written: says nothing
