@@ -735,7 +735,7 @@ class SQLiteDatabase(Database):
         # gone, and erase the only sign that committed transactions were lost with it.  (Not
         # while this process holds the file open: check_files says why.)
         try:
-            damage = check_files(self.path)
+            damage = check_files(self.path, durable=synchronous in ("FULL", "EXTRA"))
         except OSError as exc:
             raise StoreUnavailable(f"cannot open the queue database {self.path}: {exc.strerror}") from None
         if damage:

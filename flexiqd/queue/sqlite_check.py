@@ -117,7 +117,7 @@ def header_problem(head: bytes, size: int) -> Finding | None:
     return None
 
 
-def wal_loss(shm: bytes, wal_head: bytes | None, wal_size: int) -> Finding | None:
+def wal_loss(shm: bytes, wal_head: bytes | None, wal_size: int, *, durable: bool = True) -> Finding | None:
     """Committed transactions the shared-memory index counts but the write-ahead log no longer
     holds, or None.  ``shm``: the first bytes of the ``-shm`` file; ``wal_head``: the first 32
     bytes of the ``-wal`` file, None when it does not exist.  Pure.
@@ -125,6 +125,8 @@ def wal_loss(shm: bytes, wal_head: bytes | None, wal_size: int) -> Finding | Non
     The index records how many frames of the log are committed (mxFrame), how many a checkpoint
     has copied into the database (nBackfill), and the log's salts.  Frames committed and not
     copied must still be in that log.  An index in flux (its two copies differ) says nothing.
+    ``durable``: the store syncs its log at each commit (synchronous=full); otherwise a power
+    loss may leave the index ahead of the log on disk, and a short log is that trade, not damage.
     """
     if len(shm) < _SHM_READ:
         return None
@@ -151,7 +153,7 @@ def wal_loss(shm: bytes, wal_head: bytes | None, wal_size: int) -> Finding | Non
         # SQLite rebuilds it from the log.  That is no evidence of a lost log.
         return None
     needed = _WAL_HEADER + committed * (_WAL_FRAME_HEADER + page_size)
-    if wal_size < needed:
+    if durable and wal_size < needed:
         return Finding("wal-lost", f"its write-ahead log was cut short ({wal_size} bytes of the {needed} "
                                    f"that hold its committed frames): transactions committed since the "
                                    f"last checkpoint are lost")
@@ -193,7 +195,7 @@ def held_here(path: str) -> bool:
     return False
 
 
-def check_files(path: str) -> list[Finding]:
+def check_files(path: str, *, durable: bool = True) -> list[Finding]:
     """The ``Depth.FILES`` checks of the store file ``path`` and its ``-wal`` and ``-shm``.
 
     Nothing is read while this process holds the file or its ``-shm`` open (``held_here``):
@@ -214,7 +216,7 @@ def check_files(path: str) -> list[Finding]:
     if shm:
         wal_head = _read(path + "-wal", _WAL_HEADER)
         wal_size = os.path.getsize(path + "-wal") if wal_head is not None else 0
-        lost = wal_loss(shm, wal_head, wal_size)
+        lost = wal_loss(shm, wal_head, wal_size, durable=durable)
         if lost is not None:
             findings.append(lost)
     return findings
