@@ -107,7 +107,8 @@ def pool_families(snapshot: Snapshot) -> list[Metric]:
     probe_baseline = _gauge("flexiqd_pool_probe_baseline_seconds", "The probe's unloaded latency, learned while "
                             "the pool ran no job; absent while none is learned.", ("pool", "dependency"))
     pressure = _gauge("flexiqd_pool_pressure_percent", "The mean of the pool's workers' cgroup pressure (PSI "
-                      "some: the share of time stalled since the previous tick) for a resource the pool heeds; absent without a reading.", ("pool", "resource"))
+                      "some: the share of time stalled since the previous tick) for a resource the pool "
+                      "heeds; absent without a reading.", ("pool", "resource"))
     held = _gauge("flexiqd_pool_evidence_held_workers", "The count a rise of a probe or of the pressure holds "
                   "the pool at (the count before it); absent while none holds.", ("pool", "source"))
     events = _counter("flexiqd_scale_events_total", "Changes of a pool's desired count, by direction and reason.",

@@ -47,7 +47,7 @@ import statistics
 from dataclasses import replace
 
 from .config import EvidenceRule, KneeConfig
-from .types import CapValue, EvidenceReading, EvidenceTrack, Observation
+from .types import CapValue, EvidenceTrack, Observation
 
 # A rise must also be this many seconds above the baseline: a probe of a few milliseconds
 # triples when the host's CPU is busy (the workers' own starts and claims), with no ceiling.
@@ -103,7 +103,8 @@ def hold_for(knee: KneeConfig, late: bool) -> float:
 
 
 def update_evidence(tracks: tuple[EvidenceTrack, ...], obs: Observation, rules: tuple[EvidenceRule, ...],
-                    knee: KneeConfig, now: float, late: bool, step_from: int | None = None) -> tuple[EvidenceTrack, ...]:
+                    knee: KneeConfig, now: float, late: bool,
+                    step_from: int | None = None) -> tuple[EvidenceTrack, ...]:
     """Every rule's track after this decision's readings (tracks of sources no longer heeded are dropped).
 
     ``step_from``: the count a step of the knee under way grew from (None: none under way); a rise

@@ -54,7 +54,8 @@ def test_a_cpu_bound_pool_is_held_by_its_workers_cpu_pressure(sandbox: Sandbox):
         # A backlog of CPU-bound jobs on 2 cores: the signals want max_workers; the workers stall on
         # the CPU, and the pool is held at the count before the pressure rose.
         held = sandbox.wait_for(
-            lambda: (lambda p: p if p.get("binding_cap") == "pressure:cpu" else None)(status(sandbox)["pools"]["default"]),
+            lambda: (lambda p: p if p.get("binding_cap") == "pressure:cpu" else None)(
+                status(sandbox)["pools"]["default"]),
             90, interval=0.5, what="the pool held by its cpu pressure")
         assert held["binding_cap_workers"] < MAX_WORKERS, held
         assert held["decision"]["reason"] == "CappedByPressure", held

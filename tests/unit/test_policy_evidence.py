@@ -97,7 +97,8 @@ def test_a_rise_during_a_step_of_the_knee_holds_the_pool_at_the_count_the_step_g
 
 
 def test_the_hold_stays_while_the_latency_stays_high_and_for_the_reprobe_interval_after():
-    policy = dataclasses.replace(POLICY, knee=dataclasses.replace(NO_KNEE, reprobe_interval=300.0, settle_time=15.0))  # late: 2 x 15 s
+    # The oldest job is late: the hold lasts 2 x settle_time after the last rise.
+    policy = dataclasses.replace(POLICY, knee=dataclasses.replace(NO_KNEE, reprobe_interval=300.0, settle_time=15.0))
     steps = learn_baseline() + [probed(2, 0.003), probed(4, 0.003), probed(4, 0.003)] + [probed(8, 0.05)] * 3
     decisions = drive(policy, steps)
     assert decisions[-1].desired == 4
