@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from flexiqd.http.counters import DURATION_BUCKETS, Histogram, QueueTally
@@ -136,6 +138,25 @@ def test_a_measured_ceiling_is_a_metric_and_absent_while_none_is_known():
     found = samples(snapshot(status={"pools": {"web": document}}))
     assert value(found, "flexiqd_pool_measured_ceiling_workers", pool="web") == 2
     assert value(found, "flexiqd_pool_measured_ceiling_jobs_per_second", pool="web") == 80.5
+
+
+def test_direct_evidence_is_a_metric_each_absent_without_a_reading():
+    from flexiqd.daemon.documents import evidence_document
+    from flexiqd.policy.config import EvidenceRule
+    from flexiqd.policy.types import EvidenceTrack
+
+    rules = (EvidenceRule(source="probe:db", threshold=5.0), EvidenceRule(source="pressure:cpu", threshold=60.0))
+    tracks = (EvidenceTrack(source="probe:db", recent=(0.04, 0.05, 0.06), unloaded=(0.002, 0.003, 0.004),
+                            last_good=4, held_at=4),
+              EvidenceTrack(source="pressure:cpu"))
+    evidence = evidence_document(rules, tracks, {"pressure:cpu": "no cpu.pressure readable"})
+    assert evidence[0]["bound"] == pytest.approx(5 * 0.003) and evidence[0]["reading"] == 0.06
+    assert evidence[1]["reading"] is None and evidence[1]["note"] == "no cpu.pressure readable"
+    found = samples(snapshot(status={"pools": {"web": dict(pool_document(), evidence=evidence)}}))
+    assert value(found, "flexiqd_pool_probe_latency_seconds", pool="web", dependency="db") == 0.05
+    assert value(found, "flexiqd_pool_probe_baseline_seconds", pool="web", dependency="db") == 0.003
+    assert value(found, "flexiqd_pool_evidence_held_workers", pool="web", source="probe:db") == 4
+    assert not any(name == "flexiqd_pool_pressure_percent" for name, _ in found)
 
 
 def test_the_status_documents_ceiling_comes_from_the_knee():
