@@ -122,3 +122,23 @@ def test_the_loop_takes_each_round_once_and_never_waits_for_a_probe():
         assert probes.take()["db"] is None or probes.latest()["db"].seq > taken.seq  # never the same round twice
     finally:
         probes.stop()
+
+
+def test_a_reload_keeps_unchanged_probes_and_replaces_changed_ones():
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        port = listener.getsockname()[1]
+        first = {"db": ProbeConfig(dependency="db", kind="tcp", target=f"127.0.0.1:{port}"),
+                 "api": ProbeConfig(dependency="api", kind="tcp", target=f"127.0.0.1:{port}")}
+        probes = ProbeSet(first, 0.1)
+        try:
+            kept = probes._probes["db"]
+            changed = dict(first, api=ProbeConfig(dependency="api", kind="tcp", target=f"127.0.0.1:{_closed_port()}"))
+            probes.reconfigure(changed, 0.1)
+            assert probes._probes["db"] is kept
+            wait_for(lambda: (r := probes.latest()["api"]) is not None and r.error, 10, "the new api probe's round")
+            probes.reconfigure({"db": first["db"]}, 0.1)
+            assert set(probes.latest()) == {"db"}
+        finally:
+            probes.stop()
