@@ -27,8 +27,6 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.0f}%"
 
 
-def _clock(epoch: float | None) -> str:
-    return "-" if epoch is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
 
 
 def _override(pool: Mapping[str, Any], now: float) -> str:
@@ -275,6 +273,6 @@ def render_event(event: Mapping[str, Any]) -> str:
     return f"{_clock(event.get('at'))}  #{event['seq']}  {text}"
 
 
-def _clock(at: float) -> str:
-    """An epoch time as the local clock's ``HH:MM:SS``."""
-    return time.strftime("%H:%M:%S", time.localtime(at))
+def _clock(at: float | None) -> str:
+    """An epoch time as the local clock's ``HH:MM:SS`` ("-" for none)."""
+    return "-" if at is None else time.strftime("%H:%M:%S", time.localtime(at))

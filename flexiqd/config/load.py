@@ -450,14 +450,14 @@ def _unit_settings(value: Any, where: str) -> tuple[tuple[str, str], ...]:
         return ()
     value = _mapping(value, where)
     lines = []
-    for name, setting in value.items():
+    for name, given in value.items():
         here = f"{where}.{name}"
         if not isinstance(name, str) or not re.match(r"^[A-Z][A-Za-z0-9]*$", name):
             raise _fail(here, "is not a systemd setting name (as systemd spells them: ReadWritePaths)")
         if name in FLEXIQD_OWNS:
             raise _fail(here, "is set by flexiqd itself (use the pool's own key where there is one: "
                               "environment, credentials, resources, drain_timeout, python)")
-        for item in setting if isinstance(setting, list) else [setting]:
+        for item in given if isinstance(given, list) else [given]:
             if isinstance(item, bool):
                 item = "yes" if item else "no"
             if not isinstance(item, (str, int, float)):

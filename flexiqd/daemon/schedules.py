@@ -30,7 +30,8 @@ from ..logs import MessageId, journal
 from ..queue.backend import Backend
 from ..queue.schedules import FIRED, SLOT, ScheduleRecord, SlotDecision, SlotOutcome
 from ..schedules.forecast import FAN_OUT_WINDOW, SAMPLE, Forecast, fan_out, firings_from, pool_forecasts
-from ..schedules.plan import MISSED, OVERLAP, PAUSED, next_fire, plan
+from ..schedules.plan import next_fire, plan
+from ..schedules.words import MISSED, OVERLAP, PAUSED
 
 log = logging.getLogger(__name__)
 

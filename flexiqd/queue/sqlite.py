@@ -485,8 +485,8 @@ class SQLiteTx(Tx):
             "deferred = deferred + excluded.deferred", (name, second, admitted, deferred))
 
     def waiting_for(self, name: str, limit: int) -> int:
-        return self.conn.execute(f"SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE state = 'queued' "
-                                 f"AND waiting_for = ? LIMIT ?)", (name, limit)).fetchone()[0]
+        return self.conn.execute("SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE state = 'queued' "
+                                 "AND waiting_for = ? LIMIT ?)", (name, limit)).fetchone()[0]
 
     def dependency_events(self, name: str, since: float) -> tuple[int, int]:
         admitted, deferred = self.conn.execute(

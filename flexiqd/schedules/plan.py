@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..settings_schema import default, setting
+from ..settings_schema import setting
 from .calendar import Calendar
-from .words import CATCH_UP_HORIZON, MISSED, OVERLAP, PAUSED, SKIP_REASONS, CatchUp  # noqa: F401
+from .words import CATCH_UP_HORIZON, MISSED, CatchUp
 
 CATCH_UPS = setting("schedules.<name>.catch_up").choices
 OVERLAPS = setting("schedules.<name>.overlap").choices

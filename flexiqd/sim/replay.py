@@ -32,7 +32,6 @@ with the machine's load, and no test depends on them.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterable, Sequence

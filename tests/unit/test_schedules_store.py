@@ -15,7 +15,8 @@ from flexiqd.daemon.schedules import ScheduleFirer
 from flexiqd.queue import JobState
 from flexiqd.queue.schedules import LEDGER_KEEP, SlotDecision
 from flexiqd.schedules.calendar import Calendar
-from flexiqd.schedules.plan import CATCH_UP_HORIZON, MISSED, CatchUp, Planned, plan
+from flexiqd.schedules.plan import Planned, plan
+from flexiqd.schedules.words import CATCH_UP_HORIZON, MISSED, CatchUp
 
 from conftest import open_test_backend
 
