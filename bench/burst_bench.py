@@ -99,7 +99,7 @@ print(json.dumps({"called": called, "committed": committed, "first_new": new[0] 
 # store's WAL was written meanwhile, heard as the daemon's wake-up hears it (its FolderWatch).
 IDLE = r"""
 import json, os, sys, time
-from flexiqd.queue.file_watch import FolderWatch
+from flexiqd.queue.sqlite.file_watch import FolderWatch
 def rss(pid):
     fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status"))
     return {k: int(fields[k].split()[0]) / 1024 for k in ("VmRSS", "RssAnon", "RssFile")}

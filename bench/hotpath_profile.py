@@ -626,8 +626,8 @@ AREAS = {
 # Helpers whose time belongs to their caller's area (a dataclass __init__, an enum lookup, a with).
 GENERIC = ("<string>", "enum.py", "dataclasses.py", "contextlib.py", "functools.py", "abc.py", "typing.py",
            "ctypes/__init__.py")
-STORE_FILES = ("flexiqd/queue/sqlite.py", "flexiqd/queue/postgres.py", "flexiqd/queue/backend.py",
-               "flexiqd/queue/postgres_listen.py")
+STORE_FILES = ("flexiqd/queue/sqlite/database.py", "flexiqd/queue/postgres/database.py",
+               "flexiqd/queue/store/lifecycle.py", "flexiqd/queue/postgres/listen.py")
 SQL_CALL = re.compile(r"\.(execute|executemany|fetchall|fetchone)\(|\bfor .* in conn\.")
 FRAME = re.compile(r"^(?P<func>.*) \((?P<path>[^()]*?)(?::(?P<line>\d+))?\)$")
 
@@ -645,10 +645,10 @@ def area_of(frames: tuple[Frame, ...]) -> str:
         return "txn"
     frame = next((f for f in reversed(frames) if f.file not in GENERIC), leaf)
     file = frame.file
-    if file == "flexiqd/queue/sqlite.py" and frame.func == "_transaction":
+    if file == "flexiqd/queue/sqlite/database.py" and frame.func == "_transaction":
         return "txn"
     if file in STORE_FILES:
-        return "sql" if file.endswith("sqlite.py") and SQL_CALL.search(frame.source) else "store"
+        return "sql" if file.endswith("sqlite/database.py") and SQL_CALL.search(frame.source) else "store"
     if file.startswith("psycopg/"):
         if file == "psycopg/waiting.py":
             return "dbwait"

@@ -174,7 +174,7 @@ def phase_enqueue(lib: str, shape: str, n: int) -> dict:
 def phase_limit_probe() -> dict:
     """Does this checkout's PostgreSQL store enforce dependency limits (``Backend.admit``)?"""
     from flexiqd.queue import open_backend
-    from flexiqd.queue.backend import QueueError
+    from flexiqd.queue.store.backend import QueueError
     from flexiqd.queue.limits import DependencyLimit
 
     store = open_backend(os.environ["BENCH_DB"])

@@ -77,7 +77,7 @@ def phase_build(url: str, shape: str, jobs: int, tenants: int, active: int, refe
     from flexiqd.queue import ClaimRequest, NewJob, Outcome
 
     if url.startswith("sqlite:///"):
-        from flexiqd.queue.sqlite import SQLiteBackend
+        from flexiqd.queue.sqlite.database import SQLiteBackend
 
         store = SQLiteBackend(url[len("sqlite:///"):], synchronous="normal")  # the fill need not be durable
     else:
@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     WORK.mkdir(parents=True, exist_ok=True)
     variants = [code_of(None)] + ([code_of(args.baseline)] if args.baseline else [])
     for code, label in variants:  # before hours of building: a revision older than the PostgreSQL store
-        if "postgres" in chosen and not (code / "flexiqd" / "queue" / "postgres.py").exists():
+        if "postgres" in chosen and not any((code / "flexiqd" / "queue" / name).exists() for name in ("postgres.py", "postgres")):
             parser.error(f"revision {label} has no PostgreSQL store: measure it with --stores sqlite")
     results: dict[str, Any] = {
         "recorded": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

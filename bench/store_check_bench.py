@@ -4,7 +4,7 @@
 For each size (default 100,000 and 1,000,000 jobs), a store is built with flexiqd's own
 schema through ``SQLiteBackend.enqueue`` (batches of 10,000; 80 % of the jobs then marked
 done, as a store with retention holds mostly finished jobs), and each depth of
-``flexiqd.queue.sqlite_check`` is timed, ``--reps`` times, the median kept:
+``flexiqd.queue.sqlite.check`` is timed, ``--reps`` times, the median kept:
 
 - ``files``: the header and write-ahead-log checks every opener runs;
 - ``quick``: + ``PRAGMA quick_check`` (the daemon's check at start);
@@ -32,8 +32,8 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))
 
-from flexiqd.queue.sqlite import SQLiteBackend  # noqa: E402
-from flexiqd.queue.sqlite_check import Depth, check_store  # noqa: E402
+from flexiqd.queue.sqlite.database import SQLiteBackend  # noqa: E402
+from flexiqd.queue.sqlite.check import Depth, check_store  # noqa: E402
 from flexiqd.queue.types import NewJob  # noqa: E402
 
 BATCH = 10_000

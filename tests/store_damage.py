@@ -78,7 +78,7 @@ def truncate(path: str) -> None:
 _COMMIT_THEN_DIE = """
 import os, sys, time
 sys.path.insert(0, {repo!r})
-from flexiqd.queue.sqlite import SQLiteBackend
+from flexiqd.queue.sqlite.database import SQLiteBackend
 from flexiqd.queue.types import NewJob
 store = SQLiteBackend({path!r})
 store.database.connection.execute("PRAGMA wal_autocheckpoint = 0")  # nothing copied into the file

@@ -285,7 +285,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _producer_grants(args: argparse.Namespace) -> int:
-    from ..queue.postgres_grants import producer_grants
+    from ..queue.postgres.grants import producer_grants
 
     try:
         statements = producer_grants(args.role, args.schema)
@@ -346,7 +346,7 @@ def _scaler(args: argparse.Namespace) -> int:
 
 def _check(url: str, args: argparse.Namespace) -> int:
     """Check the store without opening it as a queue: nothing is created, migrated or repaired."""
-    from ..queue.sqlite_check import RESTORE_ADVICE, Depth
+    from ..queue.sqlite.check import RESTORE_ADVICE, Depth
     from ..queue.store_check import check_url_store
 
     report = check_url_store(url, Depth.QUICK if args.quick else Depth.FULL)

@@ -671,7 +671,7 @@ def _schedule(name: str, value: Any) -> ScheduleConfig:
                           f"{where}.max_attempts", 1),
         timeout=timeout, tenant=tenant, catch_up=policy)
     try:
-        from ..queue.rows import new_row
+        from ..queue.store.rows import new_row
 
         new_row(config.new_job(), 0.0)  # the arguments must be JSON, as an enqueue wants them
     except FlexiqdError as exc:

@@ -37,8 +37,8 @@ from ..logs import MessageId, journal
 from ..policy import CapValue, Decision, History, Observation, PoolMetrics, decide_fleet, decision_line
 from ..policy.economics import lead_time, start_cost_or_default
 from ..policy.types import DependencyObservation, KneeState
-from ..queue.backend import Backend
-from ..queue.disk import disk_problem
+from ..queue.store.backend import Backend
+from ..queue.sqlite.disk import disk_problem
 from ..queue.owners import process_exists, this_host
 from ..queue.url import sqlite_path
 from ..queue.types import DependencyStats

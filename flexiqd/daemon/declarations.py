@@ -17,7 +17,7 @@ from typing import Sequence
 
 from ..apps.check import AppProbe
 from ..errors import QueueError
-from ..queue.backend import Backend
+from ..queue.store.backend import Backend
 
 log = logging.getLogger(__name__)
 

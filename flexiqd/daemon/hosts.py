@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping
 
 from ..errors import QueueError
 from ..logs import MessageId, journal
-from ..queue.backend import Backend
+from ..queue.store.backend import Backend
 from ..policy.config import DependencyUse
 from ..policy.sharing import FleetPool, share_fleet
 from ..queue.hosts import HostInfo

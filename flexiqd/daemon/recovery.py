@@ -20,7 +20,7 @@ from ..config.model import DaemonConfig
 from ..errors import FleetError, QueueError
 from ..fleet.base import Fleet, WorkerInfo, WorkerState, parse_instance
 from ..logs import MessageId, journal
-from ..queue.backend import Backend
+from ..queue.store.backend import Backend
 from ..queue.owners import owner_parts
 from ..queue.types import JobState
 

@@ -27,7 +27,7 @@ from typing import Callable, Mapping
 from ..config.model import ScheduleConfig
 from ..errors import FlexiqdError, JobNotFound, QueueError
 from ..logs import MessageId, journal
-from ..queue.backend import Backend
+from ..queue.store.backend import Backend
 from ..queue.schedules import FIRED, SLOT, ScheduleRecord, SlotDecision, SlotOutcome
 from ..schedules.forecast import FAN_OUT_WINDOW, SAMPLE, Forecast, fan_out, firings_from, pool_forecasts
 from ..schedules.plan import next_fire, plan

@@ -28,8 +28,8 @@ from ..errors import ConfigError, FleetError, FlexiqdError, StoreDamaged, StoreU
 from ..fleet.base import Fleet
 from ..logs import MessageId, journal
 from ..notify import Notifier, watchdog_interval
-from ..queue.backend import Backend
-from ..queue.sqlite_check import Depth
+from ..queue.store.backend import Backend
+from ..queue.sqlite.check import Depth
 from ..queue.store_check import refuse_if_damaged
 from ..queue.url import open_backend, safe_url, sqlite_path
 from ..runtime_files import APPLIED_CONFIG, PAUSED_FILE, write_published

@@ -3,7 +3,7 @@
 A write-ahead log deleted together with its ``-shm`` index, or a store file replaced
 by an older copy, leaves a store that SQLite finds whole -- only older: the
 transactions committed since are gone, and no check of the files can tell
-(flexiqd.queue.sqlite_check).  So the daemon keeps, outside the store (in its state
+(flexiqd.queue.sqlite.check).  So the daemon keeps, outside the store (in its state
 directory), the time of the last heartbeat it committed to it; at its next start a
 store whose row for this host is older than that has lost transactions.
 

@@ -17,7 +17,7 @@ import bisect
 import dataclasses
 from typing import Iterable, Mapping
 
-from ..queue.backend import Backend, EndedAttempt
+from ..queue.store.backend import Backend, EndedAttempt
 
 # Job durations: from tens of milliseconds to eight hours.
 DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,

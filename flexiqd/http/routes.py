@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from ..errors import QueueError
-from ..queue.backend import Backend
+from ..queue.store.backend import Backend
 from .counters import Counters
 from .scaler import scaler_answer, scaler_selection
 from .server import HttpError, Request, Response, Route, json_response

@@ -7,8 +7,7 @@ from typing import Any, Callable, Iterable
 
 from ..errors import TaskError
 from . import declarations
-from .backend import Backend
-from .in_transaction import enqueue_in
+from .store.backend import Backend
 from .tasks import Task, TaskOptions
 from .types import Job, NewJob, Stats
 from .url import default_url, open_backend
@@ -125,6 +124,9 @@ class Queue:
         a connection in autocommit mode.
         """
         if connection is not None:
+            # Loaded only here: a worker, and most applications, never pass a connection.
+            from .in_transaction import enqueue_in
+
             return enqueue_in(connection, list(jobs), backend=self.backend, now=self.clock())
         return self.backend.enqueue(list(jobs), now=self.clock())
 

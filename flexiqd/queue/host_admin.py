@@ -17,7 +17,7 @@ import dataclasses
 from typing import Mapping, Sequence
 
 from ..errors import FlexiqdError
-from .backend import Backend
+from .store.backend import Backend
 from .hosts import DEAD_AFTER_BEATS, HostInfo
 from .owners import owner_parts
 

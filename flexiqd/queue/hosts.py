@@ -13,7 +13,7 @@ store shared by hosts takes leases of ``2 x heartbeat``, renews them every
 ``heartbeat / 3``, and ends its process -- tasks and their descendants killed --
 once a job's lease has gone ``heartbeat`` seconds without a confirmed claim or
 renewal.  Another host takes a job only after its lease expired.  Leases and beats are in the
-store's clock (``flexiqd.queue.clock``: the database server's), which every host reads
+store's clock (``flexiqd.queue.store.clock``: the database server's), which every host reads
 alike whatever its own wall clock says, so a job is never run by two hosts at once while
 each host's reading of it is within ``heartbeat / 2`` (milliseconds) and the fence
 completes within ``heartbeat / 2`` (a SIGKILL and an exit: milliseconds).

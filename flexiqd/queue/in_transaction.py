@@ -3,7 +3,7 @@ when the application's own writes commit, and not at all when they roll back.
 
 - PostgreSQL: ``connection`` is the application's psycopg 3 connection to the queue's
   database.  The jobs are added by one statement calling the store's SQL function
-  ``flexiq_enqueue`` (postgres_schema.py), which joins whatever transaction the
+  ``flexiq_enqueue`` (postgres/schema.py), which joins whatever transaction the
   connection has open -- or, in autocommit mode, is one of its own -- and never begins,
   commits or rolls back anything itself.  Its NOTIFY reaches the workers at the commit.
 - SQLite: ``connection`` is a ``sqlite3`` connection to the store's own file.  The jobs
@@ -24,12 +24,12 @@ import sqlite3
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import QueueError
-from .backend import Backend
-from .rows import encode_json, new_row
+from .store.backend import Backend
+from .store.rows import encode_json, new_row
 from .types import NewJob
 
 if TYPE_CHECKING:
-    from .sqlite import SQLiteBackend
+    from .sqlite.database import SQLiteBackend
 
 # One call of flexiq_enqueue per job, in the jobs' order (volatile functions in the select
 # list are evaluated after the ORDER BY, so the ids follow the order given).
@@ -72,7 +72,7 @@ def _postgres(connection: Any, jobs: Sequence[NewJob], backend: Backend) -> list
     from psycopg import sql
     from psycopg.rows import tuple_row
 
-    from .postgres import PostgresBackend
+    from .postgres.database import PostgresBackend
 
     if not isinstance(backend, PostgresBackend):
         raise QueueError(f"connection= is a PostgreSQL connection, but this queue's store is {backend.url}: "
@@ -129,7 +129,7 @@ def _call_of(job: NewJob) -> tuple[list, dict]:
 
 def _sqlite(connection: sqlite3.Connection, jobs: Sequence[NewJob], rows: Sequence[dict], backend: Backend,
             now: float) -> list[int]:
-    from .sqlite import SQLiteBackend
+    from .sqlite.database import SQLiteBackend
 
     if not isinstance(backend, SQLiteBackend):
         raise QueueError(f"connection= is a SQLite connection, but this queue's store is {backend.url}: "
@@ -144,7 +144,7 @@ def _sqlite(connection: sqlite3.Connection, jobs: Sequence[NewJob], rows: Sequen
 
 def _sqlite_plain(connection: sqlite3.Connection, jobs: Sequence[NewJob], rows: Sequence[dict],
                   backend: "SQLiteBackend", now: float) -> list[int]:
-    from .sqlite import SQLiteTx
+    from .sqlite.database import SQLiteTx
 
     store_file = backend.database.path
     if not _same_file(connection, store_file):

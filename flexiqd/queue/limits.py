@@ -129,7 +129,7 @@ def plan_admissions(requests: Sequence[tuple[int, Sequence[DependencyLimit]]], i
 
     ``in_use``: live holds per dependency before the batch; ``tats``: each rate's stored
     theoretical arrival time; ``room``: the slots a concurrency limit may fill here, when
-    less than its ``concurrency`` (an owner's share of it, flexiqd.queue.shares).
+    less than its ``concurrency`` (an owner's share of it, flexiqd.queue.store.shares).
     Returns, per job id, None (admitted) or what refused it --
     ``(dependency, wait)`` with the rate's exact wait, or None for a full concurrency
     (the caller estimates that wait from the holds) -- and the rates' new tats.  Pure:

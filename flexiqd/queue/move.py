@@ -232,7 +232,7 @@ def _write_target(target, rows: _Rows) -> dict[str, int]:
     """Write every row in one transaction of the target; the jobs per state it then holds."""
     import psycopg
 
-    from .postgres import channel_of
+    from .postgres.database import channel_of
 
     conn = target.database.connection
     committing = False

@@ -1,6 +1,6 @@
 """Check a store named by its URL: ``flexiq check`` and the daemon's check at start.
 
-SQLite: the checks of ``sqlite_check`` on the file.  PostgreSQL keeps its files
+SQLite: the checks of ``sqlite.check`` on the file.  PostgreSQL keeps its files
 itself (its WAL, its page checksums, ``amcheck``): here the store is opened --
 which checks its schema version -- and every ``flexiq_`` table is read through
 once, so a table the server cannot read, or one that is missing, is reported.
@@ -17,7 +17,7 @@ import sqlite3
 from urllib.parse import urlsplit
 
 from ..errors import QueueError, StoreDamaged, StoreUnavailable, StoreUnreachable
-from .sqlite_check import RESTORE_ADVICE, CheckReport, Depth, Finding, check_store
+from .sqlite.check import RESTORE_ADVICE, CheckReport, Depth, Finding, check_store
 from .url import POSTGRES_SCHEMES, check_url, open_backend, safe_url, sqlite_path
 
 

@@ -10,10 +10,10 @@ from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 from ..credentials import CredentialError, credential
 from ..errors import StoreUnavailable
-from .backend import Backend
+from .store.backend import Backend
 
 if TYPE_CHECKING:
-    from .postgres import ConnectOptions
+    from .postgres.database import ConnectOptions
 
 DEFAULT_URL = "sqlite:////var/lib/flexiq/queue.db"
 URL_ENV = "FLEXIQ_URL"
@@ -143,7 +143,7 @@ def open_backend(url: str) -> Backend:
     options = check_url(url)
     if urlsplit(url).scheme in POSTGRES_SCHEMES:
         return _postgres().PostgresBackend(postgres_connect_options(url), url=safe_url(url))
-    from .sqlite import SQLiteBackend
+    from .sqlite.database import SQLiteBackend
 
     return SQLiteBackend(sqlite_path(url), synchronous=options.get("synchronous", "full"),
                          busy_timeout=float(options.get("busy_timeout", 5.0)), url=url)
@@ -167,7 +167,7 @@ def probe_store(url: str) -> str | None:
 def _postgres():
     """The PostgreSQL store's module: psycopg is needed only by those who use it."""
     try:
-        from . import postgres
+        from .postgres import database as postgres
     except ImportError as exc:
         raise StoreUnavailable(f"the PostgreSQL store needs psycopg 3 ({exc}); install python3-psycopg "
                                f"(Debian) or python3-psycopg3 / pip's psycopg") from None

@@ -1,7 +1,7 @@
 """What a run is judged on, summarised from a finished simulation; and the queue's
 statistics as the job store computes them, for the simulated queue.
 
-The store's definitions (``flexiqd.queue.sqlite``), shared so that the policy
+The store's definitions (``flexiqd.queue.sqlite.database``), shared so that the policy
 sees in the simulator what it sees in the daemon:
 
 - rates count events in one-second buckets (the second an event happened,
@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 # The store's own function and bounds, not copies: a change there changes the simulator too.
-from ..queue.figures import DURATION_HORIZON, DURATION_SAMPLE, percentile
+from ..queue.store.figures import DURATION_HORIZON, DURATION_SAMPLE, percentile
 from ..queue.types import RECENT_WINDOW
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ from ..errors import QueueError, StoreDamaged, StoreUnavailable, StoreUnreachabl
 from ..logs import MessageId, journal
 from ..notify import Notifier
 from ..queue.api import Queue
-from ..queue.backend import Backend
+from ..queue.store.backend import Backend
 from ..queue.declarations import declarations_of
 from ..queue.url import open_backend, safe_url
 from ..runtime_files import PAUSED_FILE_ENV, is_paused

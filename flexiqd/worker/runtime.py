@@ -52,7 +52,7 @@ from ..errors import QueueError, StoreDamaged
 from ..logs import MessageId, journal
 from ..notify import Notifier, watchdog_interval
 from ..queue.api import Queue
-from ..queue.backend import Backend
+from ..queue.store.backend import Backend
 from ..queue.hosts import LeaseTiming, shared_store_timing
 from ..queue.limits import DependencyLimit, TenantCaps, limits_for
 from ..queue.url import safe_url

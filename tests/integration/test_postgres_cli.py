@@ -20,7 +20,7 @@ import pytest
 
 from flexiqd import Queue
 from flexiqd.queue import JobState, NewJob, open_backend
-from flexiqd.queue.postgres_schema import SCHEMA_VERSION
+from flexiqd.queue.postgres.schema import SCHEMA_VERSION
 from flexiqd.worker.runtime import Worker, WorkerConfig
 
 from .conftest import REPO, read_marks, wait_for

@@ -18,11 +18,11 @@ import pytest
 
 import previous_release
 from flexiqd.queue import ClaimRequest, NewJob, Outcome, open_backend
-from flexiqd.queue import postgres as postgres_module
-from flexiqd.queue import sqlite as sqlite_module
-from flexiqd.queue.postgres_schema import SCHEMA_LEVEL as PG_LEVEL, SCHEMA_VERSION as PG_VERSION
-from flexiqd.queue.schema_steps import Kind, Step
-from flexiqd.queue.sqlite_schema import SCHEMA_LEVEL as SQLITE_LEVEL, SCHEMA_VERSION as SQLITE_VERSION
+from flexiqd.queue.postgres import database as postgres_module
+from flexiqd.queue.sqlite import database as sqlite_module
+from flexiqd.queue.postgres.schema import SCHEMA_LEVEL as PG_LEVEL, SCHEMA_VERSION as PG_VERSION
+from flexiqd.queue.store.schema_steps import Kind, Step
+from flexiqd.queue.sqlite.schema import SCHEMA_LEVEL as SQLITE_LEVEL, SCHEMA_VERSION as SQLITE_VERSION
 from pg_server import in_ci
 
 # The previous release's reader: opens the store (its version check), claims every due job,

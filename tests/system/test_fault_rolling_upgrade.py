@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 import previous_release
-from flexiqd.queue.postgres_schema import SCHEMA_LEVEL, SCHEMA_VERSION
+from flexiqd.queue.postgres.schema import SCHEMA_LEVEL, SCHEMA_VERSION
 
 from .conftest import in_ci
 from .faults import Load, journal_entries, start_limit_hits

@@ -17,7 +17,7 @@ from test_queue_postgres import run_together
 try:
     import psycopg
 
-    from flexiqd.queue.postgres_schema import SCHEMA_LEVEL, SCHEMA_VERSION
+    from flexiqd.queue.postgres.schema import SCHEMA_LEVEL, SCHEMA_VERSION
 except ImportError:  # no psycopg: skipped on a laptop, a failure in CI
     if in_ci():
         raise

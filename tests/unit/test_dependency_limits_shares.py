@@ -1,5 +1,5 @@
 """Fleet-wide concurrency limits without a hot row: each owner admits within its own share
-(flexiqd.queue.shares), locking the dependency's row only to grow it -- on every store."""
+(flexiqd.queue.store.shares), locking the dependency's row only to grow it -- on every store."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import pytest
 
 from flexiqd import Queue
 from flexiqd.queue import ClaimRequest, NewJob, Outcome
-from flexiqd.queue import shares
-from flexiqd.queue.core import Store
+from flexiqd.queue.store import shares
+from flexiqd.queue.store.lifecycle import Store
 from flexiqd.queue.limits import DependencyLimit
-from flexiqd.queue.postgres import PostgresTx
-from flexiqd.queue.shares import Share
-from flexiqd.queue.sqlite import SQLiteTx
+from flexiqd.queue.postgres.database import PostgresTx
+from flexiqd.queue.store.shares import Share
+from flexiqd.queue.sqlite.database import SQLiteTx
 from flexiqd.worker.runtime import WorkerConfig
 
 from conftest import open_test_backend

@@ -9,8 +9,8 @@ import time
 
 from flexiqd.queue import ClaimRequest, NewJob, Outcome
 from flexiqd.queue.limits import DependencyLimit
-from flexiqd.queue.sqlite import SQLiteBackend
-from flexiqd.queue.sqlite_schema import MIGRATIONS, SCHEMA_LEVEL, SCHEMA_VERSION
+from flexiqd.queue.sqlite.database import SQLiteBackend
+from flexiqd.queue.sqlite.schema import MIGRATIONS, SCHEMA_LEVEL, SCHEMA_VERSION
 
 from test_queue_sqlite import _jobs_as_stored, _old_store, _schema_shape, schema_state
 

@@ -63,7 +63,7 @@ def test_jobs_the_store_cannot_admit_are_handed_back_not_run(queue, monkeypatch)
     job = sync.enqueue()
     config = WorkerConfig(concurrency=1, idle_poll_max=0.05,
                           dependency_limits={"partner_api": DependencyLimit("partner_api", rate=5.0)})
-    from flexiqd.queue.sqlite import SQLiteBackend
+    from flexiqd.queue.sqlite.database import SQLiteBackend
 
     exchange = SQLiteBackend.exchange
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from flexiqd.http.counters import Counters, QueueTally, count_attempts, grown_arrivals
 from flexiqd.queue import ClaimRequest, NewJob, Outcome
-from flexiqd.queue.backend import EndedAttempt
+from flexiqd.queue.store.backend import EndedAttempt
 
 T0 = 1_700_000_000.0
 

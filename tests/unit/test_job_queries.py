@@ -7,7 +7,7 @@ import pytest
 from flexiqd.daemon.job_queries import MAX_LIMIT, JobQuery, job_document, page_document, parse_query
 from flexiqd.errors import ControlError
 from flexiqd.queue import NewJob
-from flexiqd.queue.sqlite import SQLiteBackend
+from flexiqd.queue.sqlite.database import SQLiteBackend
 from flexiqd.queue.types import JobState
 
 

@@ -7,7 +7,7 @@ import logging
 import time
 
 from flexiqd.errors import StoreUnreachable
-from flexiqd.queue import postgres_listen
+from flexiqd.queue.postgres import listen as postgres_listen
 
 
 def test_an_outage_is_logged_once_and_again_only_when_its_reason_changes(monkeypatch, caplog):

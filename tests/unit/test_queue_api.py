@@ -8,7 +8,7 @@ import pytest
 
 from flexiqd.errors import PayloadError, TaskError
 from flexiqd.queue import ClaimRequest, JobState, Queue
-from flexiqd.queue.backoff import retry_delay
+from flexiqd.queue.store.backoff import retry_delay
 
 T0 = 1_700_000_000.0
 

@@ -10,11 +10,11 @@ import pytest
 
 from flexiqd.errors import QueueError, StoreUnavailable, StoreUnreachable
 from flexiqd.queue import ClaimRequest, JobState, NewJob, Outcome, open_backend
-from flexiqd.queue.postgres_schema import SCHEMA_LEVEL, SCHEMA_VERSION
+from flexiqd.queue.postgres.schema import SCHEMA_LEVEL, SCHEMA_VERSION
 from pg_server import PASSWORD, PASSWORD_ROLE, in_ci
 
 try:
-    from flexiqd.queue.postgres import channel_of
+    from flexiqd.queue.postgres.database import channel_of
 except ImportError:  # no psycopg: skipped on a laptop, a failure in CI
     if in_ci():
         raise
@@ -409,11 +409,11 @@ def test_prepare_off_prepares_nothing_on_the_server(pg_server):
 def test_without_psycopg_a_postgresql_store_is_refused_in_one_line(monkeypatch):
     import sys
 
-    import flexiqd.queue
+    import flexiqd.queue.postgres
 
     monkeypatch.setitem(sys.modules, "psycopg", None)  # as if python3-psycopg were not installed
-    monkeypatch.delitem(sys.modules, "flexiqd.queue.postgres", raising=False)
-    monkeypatch.delattr(flexiqd.queue, "postgres", raising=False)
+    monkeypatch.delitem(sys.modules, "flexiqd.queue.postgres.database", raising=False)
+    monkeypatch.delattr(flexiqd.queue.postgres, "database", raising=False)
     with pytest.raises(StoreUnavailable, match="needs psycopg 3 .*install python3-psycopg"):
         open_backend("postgresql://flexiq@db/flexiq")
 

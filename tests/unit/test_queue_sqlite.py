@@ -21,10 +21,10 @@ import pytest
 
 from flexiqd.errors import QueueError, StoreUnavailable
 from flexiqd.queue import ClaimRequest, JobState, NewJob, Outcome, default_url, open_backend
-from flexiqd.queue import sqlite as sqlite_module
-from flexiqd.queue import core as core_module
-from flexiqd.queue.sqlite import SQLiteBackend
-from flexiqd.queue.sqlite_schema import SCHEMA_LEVEL, SCHEMA_VERSION
+from flexiqd.queue.sqlite import database as sqlite_module
+from flexiqd.queue.store import lifecycle as core_module
+from flexiqd.queue.sqlite.database import SQLiteBackend
+from flexiqd.queue.sqlite.schema import SCHEMA_LEVEL, SCHEMA_VERSION
 
 T0 = 1_700_000_000.0
 NOBODY = 65534

@@ -109,7 +109,7 @@ def test_a_transaction_that_dies_before_its_commit_leaves_the_slot_to_the_next(b
         raise RuntimeError("killed between the decision and the commit")
 
     with monkeypatch.context() as patch:
-        import flexiqd.queue.core as core
+        import flexiqd.queue.store.lifecycle as core
 
         patch.setattr(core.Store, "_insert_scheduled", staticmethod(crash))
         with pytest.raises(RuntimeError):

@@ -1,12 +1,13 @@
-"""The expand-then-contract rule of schema steps (flexiqd.queue.schema_steps), pure."""
+"""The expand-then-contract rule of schema steps (flexiqd.queue.store.schema_steps), pure."""
 
 from __future__ import annotations
 
 import pytest
 
 from flexiqd.daemon.hosts import runs_only_own_code
-from flexiqd.queue import postgres_schema, sqlite_schema
-from flexiqd.queue.schema_steps import (Kind, Step, describe_schema, fresh_level, host_is_older, plan, steps_of,
+from flexiqd.queue.postgres import schema as postgres_schema
+from flexiqd.queue.sqlite import schema as sqlite_schema
+from flexiqd.queue.store.schema_steps import (Kind, Step, describe_schema, fresh_level, host_is_older, plan, steps_of,
                                         too_new)
 
 STEPS = (Step(1, Kind.BREAKING, ()), Step(2, Kind.BREAKING, ("b2",)), Step(3, Kind.EXPAND, ("e3",)),

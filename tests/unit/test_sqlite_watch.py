@@ -7,8 +7,8 @@ import threading
 import time
 
 from flexiqd.queue import ClaimRequest, NewJob
-from flexiqd.queue.file_watch import _written_names
-from flexiqd.queue.sqlite import SQLiteBackend
+from flexiqd.queue.sqlite.file_watch import _written_names
+from flexiqd.queue.sqlite.database import SQLiteBackend
 
 WAIT = 10.0  # far longer than a commit takes to land; the wake-ups come in milliseconds
 

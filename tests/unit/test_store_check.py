@@ -14,7 +14,7 @@ import store_damage
 from flexiqd.cli import flexiq
 from flexiqd.errors import StoreDamaged, StoreUnavailable
 from flexiqd.queue import NewJob, open_backend
-from flexiqd.queue.sqlite_check import Depth, check_files, check_store, header_problem, wal_loss
+from flexiqd.queue.sqlite.check import Depth, check_files, check_store, header_problem, wal_loss
 from flexiqd.queue.store_check import refuse_if_damaged
 
 T0 = 1_700_000_000.0
@@ -204,7 +204,7 @@ def test_the_files_are_not_read_while_this_process_holds_the_store_open(store_pa
     import fcntl
     import sqlite3
 
-    from flexiqd.queue.sqlite_check import held_here
+    from flexiqd.queue.sqlite.check import held_here
 
     assert not held_here(store_path)
     conn = sqlite3.connect(store_path)  # the application's connection, open before the queue's

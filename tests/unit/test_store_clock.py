@@ -1,4 +1,4 @@
-"""The store's clock (flexiqd.queue.clock): a step of a process's wall clock moves no lease, no
+"""The store's clock (flexiqd.queue.store.clock): a step of a process's wall clock moves no lease, no
 run-at and no heartbeat.  Pure clocks with their reads given; then both stores, with the wall
 clock of "another process" (``time.time`` as the stores read it) stepped by minutes."""
 
@@ -9,8 +9,8 @@ import time
 import pytest
 
 from flexiqd.daemon.hosts import HostHeartbeat
-from flexiqd.queue import clock as store_clock
-from flexiqd.queue.clock import Anchor, AnchoredClock, ServerClock, anchor_for_boot, offset_from, worth_storing
+from flexiqd.queue.store import clock as store_clock
+from flexiqd.queue.store.clock import Anchor, AnchoredClock, ServerClock, anchor_for_boot, offset_from, worth_storing
 from flexiqd.queue.owners import owner_name
 from flexiqd.queue.types import ClaimRequest, JobState, NewJob
 from flexiqd.queue.url import open_backend

@@ -11,7 +11,7 @@ import pytest
 
 from flexiqd.errors import QueueError, StoreUnreachable
 from flexiqd.queue import NewJob, open_backend
-from flexiqd.queue import disk
+from flexiqd.queue.sqlite import disk
 
 T0 = 1_700_000_000.0
 

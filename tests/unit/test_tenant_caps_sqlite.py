@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from flexiqd.queue import ClaimRequest, NewJob
 from flexiqd.queue.limits import TenantCaps
-from flexiqd.queue.sqlite import SQLiteBackend
+from flexiqd.queue.sqlite.database import SQLiteBackend
 
 T0 = 1_700_000_000.0
 CAPS = TenantCaps({"bulk": 2})

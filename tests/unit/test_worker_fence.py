@@ -11,7 +11,7 @@ import pytest
 
 from flexiqd import Queue
 from flexiqd.errors import StoreUnavailable
-from flexiqd.queue.sqlite import SQLiteBackend
+from flexiqd.queue.sqlite.database import SQLiteBackend
 from flexiqd.queue.types import JobState
 from flexiqd.worker.fence import LeaseFence
 from flexiqd.worker.runtime import Worker, WorkerConfig

@@ -1,6 +1,6 @@
 """DDL of the PostgreSQL store, kept as constants so a reader sees the whole schema at once.
 
-The same model as the SQLite store (see sqlite_schema.py): a queued job is *due*
+The same model as the SQLite store (see sqlite/schema.py): a queued job is *due*
 (``delayed = false``) or *delayed*; partial indexes each serve one hot path
 (flexiq_jobs_claim is walked in claim order with ``FOR UPDATE SKIP LOCKED``, so
 workers claiming at once take different jobs and never wait on each other).
@@ -26,9 +26,9 @@ jobs is vacuumed at 2% dead rows instead of 20%, the small tables that are
 rewritten all day after a fixed number of dead rows.
 """
 
-from .schema_steps import Kind, fresh_level, newest, steps_of
+from ..store.schema_steps import Kind, fresh_level, newest, steps_of
 
-VERSION_TABLE = "flexiq_schema"  # the level older code checks (see schema_steps.py)
+VERSION_TABLE = "flexiq_schema"  # the level older code checks (see store/schema_steps.py)
 STEPS_TABLE = "flexiq_schema_steps"  # which steps were applied, read by this code alone
 
 _BUCKET = "CASE WHEN state = 'queued' AND delayed THEN 'delayed' ELSE state END"
@@ -231,7 +231,7 @@ _V3_HOSTS = """CREATE TABLE flexiq_hosts (
 )"""
 SCHEMA = (*SCHEMA, _V3_HOSTS)
 
-# v4: fleet-wide concurrency limits without a row every admission locks (flexiqd.queue.shares).
+# v4: fleet-wide concurrency limits without a row every admission locks (flexiqd.queue.store.shares).
 # Each process admits against its own share of a limit (its row here, locked by itself
 # alone); only growing a share locks the dependency's row.  Admissions and refusals are
 # appended (folded into flexiq_dependency_events with the counts), not upserted into the
@@ -400,7 +400,7 @@ SCHEMA = (*SCHEMA, *_V6)
 # Statements that bring a store of the version before each key up to it, in order;
 # a new store gets SCHEMA whole.  Append, never edit: stores in the field ran them.
 #
-# Each step declares its kind in KINDS (flexiqd.queue.schema_steps, docs/postgresql.md
+# Each step declares its kind in KINDS (flexiqd.queue.store.schema_steps, docs/postgresql.md
 # "Upgrading"): hosts of this version and of the one before share the schema during a
 # rolling upgrade, so a step is EXPAND (a new table, a nullable column or one with a
 # default, an index, a function: the older version does not see it) or CONTRACT (a drop,

@@ -1,8 +1,8 @@
 """What a SQL dialect gives the store core: transactions, and the statements run inside them.
 
-``Store`` (core.py) writes the job lifecycle once -- claim, settle, release,
+``Store`` (lifecycle.py) writes the job lifecycle once -- claim, settle, release,
 recover, retry, cancel, purge, stats, admission, tenant caps, hosts and rescue --
-in terms of this interface; ``sqlite.py`` and ``postgres.py`` implement it with
+in terms of this interface; the packages ``sqlite`` and ``postgres`` implement it with
 their own SQL text, transactions, schema and wake-ups, and nothing else.  The
 rows' meaning is one (rows.py); each statement is one index range or a bounded
 read, as the dialect's schema makes it.
@@ -18,12 +18,12 @@ import abc
 import time
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
-from .declarations import TaskDeclaration
+from ..declarations import TaskDeclaration
 from .endings import Endings, LeasedRow
 from .figures import StatsRows
-from .limits import TenantCaps
+from ..limits import TenantCaps
 from .shares import Share
-from .types import Job, JobState
+from ..types import Job, JobState
 
 T = TypeVar("T")
 # (queue, tenant, second, arrivals, completions, failures): an addition to the rates.
@@ -385,7 +385,7 @@ class Database(abc.ABC):
         """Run ``body`` in one read-only transaction that sees one snapshot."""
 
     def clock(self) -> float:
-        """The store's time in epoch seconds (``flexiqd.queue.clock``): the ``now`` its
+        """The store's time in epoch seconds (``flexiqd.queue.store.clock``): the ``now`` its
         processes write and judge leases, beats and run-ats by.  Never blocks."""
         return time.time()
 

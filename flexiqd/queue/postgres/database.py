@@ -5,7 +5,7 @@ Claims walk the claim index with ``FOR UPDATE SKIP LOCKED``, so workers claiming
 at once take different jobs without waiting on each other; recovery and
 promotion skip locked rows too, so maintenance may run from several processes at
 once.  Counts and rates are appended, never updated in place, and folded into
-their totals (postgres_schema.py): no row that every transaction locks.
+their totals (schema.py): no row that every transaction locks.
 
 A connection that dropped (server restart, ``pg_terminate_backend``, a network
 cut) is opened again and the transaction run again -- when the failure came
@@ -15,7 +15,7 @@ the store raises ``CommitUnknown`` and a claim finds out from the jobs it stampe
 doubled.  A deadlock or serialization failure is retried like a dropped connection.
 
 ``subscribe`` wakes idle workers with LISTEN/NOTIFY: every transaction that makes
-jobs due notifies the channel of their queue (see postgres_listen.py).
+jobs due notifies the channel of their queue (see listen.py).
 """
 
 from __future__ import annotations
@@ -32,21 +32,21 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 
-from ..errors import QueueError, StoreUnavailable, StoreUnreachable
-from .clock import SERVER_STEP_SETTLE, ServerClock
-from .core import CommitUnknown, Store
-from .dialect import Database, RateRow, Tx
-from .declarations import TaskDeclaration
-from .endings import Endings, LeasedRow
-from .figures import COMING_DUE_LIMIT, DURATION_HORIZON, DURATION_SAMPLE, READ_BUCKETS, Durations, StatsRows
-from .hosts import decode_report, is_alive
-from .limits import TenantCaps
-from .postgres_listen import Listener, channel_of
-from .postgres_schema import SCHEMA, SCHEMA_LEVEL, SCHEMA_VERSION, STEPS, STEPS_TABLE, VERSION_TABLE
-from .rows import JOB_COLUMNS, in_claim_order, job_from_row
-from .schema_steps import Plan, Step, describe_schema, host_is_older, plan, too_new
-from .shares import Share
-from .types import RECENT_WINDOW, Job, JobState
+from ...errors import QueueError, StoreUnavailable, StoreUnreachable
+from ..store.clock import SERVER_STEP_SETTLE, ServerClock
+from ..store.lifecycle import CommitUnknown, Store
+from ..store.dialect import Database, RateRow, Tx
+from ..declarations import TaskDeclaration
+from ..store.endings import Endings, LeasedRow
+from ..store.figures import COMING_DUE_LIMIT, DURATION_HORIZON, DURATION_SAMPLE, READ_BUCKETS, Durations, StatsRows
+from ..hosts import decode_report, is_alive
+from ..limits import TenantCaps
+from .listen import Listener, channel_of
+from .schema import SCHEMA, SCHEMA_LEVEL, SCHEMA_VERSION, STEPS, STEPS_TABLE, VERSION_TABLE
+from ..store.rows import JOB_COLUMNS, in_claim_order, job_from_row
+from ..store.schema_steps import Plan, Step, describe_schema, host_is_older, plan, too_new
+from ..store.shares import Share
+from ..types import RECENT_WINDOW, Job, JobState
 
 __all__ = ["CommitUnknown", "ConnectOptions", "PostgresBackend", "channel_of", "probe"]
 
@@ -737,7 +737,7 @@ def _where(*, state: str | None = None, queue: str | None = None, ids: Sequence[
 
 
 def _fold(conn: psycopg.Connection) -> None:
-    """Move the appended count and rate changes into their totals (see postgres_schema.py).
+    """Move the appended count and rate changes into their totals (see schema.py).
 
     Safe from several processes at once: a change row is deleted -- and so added --
     by one fold only, and the totals are upserted in key order.  Readers add the
@@ -841,7 +841,7 @@ class PostgresDatabase(Database):
 
     def _migrate(self, conn: psycopg.Connection) -> None:
         """Create the schema, or apply the steps this code knows and the store lacks, in one
-        transaction (schema_steps.py: expand steps at once, contract steps once no older
+        transaction (store/schema_steps.py: expand steps at once, contract steps once no older
         host is alive).
 
         The state is read again under an advisory lock (one per schema): processes

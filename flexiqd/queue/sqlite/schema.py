@@ -27,7 +27,7 @@ window is one range however many tenants ever had events.
 ``lease_outcome`` ('release' or 'fail') is set by ``abandon``: applied when the
 lease's owner is gone, instead of counting the job as lost.
 
-Dependency limits (v5, re-encoded in v8 as rows.py says for both stores): a
+Dependency limits (v5, re-encoded in v8 as store/rows.py says for both stores): a
 queued job a worker deferred because a dependency was full has ``waiting_for``
 = the dependency until a worker claims it again, and ``delayed = 1`` until its
 run_at: promoted through jobs_due without counting as an arrival, outside the
@@ -45,9 +45,9 @@ running jobs from ``counts``; with tenants at their cap it reads the head of eac
 other tenant's due jobs through jobs_tenant_claim.
 """
 
-from .schema_steps import Kind, fresh_level, newest, steps_of
+from ..store.schema_steps import Kind, fresh_level, newest, steps_of
 
-STEPS_TABLE = "schema_steps"  # which steps were applied; PRAGMA user_version: the level (schema_steps.py)
+STEPS_TABLE = "schema_steps"  # which steps were applied; PRAGMA user_version: the level (store/schema_steps.py)
 
 # -- pieces of the v3 schema: a new store and the migration to v3 share their text ----------
 
@@ -186,13 +186,13 @@ _V7_HOSTS = """CREATE TABLE hosts (
     registered_at REAL NOT NULL
 ) WITHOUT ROWID"""
 
-# v8: one encoding of a job waiting for a dependency in both stores (rows.py): ``waiting_for``
+# v8: one encoding of a job waiting for a dependency in both stores (store/rows.py): ``waiting_for``
 # set, and ``delayed`` (1, not 2) until its wait is over -- promoted through jobs_due like
 # any delayed job (promotion tells them apart by waiting_for), left out of jobs_coming.
 _V8_COMING_INDEX = ("CREATE INDEX jobs_coming ON jobs(queue, run_at) "
                     "WHERE state = 'queued' AND delayed = 1 AND waiting_for IS NULL")
 
-# v9: shares of concurrency limits (flexiqd.queue.shares), as on PostgreSQL: each worker
+# v9: shares of concurrency limits (flexiqd.queue.store.shares), as on PostgreSQL: each worker
 # admits against its own share, in memory between its exchanges.
 _V9_TABLES = (
     """CREATE TABLE dependency_shares (
@@ -246,7 +246,7 @@ _V11_TABLES = (
 ) WITHOUT ROWID""",
 )
 
-# v12: the store's clock (flexiqd.queue.clock): the anchor every process of one boot counts
+# v12: the store's clock (flexiqd.queue.store.clock): the anchor every process of one boot counts
 # from, so a step of the wall clock moves no lease and no run-at.  One row.  Expand-only.
 _V12_CLOCK = """CREATE TABLE clock (
     boot TEXT NOT NULL,
@@ -257,7 +257,7 @@ _V12_CLOCK = """CREATE TABLE clock (
 # Statements that bring a store of the version before each key up to it, in order;
 # a new store gets SCHEMA whole.  Append, never edit: stores in the field ran them.
 #
-# Each step declares its kind in KINDS, as postgres_schema.py's (flexiqd.queue.schema_steps):
+# Each step declares its kind in KINDS, as postgres/schema.py's (flexiqd.queue.store.schema_steps):
 # EXPAND (new tables, columns with a default or NULL, indexes, triggers older code's writes
 # satisfy) is applied at once; CONTRACT (a drop, a rename, a new meaning for existing rows)
 # waits until no host of an older flexiqd beats -- here the one host, whose workers an

@@ -1,8 +1,8 @@
 """How a store's schema changes while processes of two versions share it: expand, then contract.
 
 During a rolling upgrade some hosts run version N and the others N-1, on one schema.
-Each dialect numbers its schema changes (*steps*, ``MIGRATIONS`` in postgres_schema.py
-and sqlite_schema.py) and says of each which kind it is:
+Each dialect numbers its schema changes (*steps*, ``MIGRATIONS`` in postgres/schema.py
+and sqlite/schema.py) and says of each which kind it is:
 
 - ``EXPAND`` adds what version N needs and N-1 does not see: a table, a nullable
   column or one with a default, an index, a function, a trigger that N-1's writes
@@ -56,7 +56,7 @@ def steps_of(migrations: Mapping[int, Sequence[str]], kinds: Mapping[int, Kind])
     missing = [number for number in numbers if number not in kinds]
     if missing:
         raise ValueError(f"schema steps {missing} declare no kind (expand or contract: "
-                         f"see the module docstring of flexiqd.queue.schema_steps)")
+                         f"see the module docstring of flexiqd.queue.store.schema_steps)")
     return tuple(Step(number, kinds[number], tuple(migrations.get(number, ()))) for number in numbers)
 
 

@@ -19,7 +19,7 @@ from typing import Callable
 import psycopg
 from psycopg import sql
 
-from ..errors import StoreUnavailable
+from ...errors import StoreUnavailable
 
 log = logging.getLogger(__name__)
 

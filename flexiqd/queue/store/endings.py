@@ -12,7 +12,7 @@ import random
 from typing import NamedTuple
 
 from .backoff import retry_delay
-from .types import OutcomeKind
+from ..types import OutcomeKind
 
 
 class LeasedRow(NamedTuple):

@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping, Sequence
 
-from .limits import TenantCaps
-from .limits import nearest_rank as percentile
-from .types import RECENT_WINDOW, Stats
+from ..limits import TenantCaps
+from ..limits import nearest_rank as percentile
+from ..types import RECENT_WINDOW, Stats
 
 # Durations for percentiles come from at most this many completions of the last
 # DURATION_HORIZON seconds (or of the window, when longer).

@@ -23,8 +23,8 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from ..errors import PayloadError, QueueError
-from .types import Job, JobState, NewJob
+from ...errors import PayloadError, QueueError
+from ..types import Job, JobState, NewJob
 
 # The columns a Job is read from, in ``job_from_row``'s order.
 JOB_COLUMNS = ("id, queue, task, payload, priority, state, run_at, attempts, max_attempts, "

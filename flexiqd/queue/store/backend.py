@@ -17,12 +17,12 @@ import time
 import dataclasses
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from ..errors import QueueError
-from .declarations import TaskDeclaration
-from .hosts import HostInfo
-from .limits import DependencyLimit
-from .schedules import LedgerRow, ScheduleRecord, SlotDecision, SlotOutcome
-from .types import ClaimRequest, Deferral, DependencyStats, Exchanged, Job, JobState, NewJob, Outcome, Stats
+from ...errors import QueueError
+from ..declarations import TaskDeclaration
+from ..hosts import HostInfo
+from ..limits import DependencyLimit
+from ..schedules import LedgerRow, ScheduleRecord, SlotDecision, SlotOutcome
+from ..types import ClaimRequest, Deferral, DependencyStats, Exchanged, Job, JobState, NewJob, Outcome, Stats
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +49,7 @@ class Backend(abc.ABC):
     def clock(self) -> float:
         """The store's time, epoch seconds: the ``now`` to give every method.  Every process
         sharing the store reads the same time from it, whatever its own wall clock says, and
-        a step of the wall clock does not move it (``flexiqd.queue.clock``).  Never blocks;
+        a step of the wall clock does not move it (``flexiqd.queue.store.clock``).  Never blocks;
         thread-safe."""
         return time.time()
 
@@ -280,7 +280,7 @@ class Backend(abc.ABC):
     #: Whether processes on several machines may share this store (their leases are then
     #: kept by the shared-store timing, flexiqd.queue.hosts.LeaseTiming).
     shared_by_hosts: bool = False
-    #: The newest schema step this code knows, per dialect (flexiqd.queue.schema_steps): what
+    #: The newest schema step this code knows, per dialect (flexiqd.queue.store.schema_steps): what
     #: a host reports with its beat, so a contract step waits while older code runs.
     schema_versions: Mapping[str, int] = {}
 

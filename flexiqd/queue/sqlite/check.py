@@ -43,8 +43,8 @@ import sqlite3
 import struct
 from typing import Iterable
 
-from .schema_steps import too_new
-from .sqlite_schema import SCHEMA_VERSION, STEPS
+from ..store.schema_steps import too_new
+from .schema import SCHEMA_VERSION, STEPS
 
 HEADER_MAGIC = b"SQLite format 3\x00"
 WAL_MAGICS = (0x377F0682, 0x377F0683)
@@ -305,7 +305,7 @@ def _counts_problems(conn: sqlite3.Connection) -> list[str]:
     trigger = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'jobs_count_insert'").fetchone()
     if trigger is None or "waiting_for" not in trigger[0]:
         return []  # a store whose counts are kept another way (before v5): not judged by this one
-    from .sqlite_schema import _BUCKET_V5  # the one definition of a job's bucket
+    from .schema import _BUCKET_V5  # the one definition of a job's bucket
 
     actual = {(q, s, t): n for q, s, t, n in conn.execute(
         f"SELECT queue, {_BUCKET_V5.format(row='jobs')}, tenant, COUNT(*) FROM jobs GROUP BY 1, 2, 3")}

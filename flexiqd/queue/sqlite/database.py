@@ -5,7 +5,7 @@ survives a power loss (``?synchronous=normal`` trades that for speed).  The
 connection is in autocommit mode and every change runs inside one
 ``BEGIN IMMEDIATE`` transaction, so writers queue on the busy timeout instead of
 failing half-way or deadlocking on a lock upgrade.  Only one writer runs at a
-time, so nothing here needs row locks: the lifecycle is core.py's.
+time, so nothing here needs row locks: the lifecycle is store/lifecycle.py's.
 """
 
 from __future__ import annotations
@@ -19,23 +19,23 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
-from ..errors import QueueError, StoreDamaged, StoreUnavailable, StoreUnreachable
-from . import clock as store_clock
-from .core import Store
-from .dialect import Database, RateRow, Tx
+from ...errors import QueueError, StoreDamaged, StoreUnavailable, StoreUnreachable
+from ..store import clock as store_clock
+from ..store.lifecycle import Store
+from ..store.dialect import Database, RateRow, Tx
 from .disk import disk_problem
-from .declarations import TaskDeclaration
-from .endings import Endings, LeasedRow
-from .figures import COMING_DUE_LIMIT, DURATION_HORIZON, DURATION_SAMPLE, READ_BUCKETS, StatsRows, durations_of
-from .hosts import decode_report, is_alive
-from .limits import TenantCaps
-from .moved import marked_target, moved_message, moved_to
-from .rows import JOB_COLUMNS, NEW_JOB_COLUMNS, in_claim_order, job_from_row
-from .shares import Share
-from .schema_steps import Plan, Step, host_is_older, plan, too_new
-from .sqlite_check import RESTORE_ADVICE, check_files, is_damage
-from .sqlite_schema import SCHEMA, SCHEMA_LEVEL, SCHEMA_VERSION, STEPS, STEPS_TABLE
-from .types import RECENT_WINDOW, Job, JobState
+from ..declarations import TaskDeclaration
+from ..store.endings import Endings, LeasedRow
+from ..store.figures import COMING_DUE_LIMIT, DURATION_HORIZON, DURATION_SAMPLE, READ_BUCKETS, StatsRows, durations_of
+from ..hosts import decode_report, is_alive
+from ..limits import TenantCaps
+from ..moved import marked_target, moved_message, moved_to
+from ..store.rows import JOB_COLUMNS, NEW_JOB_COLUMNS, in_claim_order, job_from_row
+from ..store.shares import Share
+from ..store.schema_steps import Plan, Step, host_is_older, plan, too_new
+from .check import RESTORE_ADVICE, check_files, is_damage
+from .schema import SCHEMA, SCHEMA_LEVEL, SCHEMA_VERSION, STEPS, STEPS_TABLE
+from ..types import RECENT_WINDOW, Job, JobState
 
 T = TypeVar("T")
 
@@ -635,7 +635,7 @@ def older_hosts_alive(conn: sqlite3.Connection, step: int) -> bool:
 
 
 def _store_time(conn: sqlite3.Connection) -> float:
-    """The store's time (``flexiqd.queue.clock``: its beats are in it) before the store is open:
+    """The store's time (``flexiqd.queue.store.clock``: its beats are in it) before the store is open:
     from the anchor it keeps, else -- a store from before the anchor -- the wall clock."""
     row = conn.execute("SELECT boot, at, since FROM clock").fetchone() if _table_exists(conn, "clock") else None
     stored = store_clock.Anchor(*row) if row else None
@@ -679,7 +679,7 @@ class SQLiteDatabase(Database):
 
     @staticmethod
     def _anchor(conn: sqlite3.Connection) -> store_clock.Anchor:
-        """This boot's anchor of the store's clock (``flexiqd.queue.clock``): the stored one, or
+        """This boot's anchor of the store's clock (``flexiqd.queue.store.clock``): the stored one, or
         a new one stored by the first process of the boot (read again under the write lock,
         so processes opening at once agree).  A store this process cannot write to yet (a
         full or read-only disk) gets one of its own for now: it can change nothing meanwhile;
@@ -787,7 +787,7 @@ class SQLiteDatabase(Database):
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         """Create the schema, or apply the steps this code knows and the store lacks, in one
-        transaction (schema_steps.py: expand steps at once, contract steps once no older
+        transaction (store/schema_steps.py: expand steps at once, contract steps once no older
         host is alive).
 
         The state is read again under the write lock: two processes opening a store at
@@ -856,11 +856,11 @@ class SQLiteDatabase(Database):
         return self._run(operation, body, "BEGIN")
 
     def subscribe(self, queues: Sequence[str], wake: Callable[[], None]) -> Callable[[], None] | None:
-        """Look at each commit (``sqlite_watch``), none while nothing commits; without inotify
+        """Look at each commit (``watch``), none while nothing commits; without inotify
         nothing watches, and polling alone finds new jobs."""
         if not queues:
             return None
-        from .sqlite_watch import watch_due  # only the processes that wait for jobs load it
+        from .watch import watch_due  # only the processes that wait for jobs load it
 
         return watch_due(self.path, queues, wake, busy_timeout=self.busy_timeout)
 

@@ -24,22 +24,23 @@ import threading
 from dataclasses import replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from ..errors import JobNotFound, QueueError, StoreUnavailable
-from . import declarations, shares
+from ...errors import JobNotFound, QueueError, StoreUnavailable
+from .. import declarations
+from . import shares
 from .backend import Backend, EndedAttempt
 from .dialect import Database, Tx
 from .endings import Endings, LeasedRow
 from .figures import COMING_DUE_LIMIT, DURATION_HORIZON, stats_from_rows
-from .hosts import HostInfo, encode_report, host_info, is_alive
-from .limits import (DependencyLimit, TenantCaps, deferral_delay, nearest_rank, plan_admissions, room_left,
+from ..hosts import HostInfo, encode_report, host_info, is_alive
+from ..limits import (DependencyLimit, TenantCaps, deferral_delay, nearest_rank, plan_admissions, room_left,
                      slot_wait, within_caps)
-from .owners import owner_alive_here, owner_parts, this_host
+from ..owners import owner_alive_here, owner_parts, this_host
 from .rows import encode_json, new_row
-from .schedules import (FIRED, LEDGER_KEEP, RUN, SKIPPED, SLOT, LedgerRow, ScheduleRecord, SlotDecision,
+from ..schedules import (FIRED, LEDGER_KEEP, RUN, SKIPPED, SLOT, LedgerRow, ScheduleRecord, SlotDecision,
                         SlotOutcome, ledger_row)
-from ..schedules.words import OVERLAP, PAUSED
+from ...schedules.words import OVERLAP, PAUSED
 from .shares import Share
-from .types import (FINISHED_STATES, ClaimRequest, Deferral, DependencyStats, Exchanged, Job, JobState, NewJob,
+from ..types import (FINISHED_STATES, ClaimRequest, Deferral, DependencyStats, Exchanged, Job, JobState, NewJob,
                     Outcome, OutcomeKind, Stats)
 
 log = logging.getLogger(__name__)
