@@ -59,7 +59,7 @@ from .startcost import StartCost, StartCosts
 log = logging.getLogger(__name__)
 
 # How often the daemon writes a probe file beside a SQLite store: a file system that turned
-# read-only after an error says so only to a write (queue.disk).
+# read-only after an error says so only to a write (queue.sqlite.disk).
 DISK_PROBE_INTERVAL = 5.0
 HISTORY_SAVE_INTERVAL = 30.0  # seconds between saves of the histories while nothing changes
 SAMPLES_SAVE_INTERVAL = 60.0  # seconds between saves of the charts' samples

@@ -22,7 +22,7 @@ import pytest
 from flexiqd.errors import QueueError, StoreUnavailable
 from flexiqd.queue import ClaimRequest, JobState, NewJob, Outcome, default_url, open_backend
 from flexiqd.queue.sqlite import database as sqlite_module
-from flexiqd.queue.store import lifecycle as core_module
+from flexiqd.queue.store import lifecycle as lifecycle
 from flexiqd.queue.sqlite.database import SQLiteBackend
 from flexiqd.queue.sqlite.schema import SCHEMA_LEVEL, SCHEMA_VERSION
 
@@ -770,7 +770,7 @@ def test_stats_read_nothing_of_the_tenants_of_the_past(tmp_path):
 
 
 def test_delayed_jobs_come_due_in_batches_earliest_first(sqlite_backend, monkeypatch):
-    monkeypatch.setattr(core_module, "PROMOTION_BATCH", 3)
+    monkeypatch.setattr(lifecycle, "PROMOTION_BATCH", 3)
     store = sqlite_backend
     ids = store.enqueue([NewJob(task="t", run_at=T0 + 8 - i) for i in range(8)], now=T0)  # latest first
     [job] = store.claim(ClaimRequest("w", ("default",), 1), now=T0 + 100)

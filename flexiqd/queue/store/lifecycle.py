@@ -2,8 +2,8 @@
 
 Every ``Backend`` method is one transaction of the dialect's ``Database``: this
 module decides what happens to the jobs -- which to lease, how an attempt ends,
-who recovers what, which jobs enter their dependencies, what the stats say -- and
-the dialect's ``Tx`` says it in SQL.  ``SQLiteBackend`` and ``PostgresBackend`` are
+who recovers what, what the stats say -- and when jobs ask to enter their
+dependencies (``admission`` decides which do); the dialect's ``Tx`` says it in SQL.  ``SQLiteBackend`` and ``PostgresBackend`` are
 this ``Store`` over their dialect.
 
 Two things are the same in both stores because they are decided here:
@@ -20,20 +20,18 @@ import collections
 import logging
 import math
 import random
-import threading
 from dataclasses import replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ...errors import JobNotFound, QueueError, StoreUnavailable
 from .. import declarations
-from . import shares
+from .admission import HOLD_TIMES_RETENTION, Admission, read_dependency_stats
 from .backend import Backend, EndedAttempt
 from .dialect import Database, Tx
 from .endings import Endings, LeasedRow
-from .figures import COMING_DUE_LIMIT, DURATION_HORIZON, stats_from_rows
+from .figures import stats_from_rows
 from ..hosts import HostInfo, encode_report, host_info, is_alive
-from ..limits import (DependencyLimit, TenantCaps, deferral_delay, nearest_rank, plan_admissions, room_left,
-                     slot_wait, within_caps)
+from ..limits import DependencyLimit, TenantCaps, deferral_delay, room_left, within_caps
 from ..owners import owner_alive_here, owner_parts, this_host
 from .rows import encode_json, new_row
 from ..schedules import (FIRED, LEDGER_KEEP, RUN, SKIPPED, SLOT, LedgerRow, ScheduleRecord, SlotDecision,
@@ -51,11 +49,6 @@ log = logging.getLogger(__name__)
 PROMOTION_BATCH = 10_000
 # Rate and dependency-event seconds older than this are dropped by the maintenance sweep.
 RATE_RETENTION = 3600
-# Hold times behind a dependency's typical hold (the wait a refused job is told), those
-# kept for dependency_stats, and how long they are kept.
-TYPICAL_HOLD_SAMPLE = 100
-HOLD_SAMPLE = 1000
-HOLD_TIMES_RETENTION = 600.0
 # Where the store appends count and rate changes, a worker folds them into their totals
 # every this many claims (a stats read adds the ones not folded yet), so a store that
 # nobody reads the stats of does not pile them up: a few hundred rows, a millisecond.
@@ -85,13 +78,8 @@ class Store(Backend):
         self._claims = 0
         self._swept = self._promoted = -math.inf  # when this process's claims last did each
         self._caps_recorded: TenantCaps | None = None  # the tenant caps this process last stored
-        # Admission in this process's memory (``admit_locally``), per (owner, dependency): the
-        # owner's share as last stored, the jobs it admitted (stored or not), and the holds and
-        # admissions not stored yet (written by the owner's next exchange).
-        self._local = threading.Lock()
-        self._shares: dict[tuple[str, str], Share] = {}
-        self._holding: dict[tuple[str, str], set[int]] = {}
-        self._pending: dict[str, list[tuple[str, int, str, float]]] = {}
+        # Who enters the dependency limits, and this process's shares of them.
+        self.admission = Admission()
 
     @property
     def shared_by_hosts(self) -> bool:  # type: ignore[override]
@@ -181,21 +169,21 @@ class Store(Backend):
         # which may run more than once.
         sweeping = claiming and _due(self._swept, now, SWEEP_EVERY)
         promoting = claiming and _due(self._promoted, now, PROMOTE_EVERY)
-        pending = self._take_pending(owner)
-        renewing = self._renewal_due(owner, now)
+        pending = self.admission.take_pending(owner)
+        renewing = self.admission.renewal_due(owner, now)
         grants: dict[str, Share] = {}
 
         def body(tx: Tx) -> Exchanged:
             grants.clear()
-            self._store_pending(tx, pending, now)
+            self.admission.store_pending(tx, pending, now)
             settled = self._settle(tx, owner, outcomes, now) if outcomes else []
             refused: dict[int, Deferral] = {}
             if admit:
-                answers = self._admit_many(tx, owner, admit, now, grants)
+                answers = self.admission.admit_batch(tx, owner, admit, now, grants)
                 refused = {job_id: refusal for job_id, refusal in answers.items() if refusal is not None}
                 self._settle(tx, owner, [Outcome.defer(job_id, refusal) for job_id, refusal in refused.items()], now)
             if renewing:
-                self._renew_shares(tx, owner, now, grants)
+                self.admission.renew_shares(tx, owner, now, grants)
             claimed = self._claim(tx, request, now, sweep=sweeping, promote=promoting) if claiming else []
             return Exchanged(settled, claimed, refused)
 
@@ -214,9 +202,9 @@ class Store(Backend):
                 log.warning("%s; finding out whether it did.", exc)
                 done = self.database.write(self._operation(outcomes, claiming), after_lost_commit)
         except BaseException:
-            self._restore_pending(owner, pending)
+            self.admission.restore_pending(owner, pending)
             raise
-        self._after_admissions(owner, grants, admitted=[job_id for job_id, _ in admit if job_id not in done.refused],
+        self.admission.after_admissions(owner, grants, admitted=[job_id for job_id, _ in admit if job_id not in done.refused],
                                admit=admit, ended=[outcome.job_id for outcome in outcomes] + list(done.refused))
         if sweeping:
             self._swept = now
@@ -318,7 +306,7 @@ class Store(Backend):
             endings.record(job_id, attempts, owner, started_at, kind.value, outcome.error)
         # Only the owner's admissions give its jobs holds, and this process made them: with
         # none, there is nothing to free (a hold of a job no longer running never counts).
-        _apply(tx, endings, measure_holds=True, free_holds=self._may_hold(owner))
+        _apply(tx, endings, measure_holds=True, free_holds=self.admission.may_hold(owner))
         return endings.ids
 
     def renew(self, owner: str, job_ids: Iterable[int], lease_seconds: float, *, now: float) -> list[int]:
@@ -363,7 +351,7 @@ class Store(Backend):
             return recovered
 
         recovered = self.database.write("recover a worker's jobs", body)
-        self._forget_owners([owner])
+        self.admission.forget_owners([owner])
         return recovered
 
     def _recover(self, tx: Tx, now: float, *, owner: str | None, reason: str) -> int:
@@ -513,232 +501,36 @@ class Store(Backend):
 
     def admit_many(self, owner: str, requests: Sequence[tuple[int, Sequence[DependencyLimit]]], *,
                    now: float) -> dict[int, Deferral | None]:
-        """See ``Backend``: one transaction, set-based (``_admit_many``)."""
+        """See ``Backend``: one transaction, set-based (``Admission.admit_batch``)."""
         if not any(dependencies for _, dependencies in requests):
             return {job_id: None for job_id, _ in requests}
-        pending = self._take_pending(owner)
+        pending = self.admission.take_pending(owner)
         grants: dict[str, Share] = {}
 
         def body(tx: Tx) -> dict[int, Deferral | None]:
             grants.clear()
-            self._store_pending(tx, pending, now)
-            return self._admit_many(tx, owner, requests, now, grants)
+            self.admission.store_pending(tx, pending, now)
+            return self.admission.admit_batch(tx, owner, requests, now, grants)
 
         try:
             answers = self.database.write("admit jobs to their dependencies", body)
         except BaseException:
-            self._restore_pending(owner, pending)
+            self.admission.restore_pending(owner, pending)
             raise
-        self._after_admissions(owner, grants, admitted=[job_id for job_id, refusal in answers.items() if refusal is None],
+        self.admission.after_admissions(owner, grants, admitted=[job_id for job_id, refusal in answers.items() if refusal is None],
                                admit=requests, ended=[])
         return answers
 
     def admit_locally(self, owner: str, job_id: int, dependencies: Sequence[DependencyLimit], *,
                       now: float) -> bool:
-        """See ``Backend``: within the room of the owner's shares, as this process last stored
-        them; the hold reaches the store with the owner's next exchange."""
-        limits = _distinct(dependencies)
-        if any(limit.rate is not None or limit.concurrency is None for limit in limits):
-            return False  # a rate's state is one number the whole fleet shares: ask the store
-        with self._local:
-            holding = [self._holding.setdefault((owner, limit.name), set()) for limit in limits]
-            if all(job_id in held for held in holding):
-                return True  # admitted before: idempotent
-            if any(shares.local_room(self._shares.get((owner, limit.name)), limit.concurrency or 0,
-                                     len(held), now) < 1 for limit, held in zip(limits, holding)):
-                return False
-            for limit, held in zip(limits, holding):
-                held.add(job_id)
-                self._pending.setdefault(owner, []).append((limit.name, job_id, owner, now))
-        return True
-
-    def _admit_many(self, tx: Tx, owner: str, requests: Sequence[tuple[int, Sequence[DependencyLimit]]],
-                    now: float, grants: dict[str, Share]) -> dict[int, Deferral | None]:
-        """Admit a batch, each job all or nothing, in order: the state is read once (the jobs,
-        their holds, the owner's shares, the rates' times), the batch planned
-        (``limits.plan_admissions``) and the outcome written in a few statements.
-
-        A concurrency limit admits within the owner's share (``shares``): only its own rows
-        are read and locked.  Jobs refused for want of share grow it -- under the
-        dependency's row lock, counting what every other owner reserves -- and the batch is
-        planned again.  A rate's time is the dependency's row, locked (in name order) by any
-        admission under it.  ``grants``: the shares this stored, for this process's memory.
-        """
-        answers: dict[int, Deferral | None] = {}
-        ids = [job_id for job_id, _ in requests]
-        # A job cannot end (settle, recovery, cancel) until this admission commits, so a hold
-        # is never taken for an attempt that already ended.
-        live = tx.leased_ids(owner, ids)
-        held = tx.admitted_ids(owner, ids)
-        todo: list[tuple[int, list[DependencyLimit]]] = []
-        for job_id, dependencies in requests:
-            limits = _distinct(dependencies)
-            if not limits or job_id in held:
-                answers[job_id] = None  # nothing to enter, or admitted before: idempotent
-            elif job_id not in live:
-                answers[job_id] = Deferral(limits[0].name, 0.0)
-            else:
-                todo.append((job_id, limits))
-        if not todo:
-            return answers
-        limit_of = {limit.name: limit for _, limits in todo for limit in limits}
-        names = sorted(limit_of)
-        bounded = [name for name in names if limit_of[name].concurrency is not None]
-        rated = [name for name in names if limit_of[name].rate is not None]
-        owned = tx.own_shares(owner, bounded) if bounded else {}
-        holding = tx.owner_holds(owner, bounded) if bounded else {}
-        tats = tx.lock_dependencies(rated) if rated else {}
-        plan, new_tats = self._plan(todo, owned, holding, tats, now)
-        short = collections.Counter(name for refused in plan.values() if refused
-                                    for name, wait in refused if wait is None)
-        # Grow a share this process's own admissions have outgrown too: the jobs it holds
-        # slots for in memory include finished ones whose results are not stored yet.
-        asked = collections.Counter(limit.name for _, limits in todo for limit in limits)
-        for name in bounded:
-            in_memory = self._holding_count(owner, name) + asked[name]
-            share = owned.get(name)
-            room = min(share.slots, limit_of[name].concurrency or 0) if share is not None and share.usable(now) else 0
-            if in_memory > room:
-                short[name] = max(short[name], in_memory - holding.get(name, 0))
-        if short:
-            tx.lock_dependencies(sorted(short))
-            for name, asked in sorted(short.items()):
-                everyone = tx.shares_of(name)
-                taken, _ = shares.others(everyone, tx.holds_by_owner(name), owner, now)
-                slots = shares.grown(limit_of[name].concurrency or 0, holding.get(name, 0), asked, taken)
-                wanted = max(0, holding.get(name, 0) + asked - slots)
-                owned[name] = grants[name] = Share(slots, now + shares.SHARE_TTL, wanted)
-                tx.set_share(name, owner, owned[name])
-            plan, new_tats = self._plan(todo, owned, holding, tats, now)
-        typical: dict[str, float | None] = {}
-        ages: dict[str, list[float]] = {}
-        holds: list[tuple[str, int, str, float]] = []
-        admitted: collections.Counter = collections.Counter()
-        deferred: collections.Counter = collections.Counter()
-        for job_id, limits in todo:
-            refused = plan[job_id]
-            if refused is None:
-                answers[job_id] = None
-                holds += [(limit.name, job_id, owner, now) for limit in limits if limit.concurrency is not None]
-                admitted.update(limit.name for limit in limits)
-                continue
-            waits = []
-            for name, wait in refused:
-                if wait is None:  # a full concurrency: when a slot is likely to free up
-                    if name not in typical:
-                        ages[name] = [now - since for _, since in tx.live_holds([name])]
-                        typical[name] = nearest_rank(sorted(tx.recent_hold_times(
-                            name, now - DURATION_HORIZON, TYPICAL_HOLD_SAMPLE)), 0.5)
-                    wait = slot_wait(ages[name], typical[name])
-                waits.append(Deferral(name, wait))
-            answers[job_id] = refusal = max(waits, key=lambda r: r.wait)
-            deferred[refusal.dependency] += 1
-        if holds:
-            tx.add_holds(holds)
-        for name in names:
-            if new_tats.get(name) != tats.get(name):
-                tx.set_tat(name, new_tats[name])
-            if admitted[name] or deferred[name]:
-                tx.bump_dependency(name, int(now), admitted[name], deferred[name])
-        return answers
-
-    @staticmethod
-    def _plan(todo: list[tuple[int, list[DependencyLimit]]], owned: Mapping[str, Share], holding: Mapping[str, int],
-              tats: Mapping[str, float | None], now: float):
-        """``plan_admissions`` with each concurrency limit bounded by the owner's live share."""
-        room = {}
-        for _, limits in todo:
-            for limit in limits:
-                if limit.concurrency is not None:
-                    share = owned.get(limit.name)
-                    room[limit.name] = min(share.slots, limit.concurrency) if share is not None and share.usable(now) else 0
-        return plan_admissions(todo, holding, tats, now, room)
-
-    def _renew_shares(self, tx: Tx, owner: str, now: float, grants: dict[str, Share]) -> None:
-        """Keep the owner's shares alive; give back what it does not hold while others want."""
-        with self._local:
-            names = sorted(name for (who, name) in self._shares if who == owner)
-            holding = {name: len(self._holding.get((owner, name), ())) for name in names}
-        if not names:
-            return
-        wanted = tx.wanted_by_others(owner, names, now)
-        for name, share in tx.own_shares(owner, names).items():
-            if name in grants:
-                continue  # stored by this exchange's admission already
-            kept = shares.kept(share, holding[name], wanted.get(name, 0))
-            grants[name] = Share(kept, now + shares.SHARE_TTL, 0)
-            tx.set_share(name, owner, grants[name])
-
-    def _renewal_due(self, owner: str, now: float) -> bool:
-        with self._local:
-            return shares.renewal_due((share for (who, _), share in self._shares.items() if who == owner), now)
-
-    def _take_pending(self, owner: str) -> list[tuple[str, int, str, float]]:
-        with self._local:
-            return self._pending.pop(owner, [])
-
-    def _restore_pending(self, owner: str, pending: list[tuple[str, int, str, float]]) -> None:
-        if pending:
-            with self._local:
-                self._pending[owner] = pending + self._pending.get(owner, [])
-
-    @staticmethod
-    def _store_pending(tx: Tx, pending: list[tuple[str, int, str, float]], now: float) -> None:
-        """Store the holds admitted in memory (before anything that may end their jobs)."""
-        if pending:
-            tx.add_holds(pending, count=True)
-
-    def _after_admissions(self, owner: str, grants: Mapping[str, Share], *, admitted: Sequence[int],
-                          admit: Sequence[tuple[int, Sequence[DependencyLimit]]], ended: Sequence[int]) -> None:
-        """This process's memory of the owner's shares and holds, after a commit."""
-        limits_of = {job_id: _distinct(limits) for job_id, limits in admit}
-        with self._local:
-            for name, share in grants.items():
-                self._shares[(owner, name)] = share
-            for job_id in admitted:
-                for limit in limits_of.get(job_id, ()):
-                    if limit.concurrency is not None:
-                        self._holding.setdefault((owner, limit.name), set()).add(job_id)
-            if ended:
-                gone = set(ended)
-                for (who, _), held in self._holding.items():
-                    if who == owner:
-                        held -= gone
-
-    def _holding_count(self, owner: str, name: str) -> int:
-        with self._local:
-            return len(self._holding.get((owner, name), ()))
-
-    def _may_hold(self, owner: str) -> bool:
-        """Whether jobs of ``owner`` may hold dependency slots this process admitted."""
-        with self._local:
-            return bool(self._pending.get(owner)) or any(
-                held for (who, _), held in self._holding.items() if who == owner)
-
-    def _forget_owners(self, owners: Iterable[str]) -> None:
-        gone = set(owners)
-        with self._local:
-            for memory in (self._shares, self._holding):
-                for key in [key for key in memory if key[0] in gone]:
-                    del memory[key]
-            for owner in gone:
-                self._pending.pop(owner, None)
+        """See ``Backend`` (``Admission.admit_locally``)."""
+        return self.admission.admit_locally(owner, job_id, dependencies, now=now)
 
     def dependency_stats(self, dependency: str, *, now: float, window: float = 60.0) -> DependencyStats:
         if not window > 0:
             raise QueueError(f"a stats window must be more than 0s, got {window!r}")
-
-        def body(tx: Tx) -> DependencyStats:
-            in_use = len(tx.live_holds([dependency]))
-            waiting = tx.waiting_for(dependency, COMING_DUE_LIMIT)
-            holds = sorted(tx.recent_hold_times(dependency, now - window, HOLD_SAMPLE))
-            admitted, deferred = tx.dependency_events(dependency, now - window)
-            return DependencyStats(dependency=dependency, in_use=in_use, waiting=int(waiting),
-                                   hold_p50=nearest_rank(holds, 0.5), hold_p95=nearest_rank(holds, 0.95),
-                                   holds_ended=len(holds), admitted_rate=int(admitted) / window,
-                                   deferred_rate=int(deferred) / window, window=window)
-
-        return self.database.read("read dependency stats", body)
+        return self.database.read("read dependency stats",
+                                  lambda tx: read_dependency_stats(tx, dependency, now, window))
 
     # -- stats -----------------------------------------------------------------------------
 
@@ -951,11 +743,6 @@ def _add_arrivals(tx: Tx, arrivals: Mapping[tuple[str, str], int], second: int) 
     if arrivals:
         tx.bump_rates([(queue, tenant, second, n, 0, 0) for (queue, tenant), n in sorted(arrivals.items())])
         tx.notify({queue for queue, _ in arrivals})
-
-
-def _distinct(dependencies: Sequence[DependencyLimit]) -> list[DependencyLimit]:
-    """One limit per dependency name (the last given), in the order first named."""
-    return list({limit.name: limit for limit in dependencies}.values())
 
 
 def _rescue(rows: Iterable[LeasedRow], dead: set[str], now: float,
