@@ -1,4 +1,11 @@
-"""The interface every job store implements (SQLite embedded, PostgreSQL shared).
+"""The store's interface: every statement its callers need, and the contract of each.
+
+``Backend`` is what the daemon, the workers, the HTTP face and the tools hold; the one
+store behind it is ``lifecycle.Store``, over either dialect (SQLite embedded, PostgreSQL
+shared).  It is a ``Protocol``, not a base class: nothing here runs, so a method the
+store lacks is an error (tests/unit/test_store_interface.py compares the two), and a test
+may hand any object with these methods where a ``Backend`` is expected.  A new store
+feature is one method here, its lifecycle in ``Store``, and each dialect's SQL.
 
 Contracts common to all methods:
 - ``now`` is epoch seconds and always an argument, so tests never patch clocks; callers
@@ -12,12 +19,9 @@ Contracts common to all methods:
 
 from __future__ import annotations
 
-import abc
-import time
 import dataclasses
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from ...errors import QueueError
 from ..declarations import TaskDeclaration
 from ..hosts import HostInfo
 from ..limits import DependencyLimit
@@ -41,7 +45,7 @@ class EndedAttempt:
     dead_lettered: bool
 
 
-class Backend(abc.ABC):
+class Backend(Protocol):
     """A durable job store with leases."""
 
     url: str
@@ -51,9 +55,7 @@ class Backend(abc.ABC):
         sharing the store reads the same time from it, whatever its own wall clock says, and
         a step of the wall clock does not move it (``flexiqd.queue.store.clock``).  Never blocks;
         thread-safe."""
-        return time.time()
 
-    @abc.abstractmethod
     def enqueue(self, jobs: Sequence[NewJob], *, now: float) -> list[int]:
         """Store ``jobs`` and return their ids, in order.
 
@@ -61,7 +63,6 @@ class Backend(abc.ABC):
         stored again: that job's id is returned in its place.
         """
 
-    @abc.abstractmethod
     def claim(self, request: ClaimRequest, *, now: float) -> list[Job]:
         """Lease up to ``request.limit`` runnable jobs to ``request.owner``.
 
@@ -73,7 +74,6 @@ class Backend(abc.ABC):
         skipped for the next ones of other tenants (see ``ClaimRequest``).
         """
 
-    @abc.abstractmethod
     def settle(self, owner: str, outcomes: Iterable[Outcome], *, now: float) -> list[int]:
         """Apply ``outcomes`` for jobs leased to ``owner``; return the ids settled.
 
@@ -89,12 +89,8 @@ class Backend(abc.ABC):
 
     def settle_and_claim(self, owner: str, outcomes: Iterable[Outcome],
                          request: ClaimRequest | None, *, now: float) -> tuple[list[int], list[Job]]:
-        """``settle`` then ``claim`` -- in one transaction where the store can."""
-        settled = self.settle(owner, outcomes, now=now)
-        claimed = self.claim(request, now=now) if request and request.limit > 0 else []
-        return settled, claimed
+        """``settle`` then ``claim``, in one transaction."""
 
-    @abc.abstractmethod
     def abandon(self, owner: str, outcomes: Iterable[Outcome], *, now: float) -> list[int]:
         """Record what should become of jobs ``owner`` still holds but cannot settle yet.
 
@@ -107,11 +103,9 @@ class Backend(abc.ABC):
         host.  Returns the ids marked; jobs the owner no longer holds are left out.
         """
 
-    @abc.abstractmethod
     def renew(self, owner: str, job_ids: Iterable[int], lease_seconds: float, *, now: float) -> list[int]:
         """Extend the leases ``owner`` still holds; return the ids still held."""
 
-    @abc.abstractmethod
     def recover_expired(self, *, now: float) -> int:
         """Settle the jobs whose lease expired; return how many.
 
@@ -123,30 +117,24 @@ class Backend(abc.ABC):
         counted, or dead-lettered when it had no attempts left.  Idempotent.
         """
 
-    @abc.abstractmethod
     def recover_owner(self, owner: str, *, now: float, reason: str) -> int:
         """Settle every job ``owner`` holds as ``recover_expired`` would, expired or not:
         the owner is known to be gone.  Return how many."""
 
-    @abc.abstractmethod
     def lease_owners(self) -> dict[str, int]:
         """Running jobs per lease owner (cheap: reads only running jobs)."""
 
-    @abc.abstractmethod
     def cancel(self, job_id: int, *, now: float) -> bool:
         """Cancel a queued, running or dead job; False if it had already finished."""
 
-    @abc.abstractmethod
     def get(self, job_id: int) -> Job:
         """The job with this id, or ``JobNotFound``."""
 
-    @abc.abstractmethod
     def list_jobs(self, *, queue: str | None = None, state: JobState | None = None, task: str | None = None,
                   tenant: str | None = None, before: int | None = None, limit: int = 50) -> list[Job]:
         """Jobs, newest first, optionally filtered; ``before``: only ids below it (the next page
         starts below the last id of this one)."""
 
-    @abc.abstractmethod
     def retry_dead(self, *, queue: str | None = None, job_ids: Iterable[int] | None = None,
                    now: float) -> int:
         """Make dead jobs runnable again with fresh attempts; return how many.
@@ -155,7 +143,6 @@ class Backend(abc.ABC):
         by a newer dead job revived in the same call) stays dead.
         """
 
-    @abc.abstractmethod
     def purge(self, *, states: Sequence[JobState], finished_before: float,
               queue: str | None = None, sweep: bool = False, job_ids: Iterable[int] | None = None) -> int:
         """Delete finished jobs (in ``states``) that finished before the given time
@@ -166,7 +153,6 @@ class Backend(abc.ABC):
         and leaves the work to it.  An operator's purge (``sweep=False``) always runs.
         """
 
-    @abc.abstractmethod
     def stats(self, queue: str, *, now: float, window: float = 60.0, horizon: float = 0.0) -> Stats:
         """The queue's current signals (see ``Stats``); ``horizon``: count the delayed jobs
         coming due within that many seconds (``Stats.coming_due``).
@@ -176,20 +162,16 @@ class Backend(abc.ABC):
         (the jobs coming due are counted up to a bound).
         """
 
-    @abc.abstractmethod
     def first_claims(self, owners: Iterable[str]) -> dict[str, float]:
         """When each of these lease owners first claimed a job (epoch seconds), for the owners
         that ever did and whose attempts are still recorded."""
 
-    @abc.abstractmethod
     def queues(self) -> list[str]:
         """Names of the queues that hold jobs, finished ones not yet purged included."""
 
-    @abc.abstractmethod
     def executions(self, *, job_id: int | None = None, limit: int | None = None) -> list[dict]:
         """Who ran what: one row per settled or lost attempt (job_id, attempt, worker, outcome, ...)."""
 
-    @abc.abstractmethod
     def ended_attempts(self, after: int | None, *, limit: int = 10_000) -> tuple[int, list[EndedAttempt]]:
         """Attempts that ended after the cursor ``after``, oldest first, at most ``limit``;
         and the cursor to pass next time.
@@ -199,7 +181,6 @@ class Backend(abc.ABC):
         attempt whose job was purged since is left out.
         """
 
-    @abc.abstractmethod
     def arrivals_since(self, queue: str, second: int) -> dict[int, int]:
         """Jobs that arrived in ``queue`` (as ``Stats.arrival_rate`` counts them) per epoch second,
         for the seconds from ``second`` on that had any.
@@ -235,16 +216,12 @@ class Backend(abc.ABC):
         Limits are the caller's: every caller must pass the same limits for a
         dependency (they come from one config file).
         """
-        raise QueueError(f"{self.url}: this store does not enforce dependency limits")
 
     def admit_many(self, owner: str, requests: Sequence[tuple[int, Sequence[DependencyLimit]]], *,
                    now: float) -> dict[int, Deferral | None]:
-        """``admit`` for each ``(job_id, dependencies)`` in turn, in one transaction where the
-        store can (one commit for a claim's batch instead of one per job); the answer per job
-        id.  All or nothing as a whole: an error admits none of them."""
-        return {job_id: self.admit(owner, job_id, limits, now=now) for job_id, limits in requests}
+        """``admit`` for each ``(job_id, dependencies)`` in turn, in one transaction (one commit
+        for a claim's batch instead of one per job); the answer per job id.  All or nothing as a whole: an error admits none of them."""
 
-    @abc.abstractmethod
     def exchange(self, owner: str, outcomes: Iterable[Outcome], request: ClaimRequest | None, *,
                  admit: Sequence[tuple[int, Sequence[DependencyLimit]]] = (), now: float) -> Exchanged:
         """``settle_and_claim``, admitting the jobs of ``admit`` in between (as ``admit_many``)
@@ -256,7 +233,6 @@ class Backend(abc.ABC):
         for ``owner`` (its share of each limit); the hold is stored by ``owner``'s next
         ``exchange``, which the caller makes soon.  False: ask the store (``exchange``'s
         ``admit``).  Thread-safe."""
-        return False
 
     def dependency_stats(self, dependency: str, *, now: float, window: float = 60.0) -> DependencyStats:
         """The dependency's use now and over the last ``window`` seconds (see ``DependencyStats``).
@@ -264,7 +240,6 @@ class Backend(abc.ABC):
         Cheap: reads the holds of this dependency and the recent hold times and
         events (bounded), never the backlog.
         """
-        raise QueueError(f"{self.url}: this store does not enforce dependency limits")
 
     def subscribe(self, queues: Sequence[str], wake: Callable[[], None]) -> Callable[[], None]:
         """Call ``wake()`` -- from another thread, soon after the commit -- when jobs become
@@ -273,30 +248,26 @@ class Backend(abc.ABC):
         A hint, not a delivery: callers still poll, and may be woken when there is
         nothing left to claim.  Stores that cannot push (SQLite) do nothing here.
         """
-        return lambda: None
 
     # -- hosts of a fleet (see flexiqd.queue.hosts) -----------------------------------------
 
     #: Whether processes on several machines may share this store (their leases are then
     #: kept by the shared-store timing, flexiqd.queue.hosts.LeaseTiming).
-    shared_by_hosts: bool = False
+    shared_by_hosts: bool
     #: The newest schema step this code knows, per dialect (flexiqd.queue.store.schema_steps): what
     #: a host reports with its beat, so a contract step waits while older code runs.
-    schema_versions: Mapping[str, int] = {}
+    schema_versions: Mapping[str, int]
 
     def heartbeat(self, host: str, *, now: float, interval: float,
                   report: Mapping[str, Any] | None = None) -> None:
         """Register ``host`` (or renew it): it beat at ``now`` and beats every ``interval``
         seconds; ``report`` (JSON-able) is what it publishes for the others.  Idempotent."""
-        raise QueueError(f"{self.url}: this store does not keep hosts")
 
     def hosts(self, *, now: float) -> list[HostInfo]:
         """Every registered host, by name, alive or not as of ``now``."""
-        raise QueueError(f"{self.url}: this store does not keep hosts")
 
     def forget_host(self, host: str) -> bool:
         """Remove ``host``'s registration (a clean shutdown); False if it was not registered."""
-        raise QueueError(f"{self.url}: this store does not keep hosts")
 
     def retire_host(self, host: str, *, now: float) -> int | None:
         """Forget a host that is gone for good, in one transaction: hand back the running jobs
@@ -304,7 +275,6 @@ class Backend(abc.ABC):
         used), then remove its registration.  The jobs handed back; None if it was not
         registered.  Whether the host is alive is the caller's to check: a daemon that still
         beats registers again at its next beat."""
-        raise QueueError(f"{self.url}: this store does not keep hosts")
 
     def rescue_dead_hosts(self, *, now: float, exclude: Sequence[str] = ()) -> dict[str, int]:
         """Hand back the running jobs of dead hosts; return how many per host.
@@ -316,7 +286,6 @@ class Backend(abc.ABC):
         caller at a time does the work; the others return ``{}`` at once.
         Idempotent.
         """
-        raise QueueError(f"{self.url}: this store does not keep hosts")
 
     # -- the tasks' declarations (see flexiqd.queue.declarations) ----------------------------
 
@@ -324,19 +293,16 @@ class Backend(abc.ABC):
         """Store these tasks' declarations, written by worker ``by`` at ``now``, each replacing
         the one stored for its task (the last written wins); a declaration unchanged is left
         as it stands.  Return how many were new or changed.  Idempotent."""
-        raise QueueError(f"{self.url}: this store does not keep the tasks' declarations")
 
     def task_declarations(self, tasks: Sequence[str] | None = None) -> dict[str, TaskDeclaration]:
         """The stored declarations of ``tasks`` (None: of every task), by task name; a task no
         worker declared is left out."""
-        return {}
 
     # -- schedules (see flexiqd.queue.schedules) ----------------------------------------------
 
     def ensure_schedules(self, names: Sequence[str], *, now: float) -> None:
         """Register the schedules not known yet as first seen at ``now`` (no slot before it
         fires); the others are left as they are.  Idempotent."""
-        raise QueueError(f"{self.url}: this store does not keep schedules")
 
     def fire_slot(self, decision: SlotDecision, *, host: str, now: float) -> SlotOutcome | None:
         """Decide one slot, in one transaction: insert its ledger row -- and only if no row
@@ -344,29 +310,23 @@ class Backend(abc.ABC):
         the previous slot's job still live with ``overlap_skip``).  None: another caller
         decided the slot first (nothing was written).  Safe from any number of processes
         and hosts at once; a caller that dies before its commit leaves the slot undecided."""
-        raise QueueError(f"{self.url}: this store does not keep schedules")
 
     def run_schedule(self, name: str, job: NewJob, *, host: str, now: float) -> int:
         """Enqueue ``job`` for the schedule now, outside its slots, recorded in the ledger as a
         run; the job's id."""
-        raise QueueError(f"{self.url}: this store does not keep schedules")
 
     def pause_schedule(self, name: str, paused: bool, *, now: float) -> bool:
         """Pause (its slots are skipped, reason paused) or resume the schedule for every host;
         whether that changed it.  Idempotent."""
-        raise QueueError(f"{self.url}: this store does not keep schedules")
 
     def schedule_records(self, names: Sequence[str]) -> dict[str, ScheduleRecord]:
         """The schedules of ``names`` that the store knows, by name."""
-        raise QueueError(f"{self.url}: this store does not keep schedules")
 
     def schedule_ledger(self, name: str, *, limit: int = 20) -> list[LedgerRow]:
         """The schedule's newest ledger rows (slots and runs), newest first."""
-        raise QueueError(f"{self.url}: this store does not keep schedules")
 
     def prune_ledger(self, *, now: float) -> int:
         """Delete ledger rows older than ``LEDGER_KEEP`` but each schedule's newest; how many."""
-        raise QueueError(f"{self.url}: this store does not keep schedules")
 
     def close(self) -> None:
         """Release the store's resources.  Idempotent."""

@@ -1,10 +1,11 @@
 """The job store's lifecycle, written once over a SQL dialect (dialect.py).
 
-Every ``Backend`` method is one transaction of the dialect's ``Database``: this
-module decides what happens to the jobs -- which to lease, how an attempt ends,
-who recovers what, what the stats say -- and when jobs ask to enter their
-dependencies (``admission`` decides which do); the dialect's ``Tx`` says it in SQL.  ``SQLiteBackend`` and ``PostgresBackend`` are
-this ``Store`` over their dialect.
+``Store`` implements the interface ``backend.Backend``; each of its methods is one
+transaction of the dialect's ``Database``.  This module decides what happens to the
+jobs -- which to lease, how an attempt ends, who recovers what, what the stats say --
+and when jobs ask to enter their dependencies (``admission`` decides which do); the
+dialect's ``Tx`` says it in SQL.  ``SQLiteBackend`` and ``PostgresBackend`` are this
+``Store`` over their dialect.
 
 Two things are the same in both stores because they are decided here:
 - an attempt ends in one of the ways ``endings.Endings`` lists, whoever ends it
@@ -26,7 +27,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from ...errors import JobNotFound, QueueError, StoreUnavailable
 from .. import declarations
 from .admission import HOLD_TIMES_RETENTION, Admission, read_dependency_stats
-from .backend import Backend, EndedAttempt
+from .backend import EndedAttempt
 from .dialect import Database, Tx
 from .endings import Endings, LeasedRow
 from .figures import stats_from_rows
@@ -68,8 +69,9 @@ class CommitUnknown(StoreUnavailable):
     finds out from the jobs a claim stamps (``Store.exchange``)."""
 
 
-class Store(Backend):
-    """A durable job store with leases over one SQL dialect's database."""
+class Store:
+    """A durable job store with leases over one SQL dialect's database: the one
+    implementation of ``Backend``, whose docstrings are each method's contract."""
 
     def __init__(self, database: Database, *, rng: random.Random | None = None) -> None:
         self.database = database
@@ -82,11 +84,11 @@ class Store(Backend):
         self.admission = Admission()
 
     @property
-    def shared_by_hosts(self) -> bool:  # type: ignore[override]
+    def shared_by_hosts(self) -> bool:
         return self.database.shared_by_hosts
 
     @property
-    def schema_versions(self) -> Mapping[str, int]:  # type: ignore[override]
+    def schema_versions(self) -> Mapping[str, int]:
         return self.database.schema_versions
 
     def clock(self) -> float:
@@ -579,7 +581,7 @@ class Store(Backend):
 
     def subscribe(self, queues: Sequence[str], wake: Callable[[], None]) -> Callable[[], None]:
         closer = self.database.subscribe(queues, wake)
-        return closer if closer is not None else super().subscribe(queues, wake)
+        return closer if closer is not None else _no_subscription
 
     # -- hosts of a fleet (see flexiqd.queue.hosts) ------------------------------------------
 
@@ -732,6 +734,10 @@ def _apply(tx: Tx, endings: Endings, *, measure_holds: bool = False, free_holds:
     if free_holds:
         tx.free_holds(endings.ids, endings.now, measure=measure_holds)
     tx.bump_rates(endings.rates())
+
+
+def _no_subscription() -> None:
+    """What stops a subscription of a dialect that cannot push: nothing to stop."""
 
 
 def _due(last: float, now: float, every: float) -> bool:
