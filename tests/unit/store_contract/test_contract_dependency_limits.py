@@ -1,5 +1,5 @@
 """The dependency-limit contract every job-store backend keeps (``Backend.admit`` and the
-DEFER outcome), run on each one through the ``backend`` fixture of test_queue_contract.
+DEFER outcome), run on each one through the ``backend`` fixture (tests/unit/conftest.py).
 
 Time is always the ``now=`` argument: nothing here sleeps or reads a clock.
 """
