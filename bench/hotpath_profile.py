@@ -626,8 +626,9 @@ AREAS = {
 # Helpers whose time belongs to their caller's area (a dataclass __init__, an enum lookup, a with).
 GENERIC = ("<string>", "enum.py", "dataclasses.py", "contextlib.py", "functools.py", "abc.py", "typing.py",
            "ctypes/__init__.py")
-STORE_FILES = ("flexiqd/queue/sqlite/database.py", "flexiqd/queue/postgres/database.py",
-               "flexiqd/queue/store/lifecycle.py", "flexiqd/queue/postgres/listen.py")
+STORE_FILES = ("flexiqd/queue/sqlite/sql.py", "flexiqd/queue/sqlite/database.py", "flexiqd/queue/postgres/sql.py",
+               "flexiqd/queue/postgres/database.py", "flexiqd/queue/store/lifecycle.py",
+               "flexiqd/queue/store/admission.py", "flexiqd/queue/postgres/listen.py")
 SQL_CALL = re.compile(r"\.(execute|executemany|fetchall|fetchone)\(|\bfor .* in conn\.")
 FRAME = re.compile(r"^(?P<func>.*) \((?P<path>[^()]*?)(?::(?P<line>\d+))?\)$")
 
@@ -648,7 +649,7 @@ def area_of(frames: tuple[Frame, ...]) -> str:
     if file == "flexiqd/queue/sqlite/database.py" and frame.func == "_transaction":
         return "txn"
     if file in STORE_FILES:
-        return "sql" if file.endswith("sqlite/database.py") and SQL_CALL.search(frame.source) else "store"
+        return "sql" if file.startswith("flexiqd/queue/sqlite/") and SQL_CALL.search(frame.source) else "store"
     if file.startswith("psycopg/"):
         if file == "psycopg/waiting.py":
             return "dbwait"

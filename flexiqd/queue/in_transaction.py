@@ -144,7 +144,7 @@ def _sqlite(connection: sqlite3.Connection, jobs: Sequence[NewJob], rows: Sequen
 
 def _sqlite_plain(connection: sqlite3.Connection, jobs: Sequence[NewJob], rows: Sequence[dict],
                   backend: "SQLiteBackend", now: float) -> list[int]:
-    from .sqlite.database import SQLiteTx
+    from .sqlite.sql import SQLiteTx
 
     store_file = backend.database.path
     if not _same_file(connection, store_file):

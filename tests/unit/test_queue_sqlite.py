@@ -21,7 +21,7 @@ import pytest
 
 from flexiqd.errors import QueueError, StoreUnavailable
 from flexiqd.queue import ClaimRequest, JobState, NewJob, Outcome, default_url, open_backend
-from flexiqd.queue.sqlite import database as sqlite_module
+from flexiqd.queue.sqlite import sql as sqlite_sql
 from flexiqd.queue.store import lifecycle as lifecycle
 from flexiqd.queue.sqlite.database import SQLiteBackend
 from flexiqd.queue.sqlite.schema import SCHEMA_LEVEL, SCHEMA_VERSION
@@ -784,7 +784,7 @@ def test_delayed_jobs_come_due_in_batches_earliest_first(sqlite_backend, monkeyp
 # -- work coming due, running jobs' age, a worker's first claim -----------------------------
 
 def test_coming_due_is_counted_up_to_its_bound_by_an_index_range(sqlite_backend, monkeypatch):
-    monkeypatch.setattr(sqlite_module, "COMING_DUE_LIMIT", 3)
+    monkeypatch.setattr(sqlite_sql, "COMING_DUE_LIMIT", 3)
     store = sqlite_backend
     store.enqueue([NewJob(task="t", run_at=T0 + 5) for _ in range(10)], now=T0)
     issued = []

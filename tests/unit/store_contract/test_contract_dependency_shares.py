@@ -12,9 +12,9 @@ from flexiqd.queue import ClaimRequest, NewJob, Outcome
 from flexiqd.queue.store import shares
 from flexiqd.queue.store.lifecycle import Store
 from flexiqd.queue.limits import DependencyLimit
-from flexiqd.queue.postgres.database import PostgresTx
+from flexiqd.queue.postgres.sql import PostgresTx
 from flexiqd.queue.store.shares import Share
-from flexiqd.queue.sqlite.database import SQLiteTx
+from flexiqd.queue.sqlite.sql import SQLiteTx
 from flexiqd.worker.runtime import WorkerConfig
 
 from conftest import open_test_backend

@@ -164,7 +164,7 @@ def test_with_a_tenant_at_its_cap_the_others_are_claimed_in_claim_order(backend)
 def test_with_more_tenants_than_heads_read_the_claim_walks_past_the_capped_ones(backend, monkeypatch):
     import importlib
 
-    for name in ("flexiqd.queue.sqlite.database", "flexiqd.queue.postgres.database"):
+    for name in ("flexiqd.queue.sqlite.sql", "flexiqd.queue.postgres.sql"):
         try:
             monkeypatch.setattr(importlib.import_module(name), "_HEADS_MAX", 1)
         except ImportError:  # no psycopg: only the SQLite store runs here
