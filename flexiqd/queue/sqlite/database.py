@@ -23,7 +23,6 @@ from ...errors import QueueError, StoreDamaged, StoreUnavailable, StoreUnreachab
 from ..store import clock as store_clock
 from ..store.lifecycle import Store
 from ..store.dialect import Database, Tx
-from .disk import disk_problem
 from ..hosts import decode_report, is_alive
 from ..moved import marked_target, moved_message, moved_to
 from ..store.schema_steps import Plan, Step, host_is_older, plan, too_new
@@ -71,6 +70,14 @@ def _record_steps(conn: sqlite3.Connection, steps: Iterable[Step], level: int) -
     conn.executemany(f"INSERT OR IGNORE INTO {STEPS_TABLE} (step, kind) VALUES (?, ?)",
                      [(step.number, step.kind.value) for step in steps])
     conn.execute(f"PRAGMA user_version = {int(level)}")
+
+
+def _disk_problem(path: str, *, write_probe: bool = False) -> str | None:
+    """``disk.disk_problem``, loaded only when a file cannot be written: a worker's start
+    does without it."""
+    from .disk import disk_problem
+
+    return disk_problem(path, write_probe=write_probe)
 
 
 def _table_exists(conn: sqlite3.Connection, table: str) -> bool:
@@ -144,7 +151,7 @@ class SQLiteDatabase(Database):
             target = moved_to(self.path)
             if target is not None:
                 raise StoreUnavailable(moved_message(self.path, target))
-            problem = disk_problem(self.path)
+            problem = _disk_problem(self.path)
             if problem is not None:  # a read-only mount: it may be remounted, so wait
                 raise StoreUnreachable(f"cannot open the queue database {self.path}: {problem}")
             raise StoreUnavailable(
@@ -259,7 +266,7 @@ class SQLiteDatabase(Database):
             return StoreDamaged(f"{operation} on the queue database {self.path} met damage: the file is "
                                 f"corrupt or not a SQLite database ({text}). {RESTORE_ADVICE}")
         if "disk is full" in text or "readonly" in text or "read-only" in text or "disk I/O error" in text:
-            problem = disk_problem(self.path, write_probe=True)
+            problem = _disk_problem(self.path, write_probe=True)
             if problem is not None:  # the disk, not the store: it passes once there is room again
                 return StoreUnreachable(f"{operation} was not done: {problem}")
         if "readonly" in text or "read-only" in text:
