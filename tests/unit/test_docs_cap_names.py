@@ -17,8 +17,9 @@ import pytest
 from flexiqd.http.metrics import render
 from flexiqd.policy import DependencyUse, PoolInput, PoolPolicy, decide_fleet
 from flexiqd.policy.caps import CAP_REASONS, collect_caps
+from flexiqd.policy.evidence import evidence_caps
 from flexiqd.policy.sharing import DependencyCap
-from flexiqd.policy.types import DependencyObservation
+from flexiqd.policy.types import DependencyObservation, EvidenceTrack
 
 from test_http_metrics import snapshot
 from test_policy_support import observe
@@ -53,7 +54,9 @@ def produced_cap_names() -> set[str]:
     slow = observe(4, dependencies=(DependencyObservation(name="api", latency=0.9),))
     share = DependencyCap(pool="p", workers=3, dependency="api", per_dependency=(("api", 3),),
                           stopping=(("stopping", 5), ("stopping:api", 5)))
-    caps = collect_caps(slow, PoolPolicy(max_workers=10, dependencies=(use,)), 6, share, (("api", 2),))
+    # Direct evidence holding the pool: a dependency's probe and the workers' pressure.
+    held = evidence_caps((EvidenceTrack(source="probe:api", held_at=3), EvidenceTrack(source="pressure:cpu", held_at=2)))
+    caps = collect_caps(slow, PoolPolicy(max_workers=10, dependencies=(use,)), 6, share, (("api", 2),), held)
     names = {cap.cap for cap in caps}
     # A global max_workers is granted by the fleet, as a dependency of its own.
     granted = PoolInput(observation=flooded("p", 3, 2), policy=policy(10), fleet_grants={"max_workers:p": 6},
@@ -65,9 +68,12 @@ def produced_cap_names() -> set[str]:
 
 
 def documented_form(name: str) -> str:
-    """``dependency:api`` -> ``dependency:<name>``; a global max_workers' name is a ``<name>`` too."""
+    """``dependency:api`` -> ``dependency:<name>``; a global max_workers' name is a ``<name>`` too;
+    ``pressure:cpu`` -> ``pressure:<resource>``."""
     kind, _, rest = name.partition(":")
-    return f"{kind}:<name>" if rest else kind
+    if not rest:
+        return kind
+    return f"{kind}:<resource>" if kind == "pressure" else f"{kind}:<name>"
 
 
 def test_the_policy_makes_every_kind_of_cap_here():
