@@ -489,8 +489,10 @@ class SystemdFleet(Fleet):
                     self.systemd.KillUnit(name, "main", signal.SIGUSR1)
                 except FleetError as exc:
                     log.debug("Could not pause %s before stopping it: %s", name, exc)
-            self.systemd.StopUnit(name, "replace")
+            # Said before it is asked: a stop whose answer is lost (systemd re-executing) may
+            # still have been carried out, and the journal must not show a worker gone unasked.
             log.info("Stopping %s (draining).", name, extra=journal(MessageId.WORKER_STOPPING, POOL=worker.pool, UNIT=name))
+            self.systemd.StopUnit(name, "replace")
 
     def _signal_pause(self, worker: WorkerInfo, paused: bool) -> None:
         self.systemd.KillUnit(unit_name(worker.pool, worker.index), "main",
