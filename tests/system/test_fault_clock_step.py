@@ -395,7 +395,9 @@ def test_a_host_whose_clock_steps_neither_declares_a_live_host_dead_nor_is_decla
     # Neither machine declared the other dead, nor was declared dead: every sample of each
     # daemon's status says both alive, the server saw both beat, and nothing was rescued.
     for name, said in watch.said.items():
-        answered = {line for line in said if not line.startswith("flexiqctl failed")}
+        # A sample that failed, or whose status had no hosts line (the heartbeat thread's view not
+        # read yet, under load), says nothing either way; every one that counts hosts says both.
+        answered = {line for line in said if not line.startswith("flexiqctl failed") and line != "no hosts line"}
         assert answered == {"hosts: 2 alive of 2"}, (name, dict(said))
         assert said["hosts: 2 alive of 2"] >= 0.9 * sum(said.values()), (name, dict(said))
     assert set(watch.oldest_beat) == set(names)
