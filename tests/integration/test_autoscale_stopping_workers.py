@@ -103,8 +103,7 @@ def test_a_burst_after_a_scale_in_never_runs_more_workers_than_max_workers(store
                 seen = len(log_text())
                 wait_for(lambda: SCALE_IN.search(log_text(), seen), 60, f"run {run}: the scale-in to 1",
                          interval=0.005)
-                time.sleep(0.1)
-                burst(queue)
+                burst(queue)  # at once: the stopped workers take a fraction of a second to exit
                 # The rest start as the stopping ones exit: the pool is full again soon.
                 wait_for(lambda: sampler.count() == MAX_WORKERS, 15, f"run {run}: the pool back at {MAX_WORKERS}")
                 wait_for(lambda: (lambda s: s.runnable == 0 and s.running == 0)(queue.stats()), 60,
