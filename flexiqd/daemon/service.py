@@ -21,7 +21,7 @@ import os
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from ..config import DEFAULT_CONFIG_PATH, DaemonConfig, load_config
 from ..errors import ConfigError, FleetError, FlexiqdError, StoreDamaged, StoreUnreachable
@@ -354,32 +354,42 @@ class Daemon:
         above all (``StoreDamaged``): SQLite's quick_check reads every page first, so the
         daemon never runs on a queue read in part (its cost: bench/store_check.md).
         """
+        async def attempt() -> Backend:
+            # Reading every page takes about 2 s a million jobs from a cold disk: systemd's
+            # start timeout is pushed out past a store a hundred times that.
+            self._set_status("checking the store (quick_check)")
+            self.notifier.extend_timeout(STORE_CHECK_TIMEOUT)
+            await self.io(refuse_if_damaged, self.config.store, Depth.QUICK, what="checking the store")
+            return await self.io(open_backend, self.config.store, what="opening the store")
+
+        return await self._until_reached("the store", attempt, StoreUnreachable, STORE_RETRY_MAX)
+
+    async def _until_reached(self, what: str, attempt: Callable[[], Awaitable[Any]],
+                             passing: type[Exception], retry_max: float) -> Any | None:
+        """``attempt()``'s result once it no longer raises ``passing`` (a reason that passes by
+        itself: ``what`` is waited for, STATUS= and the journal say why, systemd's start timeout
+        is extended, tries double apart up to ``retry_max``); None when a stop comes first."""
         delay, since = STORE_RETRY_FIRST, time.monotonic()
         while True:
             try:
-                # Reading every page takes about 2 s a million jobs from a cold disk: systemd's
-                # start timeout is pushed out past a store a hundred times that.
-                self._set_status("checking the store (quick_check)")
-                self.notifier.extend_timeout(STORE_CHECK_TIMEOUT)
-                await self.io(refuse_if_damaged, self.config.store, Depth.QUICK, what="checking the store")
-                backend = await self.io(open_backend, self.config.store, what="opening the store")
-            except StoreUnreachable as exc:
+                result = await attempt()
+            except passing as exc:
                 waited = time.monotonic() - since
                 if delay == STORE_RETRY_FIRST:
-                    log.warning("Waiting for the store before starting: %s", exc)
-                self._set_status(f"waiting {waited:.0f}s for the store: {exc}")
+                    log.warning("Waiting for %s before starting: %s", what, exc)
+                self._set_status(f"waiting {waited:.0f}s for {what}: {exc}")
                 self.notifier.extend_timeout(delay + STORE_WAIT_MARGIN)
                 try:
                     await asyncio.wait_for(self._stop.wait(), delay)
-                    log.info("Stopped while waiting for the store.")
+                    log.info("Stopped while waiting for %s.", what)
                     return None
                 except asyncio.TimeoutError:
                     pass
-                delay = min(delay * 2, STORE_RETRY_MAX)
+                delay = min(delay * 2, retry_max)
                 continue
             if delay != STORE_RETRY_FIRST:
-                log.info("Reached the store after %.1fs.", time.monotonic() - since)
-            return backend
+                log.info("Reached %s after %.1fs.", what, time.monotonic() - since)
+            return result
 
     def _compare_store_mark(self, backend: Backend, host: str,
                             folder: str | None) -> Callable[[float], None] | None:
@@ -418,27 +428,10 @@ class Daemon:
         store out of reach is -- STATUS= and the journal say why, systemd's start timeout is
         extended -- rather than failing the start into a restart loop.
         """
-        delay, since = STORE_RETRY_FIRST, time.monotonic()
-        while True:
-            try:
-                fleet = await self.io(self._make_fleet, kind, what="connecting to systemd")
-            except FleetError as exc:
-                waited = time.monotonic() - since
-                if delay == STORE_RETRY_FIRST:
-                    log.warning("Waiting for systemd before starting: %s", exc)
-                self._set_status(f"waiting {waited:.0f}s for systemd: {exc}")
-                self.notifier.extend_timeout(delay + STORE_WAIT_MARGIN)
-                try:
-                    await asyncio.wait_for(self._stop.wait(), delay)
-                    log.info("Stopped while waiting for systemd.")
-                    return None
-                except asyncio.TimeoutError:
-                    pass
-                delay = min(delay * 2, BUS_RETRY_MAX)
-                continue
-            if delay != STORE_RETRY_FIRST:
-                log.info("Reached systemd after %.1fs.", time.monotonic() - since)
-            return fleet
+        def attempt() -> Awaitable[Fleet]:
+            return self.io(self._make_fleet, kind, what="connecting to systemd")
+
+        return await self._until_reached("systemd", attempt, FleetError, BUS_RETRY_MAX)
 
     def _make_fleet(self, kind: str) -> Fleet:
         if kind == "process":
