@@ -24,6 +24,7 @@ import threading
 import time
 import urllib.request
 
+import marks
 from flexiqd import Queue
 from flexiqd.worker.execution import current_job
 
@@ -101,12 +102,7 @@ def _dependency() -> DependencyClient:
 def _mark(what: str) -> None:
     job = current_job()
     pid = os.getpid()
-    line = f"{what} {job.id} {job.attempts} {pid} {time.time():.6f}\n".encode()
-    fd = os.open(os.path.join(os.environ[MARKS_ENV], f"{pid}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
+    marks.append(f"{what} {job.id} {job.attempts} {pid} {time.time():.6f}\n", directory=os.environ[MARKS_ENV])
 
 
 @queue.task("ceiling_op")

@@ -9,6 +9,7 @@ Each execution appends ``start <job> <attempt> <pid> <epoch>`` before the work a
 import os
 import time
 
+import marks
 from flexiqd import Queue
 from flexiqd.worker.execution import current_job
 
@@ -17,13 +18,7 @@ queue = Queue()
 
 def _mark(what: str) -> None:
     job = current_job()
-    line = f"{what} {job.id} {job.attempts} {os.getpid()} {time.time():.6f}\n".encode()
-    path = os.path.join(os.environ["FLEXIQ_TEST_MARKS"], f"{os.getpid()}.log")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
+    marks.append(f"{what} {job.id} {job.attempts} {os.getpid()} {time.time():.6f}\n")
 
 
 @queue.task("work")

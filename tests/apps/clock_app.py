@@ -12,6 +12,7 @@ must not start, taken by its producer before the enqueue) also writes
 import os
 import time
 
+import marks
 from flexiqd import Queue
 from flexiqd.worker.execution import current_job
 
@@ -19,12 +20,7 @@ queue = Queue()
 
 
 def _append(line: str) -> None:
-    path = os.path.join(os.environ["FLEXIQ_TEST_MARKS"], f"{os.uname().nodename}-{os.getpid()}.log")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
+    marks.append(line, name=f"{os.uname().nodename}-{os.getpid()}")
 
 
 def _mark(what: str) -> float:

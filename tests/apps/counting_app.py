@@ -9,6 +9,7 @@ import asyncio
 import os
 import time
 
+import marks
 from flexiqd import Queue
 from flexiqd.worker.execution import current_job
 
@@ -17,13 +18,7 @@ queue = Queue()
 
 def _mark(what: str) -> None:
     job = current_job()
-    directory = os.environ["FLEXIQ_TEST_MARKS"]
-    line = f"{what} {job.id} {job.attempts} {os.getpid()}\n".encode()
-    fd = os.open(os.path.join(directory, f"{os.getpid()}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
+    marks.append(f"{what} {job.id} {job.attempts} {os.getpid()}\n")
 
 
 @queue.task("count")

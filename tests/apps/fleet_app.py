@@ -10,6 +10,7 @@ import os
 import socket
 import time
 
+import marks
 from flexiqd import Queue
 from flexiqd.worker.execution import current_job
 
@@ -19,13 +20,7 @@ queue = Queue()
 def _mark(what: str) -> None:
     job = current_job()
     host = socket.gethostname()
-    line = f"{what} {job.id} {job.attempts} {host} {time.time():.6f}\n".encode()
-    path = os.path.join(os.environ["FLEXIQ_TEST_MARKS"], f"{host}-{os.getpid()}.log")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
+    marks.append(f"{what} {job.id} {job.attempts} {host} {time.time():.6f}\n", name=f"{host}-{os.getpid()}")
 
 
 @queue.task("work")

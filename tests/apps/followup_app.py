@@ -7,6 +7,7 @@ the store the worker claims from.  Each execution is recorded, as in counting_ap
 
 import os
 
+import marks
 from flexiqd import Queue
 from flexiqd.worker.execution import current_job
 
@@ -15,12 +16,7 @@ queue = Queue(os.environ["FOLLOWUP_APP_URL"])
 
 def _mark(what: str) -> None:
     job = current_job()
-    path = os.path.join(os.environ["FLEXIQ_TEST_MARKS"], f"{os.getpid()}.log")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, f"{what} {job.id} {job.attempts} {os.getpid()}\n".encode())
-    finally:
-        os.close(fd)
+    marks.append(f"{what} {job.id} {job.attempts} {os.getpid()}\n")
 
 
 @queue.task("order.placed")

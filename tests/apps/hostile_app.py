@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 
+import marks
 from flexiqd import Queue
 from flexiqd.worker.execution import current_job
 
@@ -36,12 +37,7 @@ def _directory() -> str:
 
 def _mark(what: str) -> None:
     job = current_job()
-    line = f"{what} {job.id} {job.attempts} {os.getpid()} {time.time():.6f}\n".encode()
-    fd = os.open(os.path.join(_directory(), f"{os.getpid()}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
+    marks.append(f"{what} {job.id} {job.attempts} {os.getpid()} {time.time():.6f}\n", directory=_directory())
 
 
 def _execution_number() -> int:

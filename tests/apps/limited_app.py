@@ -10,6 +10,7 @@ compare.
 import os
 import time
 
+import marks
 from flexiqd import Queue
 from flexiqd.worker.execution import current_job
 
@@ -17,13 +18,7 @@ queue = Queue()
 
 
 def _mark(what: str) -> None:
-    line = f"{what} {current_job().id} {time.monotonic():.6f} {os.getpid()}\n".encode()
-    fd = os.open(os.path.join(os.environ["FLEXIQ_TEST_MARKS"], f"{os.getpid()}.log"),
-                 os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
+    marks.append(f"{what} {current_job().id} {time.monotonic():.6f} {os.getpid()}\n")
 
 
 @queue.task("partner_sync", uses=["partner_api"])

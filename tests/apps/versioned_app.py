@@ -11,6 +11,7 @@ would.  Each execution appends ``start <job> <attempt> <pid> <epoch>`` and ``end
 import os
 import time
 
+import marks
 from flexiqd import Queue
 from flexiqd.worker.execution import current_job
 
@@ -26,13 +27,7 @@ queue = Queue()
 
 def _mark(what: str) -> None:
     job = current_job()
-    line = f"{what} {job.id} {job.attempts} {os.getpid()} {time.time():.6f}\n".encode()
-    fd = os.open(os.path.join(os.environ["FLEXIQ_TEST_MARKS"], f"{os.getpid()}.log"),
-                 os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
+    marks.append(f"{what} {job.id} {job.attempts} {os.getpid()} {time.time():.6f}\n")
 
 
 @queue.task("work")
