@@ -39,7 +39,7 @@ from ..store.dialect import Database, Tx
 from ..hosts import decode_report, is_alive
 from .listen import Listener, channel_of
 from .schema import SCHEMA, SCHEMA_LEVEL, SCHEMA_VERSION, STEPS, STEPS_TABLE, VERSION_TABLE
-from ..store.schema_steps import Plan, Step, describe_schema, host_is_older, plan, too_new
+from ..store.schema_steps import Plan, Step, describe_schema, host_is_older, opening_plan, too_new
 from .sql import PostgresTx
 
 __all__ = ["CommitUnknown", "ConnectOptions", "PostgresBackend", "channel_of", "probe"]
@@ -177,14 +177,8 @@ class PostgresDatabase(Database):
     def _schema_work(self, conn: psycopg.Connection) -> Plan:
         """What opening the store has to do; StoreUnavailable when the store took a contract
         step this code does not know."""
-        level = read_version(conn)
-        if too_new(STEPS, level):
-            raise StoreUnavailable(
-                f"the queue database {self.url} has schema version {level}, newer than "
-                f"this flexiqd understands ({SCHEMA_VERSION}): upgrade flexiqd")
-        if level == 0:
-            return Plan(run=STEPS, waiting=(), level=SCHEMA_LEVEL, record=True)
-        return plan(STEPS, level, read_applied(conn), lambda step: older_hosts_alive(conn, step))
+        return opening_plan(STEPS, read_version(conn), lambda: read_applied(conn),
+                            lambda step: older_hosts_alive(conn, step), store=str(self.url))
 
     def close(self) -> None:
         with self._lock:

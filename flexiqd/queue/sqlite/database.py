@@ -25,9 +25,9 @@ from ..store.lifecycle import Store
 from ..store.dialect import Database, Tx
 from ..hosts import decode_report, is_alive
 from ..moved import marked_target, moved_message, moved_to
-from ..store.schema_steps import Plan, Step, host_is_older, plan, too_new
+from ..store.schema_steps import Plan, Step, host_is_older, opening_plan
 from .check import RESTORE_ADVICE, check_files, is_damage
-from .schema import SCHEMA, SCHEMA_LEVEL, SCHEMA_VERSION, STEPS, STEPS_TABLE
+from .schema import SCHEMA, SCHEMA_VERSION, STEPS, STEPS_TABLE
 from .sql import SQLiteTx
 
 T = TypeVar("T")
@@ -242,13 +242,8 @@ class SQLiteDatabase(Database):
         """What opening the store has to do; StoreUnavailable when the store took a contract
         step this code does not know."""
         level = conn.execute("PRAGMA user_version").fetchone()[0]
-        if too_new(STEPS, level):
-            raise StoreUnavailable(
-                f"the queue database {self.path} has schema version {level}, newer than "
-                f"this flexiqd understands ({SCHEMA_VERSION}): upgrade flexiqd")
-        if level == 0:
-            return Plan(run=STEPS, waiting=(), level=SCHEMA_LEVEL, record=True)
-        return plan(STEPS, level, read_applied(conn), lambda step: older_hosts_alive(conn, step))
+        return opening_plan(STEPS, level, lambda: read_applied(conn), lambda step: older_hosts_alive(conn, step),
+                            store=str(self.path))
 
     def close(self) -> None:
         with self._lock:

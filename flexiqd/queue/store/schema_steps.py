@@ -30,6 +30,8 @@ import dataclasses
 import enum
 from typing import Callable, Mapping, Sequence
 
+from ...errors import StoreUnavailable
+
 
 class Kind(enum.Enum):
     EXPAND = "expand"
@@ -124,6 +126,20 @@ def plan(steps: Sequence[Step], level: int, applied: frozenset[int] | None,
     earlier = tuple(step for step in steps if step.number in done) if applied is None else ()
     return Plan(run=tuple(run), waiting=tuple(waiting), level=new_level,
                 record=bool(run) or applied is None or new_level != level, earlier=earlier)
+
+
+def opening_plan(steps: Sequence[Step], level: int, applied: Callable[[], frozenset[int] | None],
+                 older_hosts_alive: Callable[[int], bool], *, store: str) -> Plan:
+    """What opening a store at ``level`` has to do: every step on a fresh store (level 0), else
+    ``plan`` with the steps ``applied()`` reads.  StoreUnavailable, naming ``store``, when the
+    store took a contract step this code does not know."""
+    if too_new(steps, level):
+        raise StoreUnavailable(
+            f"the queue database {store} has schema version {level}, newer than "
+            f"this flexiqd understands ({newest(steps)}): upgrade flexiqd")
+    if level == 0:
+        return Plan(run=tuple(steps), waiting=(), level=fresh_level(steps), record=True)
+    return plan(steps, level, applied(), older_hosts_alive)
 
 
 def host_is_older(report: Mapping[str, object], step: int, dialect: str) -> bool:
