@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import sys
 import time
 from typing import Any, Callable, Sequence
@@ -55,7 +56,7 @@ def error_from_reply(name: str, text: str, where: str) -> CtlError:
         return CtlError(f"flexiqd cannot be reached: nothing owns {BUS_NAME} on {where} (flexiqd is not running, "
                         f"{GAP_HINT}); {START_HINT}", EXIT_NOT_RUNNING)
     if name == ERROR_ACCESS_DENIED:
-        return CtlError(f"permission denied ({ACCESS_HINT}): {text}")
+        return CtlError(f"permission denied ({ACCESS_HINT}){_refusal(text)}")
     if name == ERROR_DISCONNECTED:
         return CtlError(f"lost the connection to the bus at {where} (the bus restarted, or flexiqd stopped); "
                         f"try again in a few seconds, or {START_HINT}", EXIT_NOT_RUNNING)
@@ -64,6 +65,15 @@ def error_from_reply(name: str, text: str, where: str) -> CtlError:
     if name in (ERROR_UNKNOWN_METHOD, ERROR_UNKNOWN_OBJECT, ERROR_UNKNOWN_INTERFACE):
         return CtlError(f"the flexiqd on {where} does not understand this request (a different version?): {text}")
     return CtlError(text or name)
+
+
+def _refusal(text: str) -> str:
+    """What to add to "permission denied": dbus-daemon's own refusal is a dump of the message's
+    header fields, of which the refused request is all a user needs; flexiqd's words are kept."""
+    if not text.startswith("Rejected send message"):
+        return f": {text}" if text else ""
+    member = re.search(r'member="([^"]*)"', text)
+    return f": the system bus's policy refused {member.group(1)}" if member else ""
 
 
 def bus_address(option: str | None) -> str:

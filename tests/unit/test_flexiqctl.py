@@ -150,6 +150,15 @@ def test_error_replies_map_to_exit_codes_and_one_line(name, code, words):
     assert error.code == code and words in str(error) and "\n" not in str(error)
 
 
+def test_the_bus_daemons_refusal_is_told_by_the_request_it_refused_not_its_header_dump():
+    rejected = ('Rejected send message, 2 matched rules; type="method_call", sender=":1.5" (uid=65534 pid=7) '
+                'interface="org.flexiq.flexiqd1.Manager" member="Pause" error name="(unset)" '
+                'requested_reply="0" destination="org.flexiq.flexiqd1" (uid=0 pid=2)')
+    text = str(flexiqctl.error_from_reply("org.freedesktop.DBus.Error.AccessDenied", rejected, "unix:path=/x"))
+    assert text == ("permission denied (run flexiqctl as root or as a member of the flexiq-admin group): "
+                    "the system bus's policy refused Pause")
+
+
 def test_no_owner_of_the_name_says_flexiqd_may_be_connecting_again_after_a_bus_restart():
     # A running flexiqd is off the bus for a moment when the bus restarts: the operator is told
     # that it is not reachable, and that this may be why, not only that it is not running.
