@@ -55,6 +55,8 @@ const REASON_WORDS = {
     CappedByDependency: "Capped by its share of a shared dependency",
     CappedByLatency: "Capped: a dependency's latency is above its max_latency",
     CappedByKnee: "Capped at the knee: more workers stopped adding throughput",
+    CappedByProbe: "Capped: a dependency's probe slowed as workers were added",
+    CappedByPressure: "Capped: the workers stall on this machine (pressure)",
     StartStaggered: "Starting in steps (start_burst)",
     WaitingForStopping: "Waiting for stopping workers to exit (they still count against the caps)",
     RateLimited: "Held back by the rate limit on changes",
@@ -89,7 +91,38 @@ export function capWords(cap, max) {
     if (kind === "latency") return "the latency of the dependency “" + name + "” (max_latency)";
     if (kind === "knee") return "the knee: more workers stopped adding throughput";
     if (kind === "starting") return "how many workers may start at once (start_burst)";
+    if (kind === "probe") return "the probe of the dependency “" + name + "”: it slowed as workers were added";
+    if (kind === "pressure") return "the workers' " + name + " pressure on this machine";
     return cap;
+}
+
+export function ceilingWords(ceiling) {
+    if (!ceiling) return "none measured: the pool has not met a ceiling (or an operator cleared it)";
+    const rate = value => known(value) ? value.toFixed(1) + " jobs/s" : "-";
+    let words = "held at " + ceiling.workers + " workers (" + rate(ceiling.jobs_per_second) + ")";
+    if (known(ceiling.since)) words += " since " + clock(ceiling.since);
+    if (ceiling.above) {
+        words += "; " + ceiling.above.workers + " workers gave " + rate(ceiling.above.jobs_per_second) +
+            " at " + clock(ceiling.above.at);
+    }
+    return words;
+}
+
+export function evidenceWords(source) {
+    const [kind, name] = source.source.split(/:(.*)/s);
+    const probe = kind === "probe";
+    const show = value => !known(value) ? "-" : probe ? (1000 * value).toFixed(1) + " ms" : value.toFixed(0) + "%";
+    let words = (probe ? "probe of " : "") + name + (probe ? "" : " pressure") + ": ";
+    words += source.note ? "no reading (" + source.note + ")" : show(source.reading);
+    if (probe) {
+        words += known(source.baseline)
+            ? " (baseline " + show(source.baseline) + ", holds above " + show(source.bound) + ")"
+            : " (no baseline yet: learned while the pool is idle)";
+    } else {
+        words += " (holds at " + source.threshold + "% and above)";
+    }
+    if (known(source.held_at)) words += ": held at " + source.held_at + " workers, the count before the rise";
+    return words;
 }
 
 /* ---------------------------------------------------------------- DOM helpers */

@@ -4,7 +4,7 @@
  * (ScaleEvent) and the fires of the schedules serving it (schedules.js adds them).
  */
 
-import { $, HOUR, capWords, clock, known, plural, reasonWords, seconds, text } from "./format.js";
+import { $, HOUR, capWords, ceilingWords, clock, evidenceWords, known, plural, reasonWords, seconds, text } from "./format.js";
 import { MANAGER, MANAGER_PATH, POOL, call, client, errorText, isMissing } from "./bus.js";
 import { emit, on, say, state } from "./page.js";
 import { applyControl, confirmAction, denied } from "./steering.js";
@@ -86,6 +86,7 @@ export class PoolCard {
             : "not measured yet";
         $(".f-operator", node).textContent = this.operatorText();
         this.renderHeld();
+        this.renderCeiling(entry);
         this.renderFlags();
         this.renderSummary();
         this.renderControls();
@@ -135,6 +136,17 @@ export class PoolCard {
             parts.push((d.PinnedWorkers === 0 ? "Drained: pinned at 0 workers " : "Pinned at " + d.PinnedWorkers + " workers ") + until);
         }
         return parts.length ? parts.join("; ") : "Not paused, not pinned: the policy decides";
+    }
+
+    renderCeiling(entry) {
+        // Older flexiqd versions send no "ceiling" key: say so rather than "none measured".
+        const reported = entry && "ceiling" in entry;
+        $(".f-ceiling", this.node).textContent = reported ? ceilingWords(entry.ceiling)
+            : state.status ? "not reported by this flexiqd" : "…";
+        const sources = reported ? entry.evidence || [] : [];
+        $(".f-evidence", this.node).textContent = sources.length
+            ? sources.map(evidenceWords).join("; ")
+            : "none configured (dependencies.<name>.probe, pools.<pool>.pressure)";
     }
 
     renderHeld() {

@@ -366,7 +366,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    status = commands.add_parser("status", help="every pool: workers, measured start cost, queue, rates, the last decision")
+    status = commands.add_parser("status", help="every pool: workers, measured start cost, queue, rates, the last "
+                                                "decision, a measured ceiling and the evidence heeded")
     status.add_argument("--json", action="store_true", help="print the Status document (docs/dbus-api.md)")
 
     events = commands.add_parser("events", help="scale events, oldest first")

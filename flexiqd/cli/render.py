@@ -103,6 +103,21 @@ def evidence_line(source: Mapping[str, Any]) -> str:
     return line
 
 
+def ceiling_line(ceiling: Mapping[str, Any]) -> str:
+    """``held at 2 workers (80.0 jobs/s) since 12:01:55; 4 workers gave 79.0 jobs/s at 12:03:10``:
+    the ceiling measured from throughput, and the count above it that gave no more."""
+    def rate(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1f} jobs/s"
+
+    line = f"held at {ceiling['workers']} workers ({rate(ceiling.get('jobs_per_second'))})"
+    if ceiling.get("since") is not None:
+        line += f" since {_clock(ceiling['since'])}"
+    above = ceiling.get("above")
+    if above:
+        line += f"; {above['workers']} workers gave {rate(above.get('jobs_per_second'))} at {_clock(above['at'])}"
+    return line
+
+
 def pool_rows(pool: Mapping[str, Any], now: float) -> list[tuple[str, str]]:
     """(label, value) rows of one pool's table."""
     workers = pool.get("workers")
@@ -157,6 +172,8 @@ def pool_rows(pool: Mapping[str, Any], now: float) -> list[tuple[str, str]]:
     decision = pool.get("decision")
     if decision is not None:
         rows.append(("decision", decision["rationale"] or decision["reason"]))
+    if pool.get("ceiling"):
+        rows.append(("ceiling", ceiling_line(pool["ceiling"])))
     for source in pool.get("evidence") or ():
         rows.append((source["source"].split(":", 1)[0], evidence_line(source)))
     upcoming = pool.get("next_schedule")

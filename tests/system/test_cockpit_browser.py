@@ -58,7 +58,7 @@ CONFIG = f"""
 store: {STORE}
 tick: 500ms
 dependencies:
-  payments: {{capacity: 8, reserved: 2, limit: {{concurrency: 4, rate: 20}}}}
+  payments: {{capacity: 8, reserved: 2, limit: {{concurrency: 4, rate: 20}}, probe: {{tcp: "127.0.0.1:1"}}}}
 tenants:
   acme: {{max_running: 1}}
 pools:
@@ -263,6 +263,12 @@ def test_a_member_sees_the_pools_and_a_jobs_arguments(site: Site, member: Cockpi
     member.wait_text(f"{CARD} .f-workers", lambda t: number(t, "active") >= 1, what="the default pool's workers")
     assert member.finds('#pool-summary tr[data-pool="default"]')
     assert "may steer" in member.text("#access")
+    # Where the pool is held and on what evidence: no ceiling measured yet; the probe of payments
+    # (nothing listens on its port) gives no reading, and says why.
+    member.wait_text(f"{CARD} .f-ceiling", lambda t: t.startswith("none measured"), what="no measured ceiling")
+    evidence = member.wait_text(f"{CARD} .f-evidence", lambda t: "probe of payments: no reading (" in t, 30,
+                                what="the probe of payments in the card's evidence")
+    assert "refused" in evidence, evidence
     member.screenshot(IMG / "cockpit-member.png")
     # A pool whose workers could not load its app says so, with the reason, and not "scaling".
     flags = member.wait_text(f"{BROKEN_CARD} .flags", lambda t: "cannot run the app" in t, 60,

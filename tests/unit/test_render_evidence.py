@@ -22,3 +22,16 @@ def test_a_pressure_row_and_where_the_rows_go():
     pool = {"name": "default", "queues": ["default"], "concurrency": 2, "min_workers": 1, "max_workers": 8,
             "workers": None, "desired": None, "evidence": [cpu]}
     assert ("pressure", "cpu: 72% (holds at 60% and above)") in pool_rows(pool, 0.0)
+
+
+def test_a_measured_ceiling_row_says_where_the_pool_is_held_and_what_the_count_above_gave():
+    import time
+    since = time.mktime((2026, 12, 5, 12, 1, 55, 0, 0, -1))
+    ceiling = {"workers": 2, "jobs_per_second": 80.04, "since": since,
+               "above": {"workers": 4, "jobs_per_second": 79.0, "at": since + 75}}
+    pool = {"name": "default", "queues": ["default"], "concurrency": 2, "min_workers": 1, "max_workers": 8,
+            "workers": None, "desired": None, "ceiling": ceiling}
+    assert ("ceiling", "held at 2 workers (80.0 jobs/s) since 12:01:55; 4 workers gave 79.0 jobs/s at 12:03:10") \
+        in pool_rows(pool, since)
+    # None measured (or cleared): no row.
+    assert not [row for row in pool_rows(dict(pool, ceiling=None), since) if row[0] == "ceiling"]
