@@ -2,6 +2,7 @@
 
     observe: fleet.list -> recovery (dead workers' jobs, expired leases, failed and
              removed pools' workers) -> first claims -> queue stats -> one Observation per pool
+             (``observe.Observer``)
     decide:  policy.decide_fleet (every pool, every policy, every cap) -> operators' overrides
              (``decide_and_steer``)
     apply:   fleet.start (retiring workers resumed first; no more new ones than the room that
@@ -22,32 +23,26 @@ their jobs are done.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import logging
-import time
 from typing import Callable, Iterable, Mapping
 
-import psutil
-
 from ..config.model import DaemonConfig, PoolConfig
-from ..errors import FleetError, QueueError, StoreDamaged
+from ..errors import FleetError
 from ..fleet.base import Fleet, WorkerInfo, WorkerState, instance_name
 from ..logs import MessageId, journal
 from ..policy import CapValue, Decision, History, Observation, PoolMetrics, decide_fleet, decision_line
-from ..policy.economics import lead_time, start_cost_or_default
-from ..policy.types import DependencyObservation, KneeState
+from ..policy.types import KneeState
 from ..queue.store.backend import Backend
-from ..queue.sqlite.disk import disk_problem
 from ..queue.owners import process_exists, this_host
-from ..queue.url import sqlite_path
 from ..queue.types import DependencyStats
-from ..schedules.forecast import Forecast, jobs_coming_due
+from ..schedules.forecast import Forecast
 from .crashloop import WINDOW as CRASH_WINDOW, CrashLoop, CrashLoops
 from .events import EventLog
 from .evidence import EvidenceReader
 from .samples import Samples
 from .intent import HistoryFile, IntentFile, SamplesFile
+from .observe import Observer, ObserverParts, Seen
 from .operators import OperatorIntent
 from .overrides import is_stopping
 from .recovery import Recovery
@@ -58,15 +53,8 @@ from .startcost import StartCost, StartCosts
 
 log = logging.getLogger(__name__)
 
-# How often the daemon writes a probe file beside a SQLite store: a file system that turned
-# read-only after an error says so only to a write (queue.sqlite.disk).
-DISK_PROBE_INTERVAL = 5.0
 HISTORY_SAVE_INTERVAL = 30.0  # seconds between saves of the histories while nothing changes
 SAMPLES_SAVE_INTERVAL = 60.0  # seconds between saves of the charts' samples
-# While the workers cannot be listed, the journal says so when it starts, when the reason
-# changes, and then this often (seconds), not every tick.
-FLEET_PROBLEM_REPEAT = 30.0
-FORECAST_EVERY = 10.0  # seconds between reads of the schedules' forecasts (ledger, jobs, arrivals)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,19 +77,6 @@ class PoolView:
     app_problem: str | None = None       # why its workers could not run its app (flexiqd.apps), as last checked
     restart: dict | None = None          # its last restart (daemon.restarts.Restarts.document)
     evidence_notes: Mapping[str, str] = dataclasses.field(default_factory=dict)  # source -> why no reading
-
-
-@dataclasses.dataclass(frozen=True)
-class _Seen:
-    """What one tick observed: the policy's view of every pool, and what applying needs."""
-
-    observations: dict[str, Observation]
-    workers: dict[str, list[WorkerInfo]]
-    busy: dict[str, int] | None   # running jobs per instance; None: the lease read failed
-    failed: collections.Counter
-    stats: dict[str, list | None]
-    stopping: dict[str, int] = dataclasses.field(default_factory=dict)  # asked to stop, not exited
-    stats_errors: dict[str, str] = dataclasses.field(default_factory=dict)  # pool -> why its read failed
 
 
 def choose_victims(workers: Iterable[WorkerInfo], count: int, busy: dict[str, int],
@@ -155,41 +130,21 @@ class Controller:
         self.events = events if events is not None else EventLog()
         #: What the tick is doing now (read by the daemon's loop to report a blocked tick).
         self.activity: str | None = None
-        #: When the first delayed job of any pool comes due (epoch seconds), as the last tick
-        #: read it: the daemon decides again then.  None: none delayed, or not known.
-        self.next_due: float | None = None
         #: Pools whose growth waits, at the last tick, for stopping workers to exit: the loop
         #: decides again soon when no unit change will wake it (``waits_on_stopping``).
         self.waiting_for_stopping: set[str] = set()
-        #: Why the store takes no writes, as the last tick found its disk (full, read-only); None: it does.
-        self.store_problem: str | None = None
-        #: Why the last tick could not list the workers (systemd out of reach: the bus restarting,
-        #: systemd re-executing); every pool is held meanwhile.  None: it could.
-        self.fleet_problem: str | None = None
         self._configure_pending = False  # a reload's Fleet.configure still to do (systemd was out of reach)
-        self._fleet_problem_since = 0.0
-        self._fleet_problem_logged = float("-inf")
-        self._disk_probed_at = float("-inf")
-        self._probe_problem: str | None = None
-        #: Each limited dependency as the store saw it at the last tick (a failed read: absent).
-        self.dependency_stats: dict[str, DependencyStats] = {}
-        self._cpu = CpuSampler()
-        #: The probes' threads and the pools' cgroup pressure (direct evidence of a ceiling).
-        self.evidence = EvidenceReader(config)
-        self._warned_p99: set[str] = set()
         self._binding_caps: dict[str, CapValue | None] = {}  # pool -> the cap that last bound its count
         #: This host's share of the global caps (daemon.hosts.HostHeartbeat.grants); None: the
         #: host is alone, and global caps are its own.
         self.fleet_grants: Callable[[float], dict[str, dict[str, int]] | None] | None = None
-        #: Per pool, the other live hosts serving it (daemon.hosts.HostHeartbeat.peers).
-        self.fleet_peers: Callable[[], Mapping[str, int]] | None = None
-        #: Per pool, its schedules' next firing and its measured size (ScheduleFirer.forecasts).
-        self.schedule_forecasts: Callable[[Mapping[str, tuple[str, ...]], float], Mapping[str, Forecast]] | None = None
-        self._forecasts: Mapping[str, Forecast] = {}
-        self._forecasts_read = float("-inf")
         self._fleet_report: dict = {"pools": {}}
-        self.recovery = Recovery(config, backend, fleet, host=self.host, pid_alive=pid_alive, doing=self._doing)
         self.retiring = Retiring(fleet)
+        #: The tick's first step: the policy's input, read from systemd and the store.
+        self.observer = Observer(config, backend, fleet, ObserverParts(
+            recovery=Recovery(config, backend, fleet, host=self.host, pid_alive=pid_alive, doing=self._doing),
+            retiring=self.retiring, start_costs=self.start_costs, crash_loops=self.crash_loops,
+            evidence=EvidenceReader(config)), host=self.host, doing=self._doing, listed=self._listed)
         #: The pools' restarts (``flexiqctl restart``); the daemon replaces it by one kept in a file.
         self.restarts = Restarts(config.pools)
         self.operators = OperatorIntent(config.pools, fleet, clock=clock, file=intent, paused_path=paused_path,
@@ -214,8 +169,7 @@ class Controller:
         self.samples.forget_others(config.pools)
         self._binding_caps = {name: c for name, c in self._binding_caps.items() if name in config.pools}
         self.start_costs.forget_pools(config.pools)
-        self.recovery.reconfigure(config)
-        self.evidence.reconfigure(config)
+        self.observer.reconfigure(config)
         self.operators.reconfigure(config.pools)
         self.restarts.reconfigure(config.pools)
         self._configure_pending = True
@@ -238,6 +192,61 @@ class Controller:
     def _doing(self, what: str) -> None:
         self.activity = what
 
+    def _listed(self) -> None:
+        """Systemd answered: a reload's ``Fleet.configure`` that could not reach it is done now."""
+        if self._configure_pending:
+            self._configure_workers()
+
+    # What the observer found, and where it is told of the other hosts and the schedules: read
+    # and set here by the daemon and by callers that hold only the controller.
+
+    @property
+    def recovery(self) -> Recovery:
+        return self.observer.recovery
+
+    @property
+    def evidence(self) -> EvidenceReader:
+        return self.observer.evidence
+
+    @property
+    def next_due(self) -> float | None:
+        """When the first delayed job of any pool comes due (epoch seconds), as the last tick
+        read it: the daemon decides again then.  None: none delayed, or not known."""
+        return self.observer.next_due
+
+    @property
+    def store_problem(self) -> str | None:
+        """Why the store takes no writes, as the last tick found its disk; None: it does."""
+        return self.observer.store_problem
+
+    @property
+    def fleet_problem(self) -> str | None:
+        """Why the last tick could not list the workers (every pool held); None: it could."""
+        return self.observer.fleet_problem
+
+    @property
+    def dependency_stats(self) -> dict[str, DependencyStats]:
+        """Each limited dependency as the store saw it at the last tick (a failed read: absent)."""
+        return self.observer.dependency_stats
+
+    @property
+    def fleet_peers(self) -> Callable[[], Mapping[str, int]] | None:
+        """Per pool, the other live hosts serving it (daemon.hosts.HostHeartbeat.peers)."""
+        return self.observer.fleet_peers
+
+    @fleet_peers.setter
+    def fleet_peers(self, peers: Callable[[], Mapping[str, int]] | None) -> None:
+        self.observer.fleet_peers = peers
+
+    @property
+    def schedule_forecasts(self) -> Callable[[Mapping[str, tuple[str, ...]], float], Mapping[str, Forecast]] | None:
+        """Per pool, its schedules' next firing and its measured size (ScheduleFirer.forecasts)."""
+        return self.observer.schedule_forecasts
+
+    @schedule_forecasts.setter
+    def schedule_forecasts(self, forecasts) -> None:
+        self.observer.schedule_forecasts = forecasts
+
     # -- the tick ---------------------------------------------------------------------------
 
     def tick(self) -> dict[str, Decision]:
@@ -250,7 +259,7 @@ class Controller:
 
     def _tick(self) -> dict[str, Decision]:
         now = self.clock()
-        seen = self._observe(now)
+        seen = self.observer.observe(now)
         if seen is None:
             return {}
         decisions = self.decide_and_steer(self._as_policy_sees(seen.observations), now, seen.stopping)
@@ -258,60 +267,7 @@ class Controller:
         self._record(decisions, seen, now)
         return decisions
 
-    # -- observe ----------------------------------------------------------------------------
-
-    def _observe(self, now: float) -> _Seen | None:
-        """Every pool as the policy sees it; None when the workers cannot be listed."""
-        self.activity = "listing the workers"
-        try:
-            workers = self.fleet.list()
-        except FleetError as exc:
-            self._fleet_unreachable(str(exc), now)
-            return None
-        self._fleet_reachable(now)
-        if self._configure_pending:
-            self._configure_workers()
-        self._check_disk()
-        # Dead workers' jobs first: a failed worker is forgotten only once its leases are released.
-        busy = self.recovery.release_dead_workers(now, {w.pid for w in workers
-                                                        if w.pid and w.state is not WorkerState.FAILED})
-        self.recovery.maintain(now)
-        failed = collections.Counter(w.pool for w in workers if w.state is WorkerState.FAILED)
-        self._count_failures(workers, now)
-        self.recovery.forget_failed(workers)
-        self.retiring.forget_gone(workers)
-        by_pool: dict[str, list[WorkerInfo]] = collections.defaultdict(list)
-        for worker in workers:
-            if worker.state is not WorkerState.FAILED:
-                by_pool[worker.pool].append(worker)
-        self.recovery.stop_unconfigured(by_pool)
-        self._measure_start_costs(workers, now)
-
-        self.dependency_stats = self._read_dependency_stats(now)
-        self._read_forecasts(now)
-        observations, stats, errors = {}, {}, {}
-        peers = self.fleet_peers() if self.fleet_peers is not None else {}
-        self.evidence.begin_tick()
-        for pool in self.config.pools.values():
-            mine = by_pool.get(pool.name, [])
-            cost = self.start_costs.estimate(pool.name)
-            start_cost = cost.seconds if cost else None
-            self.activity = f"reading the queue stats of pool {pool.name}"
-            stats[pool.name] = self._read_stats(pool, now, start_cost, errors)
-            # A retiring worker is leaving: no capacity, so draining, as a stopped one.
-            retiring = len(self.retiring.of(mine))
-            observations[pool.name] = Observation(
-                pool=pool.name, active=_count(mine, WorkerState.ACTIVE) - retiring,
-                starting=_count(mine, WorkerState.STARTING),
-                draining=_count(mine, WorkerState.DRAINING) + retiring,
-                concurrency=pool.concurrency, metrics=self._metrics(pool, stats[pool.name], mine, now),
-                start_cost=start_cost, tick=self.config.tick, other_hosts=peers.get(pool.name, 0),
-                evidence=self.evidence.read(pool, [w.pid for w in mine if w.state is WorkerState.ACTIVE and w.pid]))
-        self.next_due = min((s.next_due for per_queue in stats.values() for s in per_queue or ()
-                             if s.next_due is not None), default=None)
-        stopping = {name: _count(mine, WorkerState.DRAINING) for name, mine in by_pool.items()}
-        return _Seen(observations=observations, workers=dict(by_pool), busy=busy, failed=failed, stats=stats,
-                     stopping=stopping, stats_errors=errors)
+    # -- decide -----------------------------------------------------------------------------
 
     def _as_policy_sees(self, observations: dict[str, Observation]) -> dict[str, Observation]:
         """The observations with each restarting pool seen at most at its target: the restart's
@@ -323,142 +279,6 @@ class Controller:
                 active, starting = policy_counts(obs.active, obs.starting, request.target)
                 seen[name] = dataclasses.replace(obs, active=active, starting=starting)
         return seen
-
-    def _fleet_unreachable(self, problem: str, now: float) -> None:
-        """Hold every pool, and say why: when it starts or its reason changes, then every
-        ``FLEET_PROBLEM_REPEAT`` seconds (not every tick: a bus restarting takes seconds)."""
-        if self.fleet_problem is None:
-            self._fleet_problem_since = now
-        if problem != self.fleet_problem or now - self._fleet_problem_logged >= FLEET_PROBLEM_REPEAT:
-            log.warning("Holding every pool: cannot list workers: %s", problem)
-            self._fleet_problem_logged = now
-        self.fleet_problem = problem
-
-    def _fleet_reachable(self, now: float) -> None:
-        if self.fleet_problem is not None:
-            log.info("Listing the workers again after %.1fs (%s); the pools are sized again.",
-                     now - self._fleet_problem_since, self.fleet_problem)
-        self.fleet_problem = None
-        self._fleet_problem_logged = float("-inf")
-
-    def _check_disk(self) -> None:
-        """A SQLite store's disk, full or mounted read-only: said in the status and, when it
-        changes, in the journal.  (Reads go on meanwhile, so the pools are sized as ever.)"""
-        if not self.config.store.startswith("sqlite:///"):
-            return
-        self.activity = "looking at the store's disk"
-        path, now = sqlite_path(self.config.store), time.monotonic()
-        problem = disk_problem(path)
-        if problem is None and now - self._disk_probed_at >= DISK_PROBE_INTERVAL:
-            self._disk_probed_at = now
-            problem = self._probe_problem = disk_problem(path, write_probe=True)
-        elif problem is None:
-            problem = self._probe_problem  # what the last write found: only a write tells it passed
-        if problem != self.store_problem:
-            if problem is not None:
-                log.warning("Writes to the queue fail: %s. Nothing can be enqueued, and workers claim "
-                            "nothing and keep their jobs until it takes writes again.", problem,
-                            extra=journal(MessageId.STORE_NOT_WRITABLE, PROBLEM=problem))
-            else:
-                log.info("The queue takes writes again (it did not: %s).", self.store_problem)
-        self.store_problem = problem
-
-    def _measure_start_costs(self, workers: list[WorkerInfo], now: float) -> None:
-        """Read the first claims of workers started for waiting work that became ready."""
-        owners = self.start_costs.waiting(workers, self.host, now)
-        if not owners:
-            return
-        self.activity = "reading the first claims of new workers"
-        try:
-            self.start_costs.claimed(self.backend.first_claims(list(owners)), owners)
-        except QueueError as exc:
-            log.warning("Cannot read the first claims of new workers (retried next tick): %s", exc)
-
-    def _read_stats(self, pool: PoolConfig, now: float, start_cost: float | None,
-                    errors: dict[str, str]) -> list | None:
-        """Each queue's stats; None, and the reason in ``errors``, when the store cannot be read."""
-        try:
-            # Work coming due within the lead time: what a worker started now would be ready for.
-            horizon = lead_time(pool.policy.targets, start_cost_or_default(start_cost, pool.policy.behavior),
-                                self.config.tick)
-            return [self.backend.stats(queue, now=now, horizon=horizon) for queue in pool.queues]
-        except StoreDamaged:
-            raise  # not "no information": the daemon stops on a damaged store
-        except QueueError as exc:
-            # No information is not "no load": the policy holds the pool.
-            log.warning("Pool %s: cannot read queue stats, holding: %s", pool.name, exc)
-            errors[pool.name] = str(exc)
-            return None
-
-    def _metrics(self, pool: PoolConfig, stats: list | None, workers: list[WorkerInfo], now: float):
-        if stats is None:
-            return None
-        metrics = PoolMetrics.from_queues(stats)
-        # A schedule firing within the lead time brings jobs as delayed ones coming due do: the
-        # workers for them start before it fires.
-        scheduled = jobs_coming_due(self._forecasts.get(pool.name), now, metrics.coming_due_within)
-        if scheduled:
-            metrics = dataclasses.replace(metrics, coming_due=metrics.coming_due + scheduled)
-        latencies = self._dependency_latencies(pool, now)
-        if latencies:
-            metrics = dataclasses.replace(metrics, dependencies=latencies)
-        self._check_drain_budget(pool, metrics.duration_p99)
-        if pool.policy.cpu_bound:
-            pids = [w.pid for w in workers if w.state is WorkerState.ACTIVE and w.pid]
-            metrics = dataclasses.replace(metrics, cpu_utilisation=self._cpu.sample(pids))
-        return metrics
-
-    def _read_forecasts(self, now: float) -> None:
-        """The schedules' forecasts, read again every ``FORECAST_EVERY`` seconds and once a firing
-        has passed; a failed read leaves none (no pre-warming on old figures)."""
-        if self.schedule_forecasts is None:
-            return
-        passed = any(forecast.at <= now for forecast in self._forecasts.values())
-        if not passed and 0 <= now - self._forecasts_read < FORECAST_EVERY:
-            return
-        self.activity = "reading the schedules' forecasts"
-        self._forecasts_read = now
-        try:
-            self._forecasts = dict(self.schedule_forecasts(
-                {name: pool.queues for name, pool in self.config.pools.items()}, now))
-        except QueueError as exc:
-            self._forecasts = {}
-            log.warning("Cannot read the schedules' past firings (no workers started ahead of them): %s", exc)
-
-    def _read_dependency_stats(self, now: float) -> dict[str, DependencyStats]:
-        """Each limited dependency's figures (jobs inside, deferred, hold times), once per tick."""
-        found = {}
-        for name in self.config.dependency_limits:
-            self.activity = f"reading the figures of dependency {name}"
-            try:
-                found[name] = self.backend.dependency_stats(name, now=now)
-            except QueueError as exc:
-                log.warning("Cannot read the figures of dependency %s: %s", name, exc)
-        return found
-
-    def _dependency_latencies(self, pool: PoolConfig, now: float) -> tuple[DependencyObservation, ...]:
-        """For ``uses.<name>.max_latency``: the p95 time jobs held the (limited) dependency, measured
-        by the store; a failed read is no information, so no cap."""
-        seen = []
-        for use in pool.policy.dependencies:
-            held = self.dependency_stats.get(use.dependency)
-            if use.max_latency is not None and held is not None and held.hold_p95 is not None:
-                seen.append(DependencyObservation(name=use.dependency, latency=held.hold_p95))
-        return tuple(seen)
-
-    def _check_drain_budget(self, pool: PoolConfig, p99: float | None) -> None:
-        """Warn (once, until it is fixed) when a stop would have to release p99 jobs (a scale-in
-        waits for them: see ``retiring``)."""
-        if p99 is not None and p99 > pool.drain_timeout:
-            if pool.name not in self._warned_p99:
-                self._warned_p99.add(pool.name)
-                log.warning("Pool %s: p99 job duration %.1fs exceeds drain_timeout %.0fs: a drain or a "
-                            "stop of flexiqd will release long jobs to run again; raise drain_timeout.",
-                            pool.name, p99, pool.drain_timeout)
-        else:
-            self._warned_p99.discard(pool.name)
-
-    # -- decide -----------------------------------------------------------------------------
 
     def decide_and_steer(self, observations: dict[str, Observation], now: float,
                          stopping: dict[str, int] | None = None) -> dict[str, Decision]:
@@ -525,7 +345,7 @@ class Controller:
             caps[name] = {cap: (0 if grants is None else granted.get(cap, obs.current)) for cap in wanted}
         return caps
 
-    def _report(self, decisions: dict[str, Decision], seen: _Seen) -> dict:
+    def _report(self, decisions: dict[str, Decision], seen: Seen) -> dict:
         """What this host publishes with its beat: per pool with global caps, its uncapped want
         (within its bounds), the workers it runs (draining ones too) and what one of them uses.
 
@@ -550,7 +370,7 @@ class Controller:
 
     # -- apply ------------------------------------------------------------------------------
 
-    def _apply(self, decisions: dict[str, Decision], seen: _Seen, now: float) -> None:
+    def _apply(self, decisions: dict[str, Decision], seen: Seen, now: float) -> None:
         """Resize every pool as decided, pool by pool (each pool's lines together in the log)."""
         alive = {name: len(workers) for name, workers in seen.workers.items()}
         room = StartRoom(self.config, alive, seen.stopping, self._fleet_caps(seen.observations, now))
@@ -566,7 +386,7 @@ class Controller:
         give their room back only as they exit, which the process fleet reports to no one."""
         return bool(self.waiting_for_stopping)
 
-    def _apply_pool(self, pool: PoolConfig, decision: Decision, seen: _Seen, now: float, room: StartRoom) -> None:
+    def _apply_pool(self, pool: PoolConfig, decision: Decision, seen: Seen, now: float, room: StartRoom) -> None:
         workers = seen.workers.get(pool.name, [])
         self.activity = f"resizing pool {pool.name}"
         # An operator's drain empties the pool within the stop timeout, as a `systemctl stop` does:
@@ -604,7 +424,7 @@ class Controller:
             log.error("Pool %s: could not stop its retired workers (retried next tick): %s", pool.name, exc)
         self.operators.hold_pause(pool.name, workers)
 
-    def _grow(self, pool: PoolConfig, workers: list[WorkerInfo], count: int, seen: _Seen, now: float,
+    def _grow(self, pool: PoolConfig, workers: list[WorkerInfo], count: int, seen: Seen, now: float,
               room: StartRoom) -> None:
         """Take retiring workers back first (they are ready now, and no job waits on a start),
         then start new units for the rest -- as many as the live workers leave room for (a
@@ -616,7 +436,7 @@ class Controller:
             return
         self._start(pool, workers, count, seen, now, room)
 
-    def _start(self, pool: PoolConfig, workers: list[WorkerInfo], count: int, seen: _Seen, now: float,
+    def _start(self, pool: PoolConfig, workers: list[WorkerInfo], count: int, seen: Seen, now: float,
                room: StartRoom, *, say_held: bool = True) -> str | None:
         """Start up to ``count`` new units, as the crash-loop backoff and the room allow; what held
         any back, in words (None: nothing).  ``say_held`` False: the caller logs that itself."""
@@ -654,7 +474,7 @@ class Controller:
             return lambda worker: False
         return lambda worker: self.restarts.old(request, worker)
 
-    def _restart_step(self, pool: PoolConfig, decision: Decision, seen: _Seen, now: float, room: StartRoom) -> None:
+    def _restart_step(self, pool: PoolConfig, decision: Decision, seen: Seen, now: float, room: StartRoom) -> None:
         """The pool's restart, one step (daemon.restarts): replacements started first, old workers
         drained once the ready ones cover the target; failed when the replacements keep failing."""
         request = self.restarts.active(pool.name)
@@ -744,7 +564,7 @@ class Controller:
 
     # -- record -----------------------------------------------------------------------------
 
-    def _record(self, decisions: dict[str, Decision], seen: _Seen, now: float) -> None:
+    def _record(self, decisions: dict[str, Decision], seen: Seen, now: float) -> None:
         """What the tick leaves for readers between ticks: the views, the histories kept on disk,
         the report for the other hosts."""
         self.views = {name: self._view(name, decisions.get(name), seen, now) for name in self.config.pools
@@ -754,7 +574,7 @@ class Controller:
         self._save_samples(now)
         self._fleet_report = self._report(decisions, seen)
 
-    def _view(self, name: str, decision: Decision | None, seen: _Seen, now: float) -> PoolView:
+    def _view(self, name: str, decision: Decision | None, seen: Seen, now: float) -> PoolView:
         obs = seen.observations[name]
         return PoolView(pool=name, active=obs.active, starting=obs.starting, draining=obs.draining,
                         failed=seen.failed.get(name, 0), max_workers=self.config.pools[name].policy.max_workers,
@@ -764,27 +584,6 @@ class Controller:
                         crash_loop=self.crash_loops.loop(name, now), app_problem=self.app_problems.get(name),
                         restart=self.restarts.document(name),
                         evidence_notes=self.evidence.notes.get(name, {}))
-
-    def _count_failures(self, workers: list[WorkerInfo], now: float) -> None:
-        """Count each failed worker (with how it ended) toward its pool's crash loop; say so when
-        a pool's failures begin to make one."""
-        for worker in workers:
-            if worker.state is not WorkerState.FAILED:
-                continue
-            looping = self.crash_loops.loop(worker.pool, now) is not None
-            try:
-                ending = self.fleet.how_it_ended(worker.instance, worker.pid)
-            except FleetError:
-                ending = None
-            self.crash_loops.failed(worker.pool, now, ending)
-            loop = self.crash_loops.loop(worker.pool, now)
-            if loop is not None and not looping:
-                log.error("Pool %s is crash-looping: %d workers failed within %.0fs (the last %s); each new "
-                          "start waits after the last failure, up to a minute.", worker.pool, loop.failures,
-                          CRASH_WINDOW, ending or "ended in a way systemd did not record",
-                          extra=journal(MessageId.POOL_CRASH_LOOP, POOL=worker.pool, FAILURES=loop.failures,
-                                        LAST_ERROR=ending))
-        self.crash_loops.forget(set(self.config.pools))
 
     def _line(self, name: str, decision: Decision, obs: Observation) -> str:
         return decision_line(decision, obs, self.config.pools[name].policy_kind)
@@ -874,28 +673,4 @@ def _decision_fields(decision: Decision) -> dict:
                    CAP_WORKERS=cap.workers if cap else None)
 
 
-def _count(workers: list[WorkerInfo], state: WorkerState) -> int:
-    return sum(1 for w in workers if w.state is state)
 
-
-class CpuSampler:
-    """Mean CPU use (0..1 of one core) of a set of processes since the previous sample."""
-
-    def __init__(self) -> None:
-        self._processes: dict[int, psutil.Process] = {}
-
-    def sample(self, pids: list[int]) -> float | None:
-        values = []
-        for pid in pids:
-            process = self._processes.get(pid)
-            try:
-                if process is None:
-                    process = self._processes[pid] = psutil.Process(pid)
-                    process.cpu_percent(None)  # the first call only starts the measurement
-                    continue
-                values.append(process.cpu_percent(None) / 100.0)
-            except psutil.Error:
-                self._processes.pop(pid, None)
-        for gone in set(self._processes) - set(pids):
-            del self._processes[gone]
-        return sum(values) / len(values) if values else None
