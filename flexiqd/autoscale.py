@@ -32,6 +32,7 @@ import yaml
 
 from .config import DaemonConfig, parse_config
 from .daemon import pacing
+from .daemon.compose import build_controller
 from .daemon.controller import Controller
 from .errors import ConfigError
 from .fleet.base import Fleet, WorkerState
@@ -227,14 +228,12 @@ class Autoscaler:
         self._thread: threading.Thread | None = None
         self._fleet: Fleet
         self.process_manager: ProcessManager | None = None
-        if config.fleet == "systemd":
-            self._fleet = self._systemd_fleet()
-            self.controller = Controller(self._daemon_config, queue.backend, self._fleet)
-        else:
-            processes = ProcessFleet()
-            self._fleet = processes
-            self.controller = Controller(self._daemon_config, queue.backend, processes)
-            self.process_manager = ProcessManager(processes, self.controller, config.pool)
+        # Wired as the daemon's controller is (daemon.compose); without a state folder, what it
+        # learns (histories, the knee's measurements, start costs) is kept in memory only.
+        self._fleet = self._systemd_fleet() if config.fleet == "systemd" else ProcessFleet()
+        self.controller = build_controller(self._daemon_config, queue.backend, self._fleet)
+        if isinstance(self._fleet, ProcessFleet):
+            self.process_manager = ProcessManager(self._fleet, self.controller, config.pool)
 
     def _systemd_fleet(self):
         from .fleet.systemd import Systemd, SystemdFleet, open_bus

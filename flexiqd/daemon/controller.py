@@ -34,15 +34,15 @@ from ..logs import MessageId, journal
 from ..policy import CapValue, Decision, History, Observation, PoolMetrics, decide_fleet, decision_line
 from ..policy.types import KneeState
 from ..queue.store.backend import Backend
-from ..queue.owners import process_exists, this_host
 from ..queue.types import DependencyStats
 from ..schedules.forecast import Forecast
 from .crashloop import WINDOW as CRASH_WINDOW, CrashLoop, CrashLoops
 from .events import EventLog
+from .activity import Activity
 from .evidence import EvidenceReader
 from .samples import Samples
-from .intent import HistoryFile, IntentFile, SamplesFile
-from .observe import Observer, ObserverParts, Seen
+from .intent import HistoryFile, SamplesFile
+from .observe import Observer, Seen
 from .operators import OperatorIntent
 from .overrides import is_stopping
 from .recovery import Recovery
@@ -79,6 +79,25 @@ class PoolView:
     evidence_notes: Mapping[str, str] = dataclasses.field(default_factory=dict)  # source -> why no reading
 
 
+@dataclasses.dataclass(frozen=True)
+class ControllerParts:
+    """The collaborators a controller sequences and the files it keeps its state in, wired by
+    ``daemon.compose.build_controller`` for the daemon and for ``flexiq autoscale`` alike."""
+
+    host: str
+    clock: Callable[[], float]
+    activity: Activity
+    observer: Observer
+    retiring: Retiring
+    operators: OperatorIntent
+    restarts: Restarts
+    start_costs: StartCosts
+    crash_loops: CrashLoops
+    events: EventLog
+    history_file: HistoryFile
+    samples_file: SamplesFile
+
+
 def choose_victims(workers: Iterable[WorkerInfo], count: int, busy: dict[str, int],
                    old: Callable[[WorkerInfo], bool] = lambda worker: False) -> list[WorkerInfo]:
     """Whom to stop: workers still starting, then the ``old`` ones a restart replaces, then idle
@@ -102,34 +121,31 @@ def free_indices(taken: set[int], count: int) -> list[int]:
 class Controller:
     """Sizes every pool once per ``tick``.  Not thread-safe: one loop drives it."""
 
-    def __init__(self, config: DaemonConfig, backend: Backend, fleet: Fleet, *,
-                 host: str | None = None, clock: Callable[[], float] | None = None,
-                 pid_alive: Callable[[int], bool] = process_exists, events: EventLog | None = None,
-                 intent: IntentFile | None = None, paused_path: str | None = None,
-                 history: HistoryFile | None = None, samples: SamplesFile | None = None) -> None:
+    def __init__(self, config: DaemonConfig, backend: Backend, fleet: Fleet, parts: ControllerParts) -> None:
+        """Built by ``daemon.compose.build_controller``, which wires ``parts``.  Blocking: it loads
+        the kept histories and brings the running workers up to ``config``."""
         self.config = config
         self.backend = backend
         self.fleet = fleet
-        self.host = host or this_host()
+        self.host = parts.host
         # The store's time (leases, run-ats and ages are in it), which no step of the wall clock moves.
-        self.clock = clock = clock or backend.clock
+        self.clock = parts.clock
+        self._activity = parts.activity
         self.histories: dict[str, History] = {}
-        self.start_costs = StartCosts()
-        self.crash_loops = CrashLoops()
+        self.start_costs = parts.start_costs
+        self.crash_loops = parts.crash_loops
         # Per pool, what the last check of its app found wrong (set by the daemon after it
         # imported each app as the workers would, at start and on every reload).
         self.app_problems: dict[str, str] = {}
         self._backoff_said: dict[str, float] = {}  # pool -> the failure whose backoff was logged
-        self.history_file = history or HistoryFile(None)
+        self.history_file = parts.history_file
         self._saved_at: float | None = None
-        self.samples_file = samples or SamplesFile(None)
+        self.samples_file = parts.samples_file
         #: The last hour of every pool, for charts (recorded after each tick, kept across restarts).
         self.samples = Samples.from_document(self.samples_file.load(), config.pools)
         self._samples_saved_at: float | None = None
         self.views: dict[str, PoolView] = {}
-        self.events = events if events is not None else EventLog()
-        #: What the tick is doing now (read by the daemon's loop to report a blocked tick).
-        self.activity: str | None = None
+        self.events = parts.events
         #: Pools whose growth waits, at the last tick, for stopping workers to exit: the loop
         #: decides again soon when no unit change will wake it (``waits_on_stopping``).
         self.waiting_for_stopping: set[str] = set()
@@ -139,16 +155,13 @@ class Controller:
         #: host is alone, and global caps are its own.
         self.fleet_grants: Callable[[float], dict[str, dict[str, int]] | None] | None = None
         self._fleet_report: dict = {"pools": {}}
-        self.retiring = Retiring(fleet)
+        self.retiring = parts.retiring
         #: The tick's first step: the policy's input, read from systemd and the store.
-        self.observer = Observer(config, backend, fleet, ObserverParts(
-            recovery=Recovery(config, backend, fleet, host=self.host, pid_alive=pid_alive, doing=self._doing),
-            retiring=self.retiring, start_costs=self.start_costs, crash_loops=self.crash_loops,
-            evidence=EvidenceReader(config)), host=self.host, doing=self._doing, listed=self._listed)
-        #: The pools' restarts (``flexiqctl restart``); the daemon replaces it by one kept in a file.
-        self.restarts = Restarts(config.pools)
-        self.operators = OperatorIntent(config.pools, fleet, clock=clock, file=intent, paused_path=paused_path,
-                                        retiring=self.retiring)
+        self.observer = parts.observer
+        self.observer.listed = self._listed
+        #: The pools' restarts (``flexiqctl restart``).
+        self.restarts = parts.restarts
+        self.operators = parts.operators
         histories, costs = self.history_file.load()
         self.histories = {name: h for name, h in histories.items() if name in config.pools}
         self.start_costs.load({name: c for name, c in costs.items() if name in config.pools})
@@ -189,8 +202,14 @@ class Controller:
             self.activity = None
         self._configure_pending = False
 
-    def _doing(self, what: str) -> None:
-        self.activity = what
+    @property
+    def activity(self) -> str | None:
+        """What the tick is doing now (read by the daemon's loop to report a blocked tick)."""
+        return self._activity.now
+
+    @activity.setter
+    def activity(self, what: str | None) -> None:
+        self._activity(what)
 
     def _listed(self) -> None:
         """Systemd answered: a reload's ``Fleet.configure`` that could not reach it is done now."""

@@ -12,6 +12,7 @@ from typing import Iterator
 log = logging.getLogger(__name__)
 
 PRIVATE_MODE = 0o600
+EVENTS_FILE = "events.jsonl"  # its name in the daemon's state folder
 
 
 def _open_private(path: str, append: bool):

@@ -81,8 +81,8 @@ class Observer:
     the control loop drives it.
 
     ``doing(what)`` is told what it is about to wait for (the controller's ``activity``);
-    ``listed()`` runs once the workers could be listed, before anything else is read (a
-    reload's ``Fleet.configure`` that waited for systemd).
+    ``listed()`` runs once the workers could be listed, before anything else is read (the
+    controller sets it: a reload's ``Fleet.configure`` that waited for systemd).
     """
 
     def __init__(self, config: DaemonConfig, backend: Backend, fleet: Fleet, parts: ObserverParts, *,
@@ -98,7 +98,7 @@ class Observer:
         #: The probes' threads and the pools' cgroup pressure (direct evidence of a ceiling).
         self.evidence = parts.evidence
         self._doing = doing
-        self._listed = listed
+        self.listed = listed
         #: When the first delayed job of any pool comes due (epoch seconds), as the last tick
         #: read it: the daemon decides again then.  None: none delayed, or not known.
         self.next_due: float | None = None
@@ -138,7 +138,7 @@ class Observer:
             self._fleet_unreachable(str(exc), now)
             return None
         self._fleet_reachable(now)
-        self._listed()
+        self.listed()
         self._check_disk()
         # Dead workers' jobs first: a failed worker is forgotten only once its leases are released.
         busy = self.recovery.release_dead_workers(now, {w.pid for w in workers

@@ -35,13 +35,11 @@ from ..queue.url import open_backend, safe_url, sqlite_path
 from ..runtime_files import APPLIED_CONFIG, PAUSED_FILE, write_published
 from . import backoff, pacing, store_mark
 from .api_port import DaemonPort
+from .compose import StateFiles, build_controller
 from .controller import Controller
 from .declarations import publish_declarations
-from .events import EventLog
 from .hosts import HostHeartbeat
 from .schedules import ScheduleFirer
-from .restarts import RESTARTS_FILE, RestartFile, Restarts
-from .intent import HISTORY_FILE, INTENT_FILE, SAMPLES_FILE, HistoryFile, IntentFile, SamplesFile
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +48,6 @@ EXIT_FAILURE = 1
 EXIT_CONFIG = 78  # EX_CONFIG: the config file is invalid; systemd shows it in the unit's status
 # EX_DATAERR: the store is damaged (flexiqd.service does not restart on it: restore it first).
 EXIT_STORE_DAMAGED = 65
-
-EVENTS_FILE = "events.jsonl"
 
 # The heartbeat: how often it pings the watchdog (at most) and looks at the running tick.
 HEARTBEAT = 1.0
@@ -257,19 +253,9 @@ class Daemon:
         if self.fleet is None:
             return False
         folder = state_dir(self.options, self.config)
-        events_path = intent_path = history_path = samples_path = None
-        if folder:
-            events_path, intent_path = os.path.join(folder, EVENTS_FILE), os.path.join(folder, INTENT_FILE)
-            history_path, samples_path = os.path.join(folder, HISTORY_FILE), os.path.join(folder, SAMPLES_FILE)
-        events = EventLog(events_path)
-        restarts_path = os.path.join(folder, RESTARTS_FILE) if folder else None
-        self.controller = await self.io(
-            lambda: Controller(self.config, backend, self.fleet, events=events,
-                               intent=IntentFile(intent_path), paused_path=self._published_path(PAUSED_FILE),
-                               history=HistoryFile(history_path), samples=SamplesFile(samples_path)),
-            what="adopting the workers")
-        # Before the first tick: a restart in progress goes on with the same old workers.
-        self.controller.restarts = Restarts(self.config.pools, file=RestartFile(restarts_path))
+        files = StateFiles.in_folder(folder, paused=self._published_path(PAUSED_FILE))
+        self.controller = await self.io(lambda: build_controller(self.config, backend, self.fleet, files=files),
+                                        what="adopting the workers")
         # This host in the fleet: registered (and dead hosts' jobs rescued) before the first
         # tick, then beating on a thread of its own.
         on_beat = await self.io(self._compare_store_mark, backend, self.controller.host, folder,

@@ -111,10 +111,9 @@ def many_pools_config(count: int) -> str:
 # leaves there (docs/dbus-api.md, History).
 SEED_HISTORY = """
 import math, os, sys, time
-from flexiqd.daemon.events import EventLog
+from flexiqd.daemon.events import EVENTS_FILE, EventLog
 from flexiqd.daemon.intent import SAMPLES_FILE, SamplesFile
 from flexiqd.daemon.samples import CAPACITY, STEP, PoolSamples, Samples
-from flexiqd.daemon.service import EVENTS_FILE
 
 state, pools = sys.argv[1], sys.argv[2:]
 now = time.time()

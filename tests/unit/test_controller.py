@@ -8,7 +8,8 @@ import os
 import pytest
 
 from flexiqd.config import parse_config
-from flexiqd.daemon.controller import Controller, choose_victims, free_indices
+from flexiqd.daemon.compose import StateFiles, build_controller
+from flexiqd.daemon.controller import choose_victims, free_indices
 from flexiqd.errors import ConfigError, ControlError, FleetError, QueueError
 from flexiqd.fleet.base import WorkerInfo, WorkerState
 from flexiqd.queue.types import ClaimRequest, NewJob
@@ -30,7 +31,7 @@ def make(backend, text: str, *, alive=lambda pid: True, clock=None):
     config = parse_config(text, "test.yaml")
     fleet = FakeFleet()
     clock = clock or Clock()
-    controller = Controller(config, backend, fleet, host=HOST, clock=clock, pid_alive=alive)
+    controller = build_controller(config, backend, fleet, host=HOST, clock=clock, pid_alive=alive)
     return controller, fleet, clock
 
 
@@ -229,12 +230,11 @@ def test_the_process_fleet_shuts_down_workers_that_already_exited():
 
 def restarted(backend, text, tmp_path, clock, fleet=None):
     """A new controller (a restarted daemon) over the same state folder."""
-    from flexiqd.daemon.intent import IntentFile
-
     fleet = fleet or FakeFleet()
-    controller = Controller(parse_config(text, "test.yaml"), backend, fleet, host=HOST, clock=clock,
-                            pid_alive=lambda pid: True, intent=IntentFile(str(tmp_path / "intent.json")),
-                            paused_path=str(tmp_path / "paused.json"))
+    controller = build_controller(parse_config(text, "test.yaml"), backend, fleet, host=HOST, clock=clock,
+                                  pid_alive=lambda pid: True,
+                                  files=StateFiles(intent=str(tmp_path / "intent.json"),
+                                                   paused=str(tmp_path / "paused.json")))
     return controller, fleet
 
 
@@ -482,14 +482,12 @@ def test_start_costs_kept_by_a_previous_daemon_are_read_skipping_malformed_sampl
 # -- histories: operators' changes and a pool's creation enter them, and a restart keeps them ------
 
 def _history_controller(backend, tmp_path, text=POOL, clock=None):
-    from flexiqd.daemon.intent import HistoryFile, IntentFile
-
     config = parse_config(text, "test.yaml")
     fleet = FakeFleet()
     clock = clock or Clock()
-    controller = Controller(config, backend, fleet, host=HOST, clock=clock, pid_alive=lambda pid: True,
-                            intent=IntentFile(str(tmp_path / "intent.json")),
-                            history=HistoryFile(str(tmp_path / "history.json")))
+    controller = build_controller(config, backend, fleet, host=HOST, clock=clock, pid_alive=lambda pid: True,
+                                  files=StateFiles(intent=str(tmp_path / "intent.json"),
+                                                   history=str(tmp_path / "history.json")))
     return controller, fleet, clock
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from flexiqd.cli.render import render_status
 from flexiqd.config import parse_config
-from flexiqd.daemon.controller import Controller
+from flexiqd.daemon.compose import build_controller
 from flexiqd.daemon.crashloop import BACKOFF_FIRST, LOOP_AFTER, WINDOW, CrashLoops, backoff
 from flexiqd.daemon.documents import status_document
 from flexiqd.fleet.base import WorkerState
@@ -49,7 +49,7 @@ def failing(tmp_path):
     clock = Clock()
     fleet = FailingFleet()
     config = parse_config("pools:\n  default:\n    min_workers: 1\n", "test.yaml")
-    yield Controller(config, backend, fleet, host="h", clock=clock), fleet, clock, config
+    yield build_controller(config, backend, fleet, host="h", clock=clock), fleet, clock, config
     backend.close()
 
 

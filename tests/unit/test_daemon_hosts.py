@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from flexiqd.config import parse_config
-from flexiqd.daemon.controller import Controller
+from flexiqd.daemon.compose import build_controller
 from flexiqd.daemon.hosts import HostHeartbeat
 from flexiqd.errors import StoreUnavailable
 from flexiqd.queue.owners import owner_name
@@ -114,7 +114,7 @@ def test_the_tick_holds_a_pool_to_its_grant_and_publishes_what_it_wants(backend)
     clock = Clock()
     config = parse_config(GLOBAL, "test.yaml")
     fleet = FakeFleet()
-    controller = Controller(config, backend, fleet, host="a", clock=clock, pid_alive=lambda pid: True)
+    controller = build_controller(config, backend, fleet, host="a", clock=clock, pid_alive=lambda pid: True)
     controller.fleet_grants = lambda now: {"default": {"db": 2}}
     fleet.add("default", 1, started_at=clock.now - 100)
     backend.enqueue([NewJob(task="t")] * 500, now=clock.now - 120)
@@ -129,8 +129,8 @@ def test_the_tick_holds_a_pool_to_its_grant_and_publishes_what_it_wants(backend)
 def test_a_pool_with_a_global_cap_holds_its_count_before_the_first_grant(backend):
     clock = Clock()
     fleet = FakeFleet()
-    controller = Controller(parse_config(GLOBAL, "test.yaml"), backend, fleet, host="a", clock=clock,
-                            pid_alive=lambda pid: True)
+    controller = build_controller(parse_config(GLOBAL, "test.yaml"), backend, fleet, host="a", clock=clock,
+                                  pid_alive=lambda pid: True)
     controller.fleet_grants = lambda now: {}
     fleet.add("default", 1, started_at=clock.now - 100)
     backend.enqueue([NewJob(task="t")] * 500, now=clock.now - 120)

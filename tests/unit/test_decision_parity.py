@@ -19,6 +19,7 @@ import pytest
 
 import flexiqd.sim.policies as sim_policies
 from flexiqd.config import parse_config
+from flexiqd.daemon.compose import build_controller
 from flexiqd.daemon.controller import Controller
 from flexiqd.policy import Decision, History, Observation
 from flexiqd.sim.engine import run
@@ -97,8 +98,8 @@ def backend(tmp_path):
 
 
 def daemon(text: str, backend) -> Controller:
-    return Controller(parse_config(text, "flexiqd.yaml"), backend, FakeFleet(), host="testhost",
-                      clock=lambda: 0.0, pid_alive=lambda pid: True)
+    return build_controller(parse_config(text, "flexiqd.yaml"), backend, FakeFleet(), host="testhost",
+                            clock=lambda: 0.0, pid_alive=lambda pid: True)
 
 
 def first_difference(sim: Recorded, daemon_decisions: list[Decision]) -> str:

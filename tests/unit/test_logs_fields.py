@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from flexiqd.config import parse_config
-from flexiqd.daemon.controller import Controller
+from flexiqd.daemon.compose import build_controller
 from flexiqd.logs import MessageId
 from flexiqd.queue.types import ClaimRequest, NewJob
 from flexiqd.queue.url import open_backend
@@ -27,8 +27,8 @@ def backend(tmp_path):
 
 def make(backend, text, alive=lambda pid: True):
     fleet = FakeFleet()
-    controller = Controller(parse_config(text, "test.yaml"), backend, fleet, host=HOST, clock=lambda: NOW,
-                            pid_alive=alive)
+    controller = build_controller(parse_config(text, "test.yaml"), backend, fleet, host=HOST, clock=lambda: NOW,
+                                  pid_alive=alive)
     return controller, fleet
 
 

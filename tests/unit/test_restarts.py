@@ -10,7 +10,8 @@ import pytest
 
 from fakes import Clock, FakeFleet
 from flexiqd.config.load import parse_config
-from flexiqd.daemon.controller import Controller, choose_victims
+from flexiqd.daemon.compose import build_controller
+from flexiqd.daemon.controller import choose_victims
 from flexiqd.daemon.restarts import (DONE, FAILED, FINISHING, REPLACING, Census, RestartFile, Restarts, Step,
                                      census, plan, policy_counts, surge)
 from flexiqd.errors import ControlError
@@ -159,7 +160,7 @@ class Pool:
         self.fleet = FakeFleet()
         self.clock = Clock()
         self.mono = now_mono
-        self.controller = Controller(config, backend, self.fleet, host="h", clock=self.clock)
+        self.controller = build_controller(config, backend, self.fleet, host="h", clock=self.clock)
         self.controller.restarts = Restarts(config.pools, clock=self.clock, monotonic=lambda: self.mono,
                                             boot_id=lambda: "b")
         for index in (1, 2, 3):

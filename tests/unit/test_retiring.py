@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from flexiqd.config import parse_config
-from flexiqd.daemon.controller import Controller
+from flexiqd.daemon.compose import StateFiles, build_controller
 from flexiqd.errors import QueueError
 from flexiqd.fleet.base import WorkerState
 from flexiqd.queue.types import ClaimRequest, NewJob, Outcome
@@ -25,13 +25,11 @@ def backend(sqlite_backend):
 
 
 def make(backend, text=POOL, fleet=None, tmp_path=None):
-    from flexiqd.daemon.intent import IntentFile
-
     clock = Clock()
     fleet = fleet or FakeFleet()
-    intent = IntentFile(str(tmp_path / "intent.json")) if tmp_path else None
-    controller = Controller(parse_config(text, "test.yaml"), backend, fleet, host=HOST, clock=clock,
-                            pid_alive=lambda pid: True, intent=intent)
+    intent = str(tmp_path / "intent.json") if tmp_path else None
+    controller = build_controller(parse_config(text, "test.yaml"), backend, fleet, host=HOST, clock=clock,
+                                  pid_alive=lambda pid: True, files=StateFiles(intent=intent))
     return controller, fleet, clock
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from flexiqd.config import parse_config
-from flexiqd.daemon.controller import Controller
+from flexiqd.daemon.compose import build_controller
 from flexiqd.errors import QueueError
 from flexiqd.queue.types import NewJob
 from flexiqd.queue.url import open_backend
@@ -41,7 +41,7 @@ def controller(tmp_path):
     backend = open_backend(f"sqlite:///{tmp_path / 'q.db'}")
     clock = Clock()
     fleet = FakeFleet()
-    controller = Controller(parse_config(POOL, "test.yaml"), backend, fleet, host="h", clock=clock)
+    controller = build_controller(parse_config(POOL, "test.yaml"), backend, fleet, host="h", clock=clock)
     # Jobs like the firing's have run here before: a measured duration (1 s) to size from.
     backend.enqueue([NewJob(task="t")] * 20, now=clock.now - 41)
     from flexiqd.queue.types import ClaimRequest, Outcome

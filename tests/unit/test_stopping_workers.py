@@ -15,7 +15,7 @@ import pytest
 
 from flexiqd.config import parse_config
 from flexiqd.daemon import pacing
-from flexiqd.daemon.controller import Controller
+from flexiqd.daemon.compose import build_controller
 from flexiqd.daemon.overrides import Override, apply_override
 from flexiqd.daemon.room import StartRoom
 from flexiqd.fleet.base import WorkerState
@@ -175,8 +175,8 @@ POOLS = {"flexiq": "pools:\n  default:\n    max_workers: 8\n" + FLEXIQ,
 def controller(backend, text):
     clock = Clock()
     fleet = FakeFleet()
-    made = Controller(parse_config(text, "test.yaml"), backend, fleet, host="testhost", clock=clock,
-                      pid_alive=lambda pid: True)
+    made = build_controller(parse_config(text, "test.yaml"), backend, fleet, host="testhost", clock=clock,
+                            pid_alive=lambda pid: True)
     return made, fleet, clock
 
 
