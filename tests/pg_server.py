@@ -58,8 +58,10 @@ def _free_port() -> int:
 class PostgresServer:
     """Start with ``start()``, stop and remove with ``stop()`` (or use it as a context manager)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, socket_dirs: tuple[os.PathLike | str, ...] = ()) -> None:
+        """``socket_dirs``: more folders for its unix socket, beside its own (one a container sees)."""
         self.directory = pathlib.Path(tempfile.mkdtemp(prefix="flexiq-pg-"))
+        self.socket_dirs = tuple(str(folder) for folder in socket_dirs)
         self.data = self.directory / "data"
         self.port = _free_port()
         self.pid: int | None = None
@@ -91,7 +93,8 @@ class PostgresServer:
         self._run("sh", "-c", f"printf '%s\\n' 'local all all trust' "
                               f"'host all postgres 127.0.0.1/32 trust' "
                               f"'host all all 127.0.0.1/32 scram-sha-256' > {hba}")
-        settings = (f"-k {self.directory} -p {self.port} -c listen_addresses=127.0.0.1 "
+        sockets = ",".join([str(self.directory), *self.socket_dirs])
+        settings = (f"-k {sockets} -p {self.port} -c listen_addresses=127.0.0.1 "
                     "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
                     "-c max_connections=200 -c shared_buffers=64MB")
         self._run(str(BIN / "pg_ctl"), "start", "-w", "-t", "60", "-D", str(self.data),
@@ -131,9 +134,12 @@ class PostgresServer:
         tail = "&".join(f"{key}={quote(value, safe='')}" for key, value in query.items())
         return f"postgresql://{user}@127.0.0.1:{self.port}/{database}" + (f"?{tail}" if tail else "")
 
-    def socket_url(self, database: str = DATABASE, *, schema: str | None = None) -> str:
-        """A URL to ``database`` over the unix socket (the fastest way in, for most tests)."""
-        url = f"postgresql://postgres@/{database}?host={quote(str(self.directory), safe='')}&port={self.port}"
+    def socket_url(self, database: str = DATABASE, *, schema: str | None = None,
+                   directory: os.PathLike | str | None = None) -> str:
+        """A URL to ``database`` over the unix socket (the fastest way in, for most tests); ``directory``:
+        one of its ``socket_dirs`` instead of its own folder."""
+        folder = str(directory or self.directory)
+        url = f"postgresql://postgres@/{database}?host={quote(folder, safe='')}&port={self.port}"
         return url + (f"&options={quote(f'-csearch_path={schema}', safe='')}" if schema else "")
 
     def admin(self, sql: str, *, database: str = "postgres") -> list[tuple]:

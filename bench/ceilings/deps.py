@@ -18,7 +18,10 @@ Three kinds, each a real server on this machine that nobody tells flexiqd about:
 
 ``ceiling`` yields a ``Dependency``: its address, the operations, the environment the
 workers of ``tests/apps/ceiling_app.py`` need, and ``client()`` for the harness's own
-calls.  Everything it started is stopped by pid when the block exits, on errors too.
+calls.  Given a ``share`` folder, each kind also listens on a unix socket there, and
+``inside_target`` is that address: the systemd sandbox (tests/system/sandbox.py) has a
+network of its own but sees the checkout, so a folder in it is how its workers reach a
+dependency on this machine.  Everything it started is stopped by pid when the block exits, on errors too.
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ class Dependency:
     probe_op: str          # what one request of the request path does
     description: str
     details: dict = dataclasses.field(default_factory=dict)
+    inside_target: str | None = None   # the same over a unix socket in the share folder, or None
 
     @property
     def slots(self) -> int:
@@ -82,9 +86,14 @@ class Dependency:
         """The fewest workers of ``concurrency`` slots that keep every one of its slots busy."""
         return max(1, math.ceil(self.slots / concurrency))
 
-    def environment(self, marks: os.PathLike | str) -> dict[str, str]:
-        """What a worker of ceiling_app needs: the dependency, the job's operation, where to mark."""
-        return {KIND_ENV: self.kind, TARGET_ENV: self.target, OP_ENV: self.job_op, MARKS_ENV: str(marks),
+    def environment(self, marks: os.PathLike | str, *, inside: bool = False) -> dict[str, str]:
+        """What a worker of ceiling_app needs: the dependency, the job's operation, where to mark.
+
+        ``inside``: for a worker in the systemd sandbox, the address over the share folder."""
+        if inside and self.inside_target is None:
+            raise ValueError(f"the {self.kind} ceiling was set up without a share folder")
+        target = self.inside_target if inside else self.target
+        return {KIND_ENV: self.kind, TARGET_ENV: target, OP_ENV: self.job_op, MARKS_ENV: str(marks),
                 "PYTHONPATH": os.pathsep.join([str(APPS), str(CODE)])}
 
     def client(self, op: str | None = None) -> DependencyClient:
@@ -175,8 +184,9 @@ def _calibrate_cpu(conninfo: str, target_ms: float) -> int:
 
 
 @contextlib.contextmanager
-def _cpu(capacity: float, job_ms: float, probe_ms: float, log: Callable[[str], None]) -> Iterator[Dependency]:
-    server = PostgresServer()
+def _cpu(capacity: float, job_ms: float, probe_ms: float, share: pathlib.Path | None,
+         log: Callable[[str], None]) -> Iterator[Dependency]:
+    server = PostgresServer(socket_dirs=(share,) if share else ())
     cap = None
     try:
         server.start()
@@ -195,7 +205,8 @@ def _cpu(capacity: float, job_ms: float, probe_ms: float, log: Callable[[str], N
             f"PostgreSQL 15 (pid {server.pid}) capped at {capacity:g} CPU: {cap.describe()}; "
             f"a job sums {job_rows:,} integers ({job_ms:g} ms uncapped), a request {probe_rows:,}",
             {"server_pid": server.pid, "cgroup": str(cap.path), "cgroup_version": cap.version,
-             "period_us": cap.period_us, "job_rows": job_rows, "probe_rows": probe_rows})
+             "period_us": cap.period_us, "job_rows": job_rows, "probe_rows": probe_rows},
+            f"host={share} port={server.port} user=postgres dbname=flexiq" if share else None)
         log(dependency.description)
         yield dependency
     finally:
@@ -208,7 +219,7 @@ def _cpu(capacity: float, job_ms: float, probe_ms: float, log: Callable[[str], N
 
 @contextlib.contextmanager
 def _connections(capacity: float, job_ms: float, probe_ms: float, server: PostgresServer | None,
-                 log: Callable[[str], None]) -> Iterator[Dependency]:
+                 share: pathlib.Path | None, log: Callable[[str], None]) -> Iterator[Dependency]:
     slots = int(capacity)
     if slots != capacity or slots < 1:
         raise ValueError("the connections ceiling needs a whole number of connections")
@@ -225,7 +236,7 @@ def _connections(capacity: float, job_ms: float, probe_ms: float, server: Postgr
             "[databases]\n"
             f"dep = host={server.directory} port={server.port} dbname=flexiq user=postgres\n"
             "[pgbouncer]\n"
-            f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
+            f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir = {share or ''}\n"
             "auth_type = any\npool_mode = transaction\n"
             f"default_pool_size = {slots}\nmax_db_connections = {slots}\n"
             "min_pool_size = 0\nreserve_pool_size = 0\nmax_client_conn = 2000\n"
@@ -260,7 +271,8 @@ def _connections(capacity: float, job_ms: float, probe_ms: float, server: Postgr
             f"pgbouncer {pgbouncer_version()} (pid {proc.pid}, transaction mode, {slots} server connections) "
             f"in front of PostgreSQL 15 (pid {server.pid}); a job's transaction holds one {job_ms:g} ms "
             f"(pg_sleep), a request {probe_ms:g} ms",
-            {"pgbouncer_pid": proc.pid, "server_pid": server.pid, "own_server": own})
+            {"pgbouncer_pid": proc.pid, "server_pid": server.pid, "own_server": own},
+            f"host={share} port={port} user=postgres dbname=dep" if share else None)
         log(dependency.description)
         yield dependency
     finally:
@@ -282,11 +294,14 @@ def pgbouncer_version() -> str:
 
 
 @contextlib.contextmanager
-def _threads(capacity: float, job_ms: float, probe_ms: float, log: Callable[[str], None]) -> Iterator[Dependency]:
+def _threads(capacity: float, job_ms: float, probe_ms: float, share: pathlib.Path | None,
+             log: Callable[[str], None]) -> Iterator[Dependency]:
     threads = int(capacity)
     if threads != capacity or threads < 1:
         raise ValueError("the threads ceiling needs a whole number of threads")
-    proc = subprocess.Popen([sys.executable, str(HERE / "thread_service.py"), "--threads", str(threads)],
+    unix = share / f"threads-{os.getpid()}.sock" if share else None
+    proc = subprocess.Popen([sys.executable, str(HERE / "thread_service.py"), "--threads", str(threads),
+                             *(["--unix", str(unix)] if unix else [])],
                             start_new_session=True, stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
@@ -297,7 +312,7 @@ def _threads(capacity: float, job_ms: float, probe_ms: float, log: Callable[[str
             "threads", capacity, base, f"/work?ms={job_ms:g}", f"/work?ms={probe_ms:g}",
             f"an HTTP service (pid {proc.pid}) with {threads} handler threads, others wait in its accept "
             f"backlog; a job's request blocks a thread {job_ms:g} ms (time.sleep), a request {probe_ms:g} ms",
-            {"service_pid": proc.pid})
+            {"service_pid": proc.pid}, f"unix:{unix}" if unix else None)
         log(dependency.description)
         yield dependency
     finally:
@@ -306,21 +321,40 @@ def _threads(capacity: float, job_ms: float, probe_ms: float, log: Callable[[str
 
 @contextlib.contextmanager
 def ceiling(kind: str, capacity: float, *, server: PostgresServer | None = None, job_ms: float = 50.0,
-            probe_ms: float = 2.0, log: Callable[[str], None] = lambda message: None) -> Iterator[Dependency]:
+            probe_ms: float = 2.0, share: pathlib.Path | None = None,
+            log: Callable[[str], None] = lambda message: None) -> Iterator[Dependency]:
     """Set up a dependency of ``kind`` with ``capacity`` (CPUs, connections or threads); yield it.
 
     ``server``: a running PostgresServer the ``connections`` kind may put pgbouncer in front
     of (else it starts its own); the ``cpu`` kind always starts its own, since it caps it.
+    ``share``: a folder (``share_folder()``) where it also listens on a unix socket.
     """
     if kind == "cpu":
-        context = _cpu(capacity, job_ms, probe_ms, log)
+        context = _cpu(capacity, job_ms, probe_ms, share, log)
     elif kind == "connections":
-        context = _connections(capacity, job_ms, probe_ms, server, log)
+        context = _connections(capacity, job_ms, probe_ms, server, share, log)
     elif kind == "threads":
-        context = _threads(capacity, job_ms, probe_ms, log)
+        context = _threads(capacity, job_ms, probe_ms, share, log)
     else:
         raise ValueError(f"unknown kind {kind!r}: one of {', '.join(KINDS)}")
     with context as dependency:
         dependency.details["job_unloaded_ms"] = round(dependency.unloaded_ms(dependency.job_op, 7), 2)
         dependency.details["probe_unloaded_ms"] = round(dependency.unloaded_ms(dependency.probe_op), 2)
         yield dependency
+
+
+@contextlib.contextmanager
+def share_folder() -> Iterator[pathlib.Path]:
+    """A folder in the checkout that the systemd sandbox sees at the same path, for unix sockets.
+
+    Writable by all with the sticky bit (the servers run as ``postgres``, the sandbox's
+    workers as ``flexiq``); removed with what is in it when the block exits.  Short, since a
+    unix socket's path is at most 107 bytes."""
+    base = REPO / "bench" / ".work"
+    base.mkdir(parents=True, exist_ok=True)
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="s-", dir=base))
+    try:
+        folder.chmod(0o1777)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -8,7 +8,8 @@
   that runs its own workers).
 - ``knee_sweep``: fixed fleets of growing size on a steady backlog, throughput per size.
 - ``flash_crowd``: M jobs enqueued at once onto a fleet; drain time, worker counts,
-  request-path latency, duplicates, lost jobs.
+  request-path latency, duplicates, lost jobs.  The fleet may also be flexiqd under a real
+  systemd (``SystemdDaemonFleet``, systemd_fleet.py).
 
 Every process started here is stopped by its pid (drain-stop, then SIGKILL of the group
 it leads) when its context exits, errors included; the sampler remembers every worker
@@ -99,10 +100,11 @@ class Store:
 # ---------------------------------------------------------------------------------------------
 
 def _is_worker(proc: psutil.Process) -> bool:
+    """``python -m flexiqd.cli.flexiq worker ...`` (the process fleet) or ``.../flexiq worker ...`` (a unit)."""
     try:
         cmdline = proc.cmdline()
-        return (proc.status() != psutil.STATUS_ZOMBIE and "flexiqd.cli.flexiq" in cmdline
-                and "worker" in cmdline)
+        program = any(part == "flexiqd.cli.flexiq" or part.endswith("/flexiq") for part in cmdline[:3])
+        return proc.status() != psutil.STATUS_ZOMBIE and program and "worker" in cmdline
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return False
 
@@ -380,11 +382,16 @@ class AutoscalerFleet:
                 kill_leftovers(self.sampler.seen)
 
 
-def probe_of(dependency: Dependency) -> dict:
-    """``dependencies.<name>.probe`` timing the request path's own request on ``dependency``."""
+def probe_of(dependency: Dependency, *, inside: bool = False) -> dict:
+    """``dependencies.<name>.probe`` timing the request path's own request on ``dependency``
+    (``inside``: over its socket in the share folder, for a daemon in the systemd sandbox)."""
+    target = dependency.inside_target if inside else dependency.target
     if dependency.kind == "threads":
-        return {"http": dependency.target.rstrip("/") + dependency.probe_op}
-    fields = dict(part.split("=", 1) for part in dependency.target.split())
+        if inside:
+            raise ValueError("the daemon's http probe has no unix sockets: no probe of the threads "
+                             "ceiling from inside the systemd sandbox")
+        return {"http": target.rstrip("/") + dependency.probe_op}
+    fields = dict(part.split("=", 1) for part in target.split())
     url = (f"postgresql://{fields.get('user', 'postgres')}@/{fields['dbname']}"
            f"?host={quote(fields['host'], safe='')}&port={fields['port']}")
     return {"postgresql": url, "statement": dependency.probe_op}
@@ -569,14 +576,20 @@ def _timeline(samples: list[tuple[float, int]], t0: float, t1: float, step: floa
 
 def flash_crowd(policy: str, dependency: Dependency, server, workdir: pathlib.Path, jobs: int, *,
                 settings: Settings = Settings(), prober: Prober, idle: float = 2.0, timeout: float = 600.0,
-                log: Log = _quiet, probe: dict | None = None, knee: bool = True) -> dict:
+                log: Log = _quiet, probe: dict | None = None, knee: bool = True, sandbox=None,
+                share: pathlib.Path | None = None) -> dict:
     """Enqueue ``jobs`` at once onto ``policy``'s fleet (at rest first); measure the drain.
 
     ``policy``: ``flexiqd`` or ``flexiq`` (``flexiq autoscale``), ``keda``, ``fixed-K``, or
     ``daemon`` (flexiqd itself on the process fleet, with ``probe`` declared on the dependency
     when given and its knee off when ``knee`` is False; its ``binding_caps`` are reported),
     ``daemon-probe`` (the same with ``probe_of(dependency)``), ``daemon-probe-only`` (that
-    probe, the knee off).
+    probe, the knee off); ``daemon-systemd`` (flexiqd.service and worker units under the real
+    systemd of ``sandbox``, or of one booted for this crowd; the store and the dependency
+    reached over unix sockets in ``share``, the folder ``server`` and ``dependency`` were
+    given; ``probe`` and ``knee`` as for ``daemon``), ``daemon-systemd-probe`` (with the probe
+    of the dependency's socket).  For the daemons, ``status_seen`` lists the reasons
+    ``flexiqctl status``/the log gave while a cap held the pool.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     marks, logs = workdir / "marks", workdir / "logs"
@@ -592,6 +605,15 @@ def flash_crowd(policy: str, dependency: Dependency, server, workdir: pathlib.Pa
             fleet = KedaFleet(spec, logs, store, settings)
         elif policy in ("flexiqd", "flexiq"):
             fleet = AutoscalerFleet(policy, store, dependency, marks, logs, settings)
+        elif policy.startswith("daemon-systemd"):
+            from .systemd_fleet import SystemdDaemonFleet
+
+            if share is None:
+                raise ValueError(f"{policy} needs the share folder the store and the dependency listen in")
+            if probe is None and policy == "daemon-systemd-probe":
+                probe = probe_of(dependency, inside=True)
+            fleet = SystemdDaemonFleet(server.socket_url(schema=store.schema, directory=share), dependency, marks,
+                                       logs, settings, sandbox=sandbox, probe=probe, knee=knee)
         elif policy.startswith("daemon"):
             # daemon: its knee, no probe; daemon-probe: both; daemon-probe-only: the probe, no knee.
             if probe is None and policy.startswith("daemon-probe"):
@@ -602,7 +624,7 @@ def flash_crowd(policy: str, dependency: Dependency, server, workdir: pathlib.Pa
             raise ValueError(f"unknown policy {policy!r}")
         with fleet:
             with WorkerSampler(fleet.root_pid) as sampler:
-                if isinstance(fleet, (AutoscalerFleet, DaemonFleet)):
+                if hasattr(fleet, "sampler"):
                     fleet.sampler = sampler
                 _wait(fleet.ready, 90, f"{policy}'s workers to be ready")
                 rest = time.time()
@@ -624,13 +646,17 @@ def flash_crowd(policy: str, dependency: Dependency, server, workdir: pathlib.Pa
             t_end = counts["last_done"] or ended
             if result.get("timed_out"):
                 t_end = ended
-            if isinstance(fleet, (AutoscalerFleet, DaemonFleet)):
-                result["decisions"] = fleet.decisions()
-            if isinstance(fleet, DaemonFleet):
-                result["binding_caps"] = fleet.binding_caps()
-            elif isinstance(fleet, KedaFleet):
-                result["decisions"] = [f"+{at - t0:.1f}s metric={m} workers={c} -> {d}"
-                                       for at, m, c, d in fleet.decisions if c != d and at >= t0][:12]
+        # After the fleet's exit: a daemon under systemd has its journal saved by then.
+        if hasattr(fleet, "decisions") and not isinstance(fleet, KedaFleet):
+            result["decisions"] = fleet.decisions()
+        if hasattr(fleet, "binding_caps"):
+            result["binding_caps"] = fleet.binding_caps()
+        if hasattr(fleet, "held_by"):
+            result["status_seen"] = fleet.held_by()
+            result["statuses"] = [dict(status, t=round(status["t"] - t0, 1)) for status in fleet.statuses]
+        if isinstance(fleet, KedaFleet):
+            result["decisions"] = [f"+{at - t0:.1f}s metric={m} workers={c} -> {d}"
+                                   for at, m, c, d in fleet.decisions if c != d and at >= t0][:12]
         starts, ends = read_marks(marks)
         drain = t_end - t0
         during = sampler.between(t0, t_end)

@@ -1,12 +1,14 @@
 """An HTTP service with exactly N handler threads: the ``threads`` ceiling.
 
-    python thread_service.py --threads N [--port P]
+    python thread_service.py --threads N [--port P] [--unix PATH]
 
 N threads each ``accept()`` on one listening socket and serve one connection at a time:
 ``GET /work?ms=50`` blocks its thread ``ms`` milliseconds in ``time.sleep`` (as a handler
 waiting on its own backend would), then answers ``200 ok``.  Connections beyond the N
 being served wait in the kernel's accept backlog (4096 here), so the service never
-refuses work; it only makes it wait.  Prints ``port <P>`` on stdout once it listens;
+refuses work; it only makes it wait.  With ``--unix PATH`` it also listens on a unix socket
+there (for clients in a container of their own network, such as the systemd sandbox's
+workers); the same N threads serve both listeners.  Prints ``port <P>`` on stdout once it listens;
 runs until SIGTERM.  ``GET /stats`` answers how many requests were served and the most
 handled at once (it takes one of the N threads too, so the harness reads it only at rest).
 """
@@ -14,6 +16,8 @@ handled at once (it takes one of the N threads too, so the harness reads it only
 from __future__ import annotations
 
 import argparse
+import os
+import select
 import signal
 import socket
 import sys
@@ -70,12 +74,34 @@ def _handle(conn: socket.socket) -> None:
     _respond(conn, "200 OK", b"ok\n")
 
 
-def _serve(listener: socket.socket) -> None:
+def _accept(listeners: list[socket.socket]) -> socket.socket | None:
+    """The next connection on any listener (blocking); None once they are closed."""
+    if len(listeners) == 1:
+        try:
+            return listeners[0].accept()[0]
+        except OSError:
+            return None  # the listener was closed: shutting down
     while True:
         try:
-            conn, _ = listener.accept()
-        except OSError:
-            return  # the listener was closed: shutting down
+            ready, _, _ = select.select(listeners, [], [], 1.0)
+        except (OSError, ValueError):
+            return None
+        for listener in ready:
+            try:
+                conn = listener.accept()[0]   # non-blocking: another thread may have taken it
+            except BlockingIOError:
+                continue
+            except OSError:
+                return None
+            conn.setblocking(True)
+            return conn
+
+
+def _serve(listeners: list[socket.socket]) -> None:
+    while True:
+        conn = _accept(listeners)
+        if conn is None:
+            return
         try:
             _handle(conn)
         except OSError:
@@ -88,17 +114,28 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--unix", help="also listen on a unix socket at this path")
     args = parser.parse_args()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     listener = socket.create_server(("127.0.0.1", args.port), backlog=4096)
+    listeners = [listener]
+    if args.unix:
+        local = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        local.bind(args.unix)
+        os.chmod(args.unix, 0o777)   # a container's workers run as another user
+        local.listen(4096)
+        listeners.append(local)
+        for each in listeners:
+            each.setblocking(False)
     for n in range(args.threads):
-        threading.Thread(target=_serve, args=(listener,), name=f"handler-{n}", daemon=True).start()
+        threading.Thread(target=_serve, args=(listeners,), name=f"handler-{n}", daemon=True).start()
     print(f"port {listener.getsockname()[1]}", flush=True)
     while not stop.wait(0.5):
         pass
-    listener.close()
+    for each in listeners:
+        each.close()
     return 0
 
 

@@ -7,7 +7,8 @@ The dependency comes from the environment:
   psycopg: a CPU-capped server, or a pgbouncer with a fixed pool of server connections),
   or ``threads`` (an HTTP service with a fixed number of handler threads, reached with
   urllib);
-- ``FLEXIQ_CEILING_TARGET``: its address (a libpq conninfo, or an http:// base URL);
+- ``FLEXIQ_CEILING_TARGET``: its address (a libpq conninfo, or an http:// base URL, or
+  ``unix:<path>`` for the HTTP service's unix socket);
 - ``FLEXIQ_CEILING_OP``: what one job does there (an SQL statement, or a path and query).
 
 The task blocks the way a real one does: in C, on the dependency's socket (psycopg's
@@ -19,7 +20,9 @@ completions.  ``DependencyClient`` is also what the harness's request-path probe
 
 from __future__ import annotations
 
+import http.client
 import os
+import socket
 import threading
 import time
 import urllib.request
@@ -59,6 +62,14 @@ class DependencyClient:
     def call(self, op: str | None = None) -> None:
         """Run one operation (``op``, else the default one) and wait for its answer."""
         op = op or self.op
+        if self.kind == "threads" and self.target.startswith("unix:"):
+            connection = _UnixHTTPConnection(self.target[len("unix:"):], timeout=120)
+            try:
+                connection.request("GET", op)
+                connection.getresponse().read()
+            finally:
+                connection.close()
+            return
         if self.kind == "threads":
             with urllib.request.urlopen(self.target.rstrip("/") + op, timeout=120) as answer:
                 answer.read()
@@ -85,6 +96,19 @@ class DependencyClient:
             idle, self._idle = self._idle, []
         for connection in idle:
             connection.close()
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP over a unix socket: one connection, one request (as urllib does over TCP here)."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.path)
 
 
 _client: DependencyClient | None = None
