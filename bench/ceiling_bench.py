@@ -18,11 +18,18 @@ at ``--probe-rate``/s; first a knee sweep (fixed fleets of 1, 2, 3, 4, 6, 8, ...
 ``--max-workers``, throughput on a steady backlog; the knee is the fewest workers within
 5 % of the best), then ``--runs`` runs of a flash crowd onto each policy (flexiqd,
 flexiq, keda, fixed-<knee>, fixed-<max>), the order rotating from run to run.
+
+``--policies`` may also name ``daemon``, ``daemon-probe``, ``daemon-probe-only`` (flexiqd
+itself on the process fleet) and ``daemon-systemd``, ``daemon-systemd-probe`` (flexiqd.service
+and its worker units under a real systemd: the sandbox of tests/system/sandbox.py, booted
+once per kind; the store and the dependency also listen on unix sockets in a folder of the
+checkout, which the sandbox sees).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
@@ -70,7 +77,7 @@ CODE_AT = _export_code(sys.argv[1:])
 
 from ceilings import (KINDS, Prober, Settings, ceiling, flash_crowd, knee_sweep,  # noqa: E402
                       sweep_counts, unavailable_reason)
-from ceilings.deps import pgbouncer_version  # noqa: E402
+from ceilings.deps import pgbouncer_version, share_folder  # noqa: E402
 
 RESULTS = BENCH / "results-ceilings.json"
 REPORT = BENCH / "ceilings.md"
@@ -99,12 +106,23 @@ def _r(value, digits=2):
 # One kind
 # ---------------------------------------------------------------------------------------------
 
-def run_kind(kind: str, capacity: float, args, settings: Settings, store_server) -> dict:
+def _under_systemd(policies) -> bool:
+    return any(name.startswith("daemon-systemd") for name in policies)
+
+
+def run_kind(kind: str, capacity: float, args, settings: Settings, store_server, share) -> dict:
     started = time.monotonic()
     work = pathlib.Path(tempfile.mkdtemp(prefix=f"{kind}-", dir=WORK))
     entry: dict = {"kind": kind, "capacity": capacity}
-    with ceiling(kind, capacity, server=store_server if kind == "connections" else None,
-                 job_ms=args.job_ms, probe_ms=args.probe_ms, log=log) as dependency:
+    with contextlib.ExitStack() as stack:
+        dependency = stack.enter_context(ceiling(kind, capacity, server=store_server if kind == "connections" else None,
+                                                 job_ms=args.job_ms, probe_ms=args.probe_ms, share=share, log=log))
+        sandbox = None
+        if _under_systemd(args.policies):
+            from system.sandbox import Sandbox
+
+            sandbox = stack.enter_context(Sandbox())
+            log(f"{kind}: a systemd sandbox is up (container PID 1 is pid {sandbox.leader})")
         entry["dependency"] = {"description": dependency.description, "details": dependency.details,
                                "slots": dependency.slots}
         with Prober(dependency, rate=args.probe_rate) as prober:
@@ -139,7 +157,8 @@ def run_kind(kind: str, capacity: float, args, settings: Settings, store_server)
                 run = {}
                 for policy in order:
                     run[policy] = flash_crowd(policy, dependency, store_server, work / f"run{r + 1}-{policy}", jobs,
-                                              settings=settings, prober=prober, timeout=args.timeout, log=log)
+                                              settings=settings, prober=prober, timeout=args.timeout, log=log,
+                                              sandbox=sandbox, share=share)
                 runs.append(run)
             entry["runs"] = runs
         entry["prober_errors"] = prober.errors[:10]
@@ -372,11 +391,13 @@ def main(argv=None) -> int:
     from pg_server import PostgresServer
 
     began = time.monotonic()
-    with PostgresServer() as store_server:
+    with contextlib.ExitStack() as stack:
+        share = stack.enter_context(share_folder()) if _under_systemd(args.policies) else None
+        store_server = stack.enter_context(PostgresServer(socket_dirs=(share,) if share else ()))
         for kind in kinds:
             capacity = args.capacity if args.capacity is not None else DEFAULT_CAPACITY[kind]
             log(f"{kind}: capacity {capacity:g}")
-            entry = run_kind(kind, capacity, args, settings, store_server)
+            entry = run_kind(kind, capacity, args, settings, store_server, share)
             entry["recorded"] = data["recorded"]
             entry["commit"] = commit
             entry["code"] = data["code"]
