@@ -4,7 +4,9 @@ daemon's side of it.
 Both faces (flexiqd/dbus, flexiqd/http/daemon.py) see the daemon only through ``ApiPort``: the
 documents it publishes, the queues' stats and counters, the operators' requests, and a
 stream of changes.  They never reach into the controller, its thread or its options,
-so each can be tested with a fake port and no daemon at all.
+so each can be tested with a fake port and no daemon at all.  ``DaemonPort`` itself reads
+the controller's last published snapshot (``published.Published``), never its attributes;
+only the operators' requests go to the controller, on the daemon's I/O thread.
 
 Changes a subscriber hears (always on the daemon's event loop):
 
@@ -26,6 +28,7 @@ from .samples import STEP
 
 if TYPE_CHECKING:
     from ..http.counters import Counters
+    from .published import Published
     from .service import Daemon
 
 Listener = Callable[[str, Any], None]
@@ -141,64 +144,58 @@ class DaemonPort:
         config_path, config_error = daemon.options.config_path, daemon.config_error
 
         def build() -> dict[str, Any]:
-            controller = daemon.controller
-            if controller is None:
+            published = self._published()
+            if published is None or daemon.backend is None:
                 return status_document(daemon.config, config_path, config_error, {}, {}, time.time())
-            now = controller.clock()  # the store's time: the hosts' beats are in it
-            hosts = (hosts_document(daemon.hosts, controller.global_caps(), now)
+            now = daemon.backend.clock()  # the store's time: the hosts' beats are in it
+            hosts = (hosts_document(daemon.hosts, published.global_caps, now)
                      if daemon.hosts is not None else None)
             firer = daemon.schedules
-            return status_document(controller.config, config_path, config_error, controller.views,
-                                   controller.operators.overrides, now, hosts, controller.dependency_stats,
+            return status_document(published.config, config_path, config_error, published.views,
+                                   published.overrides, now, hosts, published.dependency_stats,
                                    firer.views() if firer is not None else None,
                                    firer.counters if firer is not None else None,
-                                   store_problem=controller.store_problem,
-                                   fleet_problem=controller.fleet_problem)
+                                   store_problem=published.store_problem,
+                                   fleet_problem=published.fleet_problem)
 
         return await daemon.io(build)
 
     async def queue_stats(self) -> dict[str, Stats]:
-        controller = self._daemon.controller
-        views = controller.views if controller is not None else {}
-        return {stats.queue: stats for view in views.values() for stats in view.stats or ()}
+        published = self._published()
+        return published.queue_stats() if published is not None else {}
 
     async def count(self, counters: "Counters") -> None:
         daemon = self._daemon
-        controller = daemon.controller
-        if controller is None or daemon.config is None:
+        backend = daemon.backend
+        if self._published() is None or backend is None or daemon.config is None:
             return
         queues = sorted({q for pool in daemon.config.pools.values() for q in pool.queues})
-        await daemon.io(counters.read, controller.backend, queues, controller.clock(), what="reading the queue counters")
+        await daemon.io(counters.read, backend, queues, backend.clock(), what="reading the queue counters")
 
     async def events_since(self, seq: int) -> list[dict[str, Any]]:
-        controller = self._daemon.controller
-        if controller is None:
-            return []
-        events = await self._daemon.io(controller.events.since, seq)
-        return [event_document(e) for e in events]
+        published = self._published()
+        return [event_document(e) for e in published.events_since(seq)] if published is not None else []
 
     async def history(self, pool: str, since: float) -> dict[str, Any]:
-        controller = self._controller()
-        if pool not in controller.config.pools:
-            raise ControlError(f"no pool {pool!r} (pools: {', '.join(sorted(controller.config.pools)) or 'none'})")
-
-        def read() -> dict[str, Any]:
-            events = [event_document(e) for e in controller.events.since(0) if e.pool == pool and e.at >= since]
-            policy = controller.config.pools[pool].policy
-            return {"pool": pool, "target_age": policy.targets.age, "step": STEP,
-                    "samples": controller.samples.since(pool, since), "events": events}
-
-        return await self._daemon.io(read, what="reading a pool's history")
+        published = self._published()
+        if published is None:
+            raise FlexiqdError("flexiqd is still starting")
+        pools = published.config.pools
+        if pool not in pools:
+            raise ControlError(f"no pool {pool!r} (pools: {', '.join(sorted(pools)) or 'none'})")
+        events = [event_document(e) for e in published.events_since(0) if e.pool == pool and e.at >= since]
+        return {"pool": pool, "target_age": pools[pool].policy.targets.age, "step": STEP,
+                "samples": published.samples.since(pool, since), "events": events}
 
     async def jobs(self, query: JobQuery) -> dict[str, Any]:
-        backend = self._controller().backend
+        backend = self._backend()
         found = await self._daemon.io(lambda: backend.list_jobs(
             queue=query.queue, state=query.state, task=query.task, tenant=query.tenant, before=query.before,
             limit=query.limit), what="looking up jobs")
         return page_document(found, query)
 
     async def job(self, job_id: int) -> dict[str, Any]:
-        backend = self._controller().backend
+        backend = self._backend()
 
         def read() -> dict[str, Any]:
             try:
@@ -209,15 +206,20 @@ class DaemonPort:
         return await self._daemon.io(read, what="reading a job")
 
     async def retry_dead(self, queue: str | None, job_ids: list[int] | None) -> int:
-        backend = self._controller().backend
+        backend = self._backend()
         return await self._daemon.io(lambda: backend.retry_dead(queue=queue, job_ids=job_ids, now=backend.clock()),
                                      what="retrying dead letters")
 
     async def purge_dead(self, queue: str | None, job_ids: list[int] | None) -> int:
-        backend = self._controller().backend
+        backend = self._backend()
         return await self._daemon.io(lambda: backend.purge(states=[JobState.DEAD], finished_before=backend.clock() + 1,
                                                            queue=queue, job_ids=job_ids),
                                      what="purging dead letters")
+
+    def _published(self) -> "Published | None":
+        """The controller's last snapshot (None: no controller yet)."""
+        controller = self._daemon.controller
+        return controller.published if controller is not None else None
 
     def _controller(self):
         controller = self._daemon.controller
@@ -225,11 +227,20 @@ class DaemonPort:
             raise FlexiqdError("flexiqd is still starting")
         return controller
 
-    async def _control(self, name: str, *args: Any) -> None:
-        controller = self._daemon.controller
-        if controller is None:
+    def _backend(self):
+        backend = self._daemon.backend
+        if backend is None or self._daemon.controller is None:
             raise FlexiqdError("flexiqd is still starting")
-        await self._daemon.io(getattr(controller.operators, name), *args)
+        return backend
+
+    async def _control(self, name: str, *args: Any) -> None:
+        controller = self._controller()
+
+        def request() -> None:
+            getattr(controller.operators, name)(*args)
+            controller.publish()  # the Status document shows the override before the tick it wakes
+
+        await self._daemon.io(request)
         self._daemon.wake()  # apply it now, not at the next tick
 
     async def pin(self, pool: str, workers: int, seconds: float | None) -> None:

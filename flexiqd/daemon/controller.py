@@ -31,12 +31,12 @@ from ..config.model import DaemonConfig, PoolConfig
 from ..errors import FleetError
 from ..fleet.base import Fleet, WorkerInfo, WorkerState, instance_name
 from ..logs import MessageId, journal
-from ..policy import CapValue, Decision, History, Observation, PoolMetrics, decide_fleet, decision_line
+from ..policy import CapValue, Decision, History, Observation, decide_fleet, decision_line
 from ..policy.types import KneeState
 from ..queue.store.backend import Backend
 from ..queue.types import DependencyStats
 from ..schedules.forecast import Forecast
-from .crashloop import WINDOW as CRASH_WINDOW, CrashLoop, CrashLoops
+from .crashloop import WINDOW as CRASH_WINDOW, CrashLoops
 from .events import EventLog
 from .activity import Activity
 from .evidence import EvidenceReader
@@ -44,39 +44,18 @@ from .samples import Samples
 from .intent import HistoryFile, SamplesFile
 from .observe import Observer, Seen
 from .operators import OperatorIntent
+from .published import PoolView, Published, frozen
 from .overrides import is_stopping
 from .recovery import Recovery
 from .restarts import DONE, FAILED, REPLACING, Progress, Restarts, plan, policy_counts, surge
 from .retiring import Retiring
 from .room import StartRoom
-from .startcost import StartCost, StartCosts
+from .startcost import StartCosts
 
 log = logging.getLogger(__name__)
 
 HISTORY_SAVE_INTERVAL = 30.0  # seconds between saves of the histories while nothing changes
 SAMPLES_SAVE_INTERVAL = 60.0  # seconds between saves of the charts' samples
-
-
-@dataclasses.dataclass(frozen=True)
-class PoolView:
-    """A pool as last seen: for STATUS=, flexiqctl status and the D-Bus API."""
-
-    pool: str
-    active: int
-    starting: int
-    draining: int
-    failed: int
-    max_workers: int
-    decision: Decision | None
-    stats: list | None               # each queue's Stats; None when the read failed
-    metrics: PoolMetrics | None = None   # all its queues together, as the policy saw them
-    start_cost: StartCost | None = None  # measured; None until a worker started for work claimed
-    line: str | None = None              # the decision's one line, as logged
-    stats_error: str | None = None       # why the stats could not be read (stats None)
-    crash_loop: CrashLoop | None = None  # its workers keep failing (daemon.crashloop)
-    app_problem: str | None = None       # why its workers could not run its app (flexiqd.apps), as last checked
-    restart: dict | None = None          # its last restart (daemon.restarts.Restarts.document)
-    evidence_notes: Mapping[str, str] = dataclasses.field(default_factory=dict)  # source -> why no reading
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +150,9 @@ class Controller:
         self.activity = "configuring the workers"
         self.fleet.configure(p.worker_spec(config.store) for p in config.pools.values())
         self.activity = None
+        #: What the API faces read (``published.Published``), replaced whole after each tick.
+        self.published: Published
+        self.publish()
 
     def reconfigure(self, config: DaemonConfig) -> None:
         """Use a new config from the next tick; pools that stay keep their history.
@@ -187,6 +169,7 @@ class Controller:
         self.restarts.reconfigure(config.pools)
         self._configure_pending = True
         self._configure_workers()
+        self.publish()
 
     def _configure_workers(self) -> None:
         """``Fleet.configure`` for the config in force; kept pending when systemd cannot be
@@ -272,7 +255,9 @@ class Controller:
         """Observe, decide and apply once; the decisions, keyed by pool (none when the workers
         cannot be listed: every pool is then held).  Blocking: it waits on the store and the fleet."""
         try:
-            return self._tick()
+            decisions = self._tick()
+            self.publish()
+            return decisions
         finally:
             self.activity = None
 
@@ -656,32 +641,17 @@ class Controller:
     # -- reporting --------------------------------------------------------------------------
 
     def status_line(self) -> str:
-        """``default 3/10 age 2.1s ttd 4s; images 1/4 age 0ms ttd 0ms`` for STATUS=."""
-        from ..durations import format_duration
+        """``default 3/10 age 2.1s ttd 4s; images 1/4 age 0ms ttd 0ms`` for STATUS=, as last published."""
+        return self.published.status_line()
 
-        parts = []
-        for view in self.views.values():
-            running = view.active + view.starting
-            metrics = view.metrics
-            if metrics is None:
-                why = f" ({view.stats_error}), holding" if view.stats_error else ""
-                parts.append(f"{view.pool} {running}/{view.max_workers} stats unavailable{why}")
-                continue
-            looping = f" APP-PROBLEM ({view.app_problem})" if view.app_problem else ""
-            if view.crash_loop is not None:
-                looping += (f" CRASH-LOOPING ({view.crash_loop.failures} workers failed: "
-                           f"{view.crash_loop.last_error or 'unknown'})")
-            restart = view.restart
-            if restart is not None and restart["state"] in ("replacing", "finishing"):
-                left = (restart["old_serving"] or 0) + (restart["old_draining"] or 0)
-                looping += f" restarting ({left} old workers left)"
-            parts.append(f"{view.pool} {running}/{view.max_workers}{looping} age "
-                         f"{format_duration(metrics.oldest_runnable_age)} "
-                         f"ttd {format_duration(metrics.time_to_drain)}")
-        line = "; ".join(parts) or "no pools"
-        if self.fleet_problem:
-            line = f"holding every pool, workers cannot be listed: {self.fleet_problem}; {line}"
-        return f"store takes no writes: {self.store_problem}; {line}" if self.store_problem else line
+    def publish(self) -> None:
+        """Replace ``published`` with what the controller holds now: one reference assignment,
+        so a reader on another thread sees the last snapshot or this one, never a mix."""
+        self.published = Published(
+            config=self.config, views=frozen(self.views), overrides=frozen(self.operators.overrides),
+            dependency_stats=frozen(self.observer.dependency_stats), global_caps=frozen(self.global_caps()),
+            events=tuple(self.events), samples=self.samples.copy(), store_problem=self.observer.store_problem,
+            fleet_problem=self.observer.fleet_problem)
 
 
 def _decision_fields(decision: Decision) -> dict:

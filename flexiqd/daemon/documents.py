@@ -14,7 +14,7 @@ from .. import __version__
 
 if TYPE_CHECKING:
     from ..config.model import DaemonConfig
-    from .controller import PoolView
+    from .published import PoolView
     from .hosts import HostHeartbeat
     from .events import ScaleEvent
     from .overrides import Override

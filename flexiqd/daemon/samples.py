@@ -63,6 +63,13 @@ class PoolSamples:
                 found.append({name: _known(self._columns[name][at]) for name in FIELDS})
         return found
 
+    def copy(self) -> "PoolSamples":
+        """A ring of its own with the same samples (the arrays copied: a few KiB)."""
+        twin = PoolSamples()
+        twin._columns = {name: array.array("d", column) for name, column in self._columns.items()}
+        twin._next, twin._count = self._next, self._count
+        return twin
+
     def rows(self) -> list[list[float | None]]:
         """Every sample as a list of FIELDS' values, oldest first (for the state file)."""
         return [[sample[name] for name in FIELDS] for sample in self.since(-math.inf)]
@@ -73,7 +80,7 @@ def _known(value: float) -> float | None:
 
 
 def tick_values(view: Any) -> dict[str, float | None]:
-    """What a sample records of a pool's view (``controller.PoolView``) after a tick."""
+    """What a sample records of a pool's view (``published.PoolView``) after a tick."""
     metrics = view.metrics
     return {
         "active": view.active, "starting": view.starting, "draining": view.draining,
@@ -104,6 +111,12 @@ class Samples:
     def since(self, pool: str, since: float) -> list[dict[str, float | None]]:
         ring = self.pools.get(pool)
         return ring.since(since) if ring is not None else []
+
+    def copy(self) -> "Samples":
+        """Rings of their own with the same samples: for readers on other threads."""
+        twin = Samples()
+        twin.pools = {name: ring.copy() for name, ring in self.pools.items()}
+        return twin
 
     def to_document(self) -> dict[str, Any]:
         """What the state file keeps: {"step", "fields", "pools": {name: [[values...], ...]}}."""

@@ -118,6 +118,7 @@ class Daemon:
         self.config: DaemonConfig | None = None
         self.config_error: str | None = None
         self.controller: Controller | None = None
+        self.backend: Backend | None = None  # the store, once opened (the API's job queries use it)
         self.fleet: Fleet | None = None
         self._systemd = None
         self._watcher = None
@@ -249,6 +250,7 @@ class Daemon:
         backend = await self._open_store()
         if backend is None:
             return False
+        self.backend = backend
         self.fleet = await self._connect_fleet(kind)
         if self.fleet is None:
             return False
@@ -290,7 +292,7 @@ class Daemon:
 
             # Offered now, or -- the bus away, the name refused -- as soon as it can be.
             self.api = await ApiKeeper.start(self.port, self.options.bus_address)
-        pools = ", ".join(f"{v.pool} ({v.active + v.starting} running)" for v in self.controller.views.values())
+        pools = ", ".join(f"{v.pool} ({v.active + v.starting} running)" for v in self.controller.published.views.values())
         log.info("flexiqd ready with %s fleet; pools: %s.", kind, pools or "none")
         self._status = self.controller.status_line()
         self.notifier.ready(self._status)
