@@ -188,9 +188,6 @@ class Simulation:
         self.scale_events = 0
         self.flaps = 0
         self._last_change: tuple[float, int] | None = None  # (at, direction)
-        dep = trace.dependency
-        # The request path's own load, alone: its latency then is the unloaded latency.
-        self._unloaded = dep.slowdown(dep.request_load / dep.capacity) if dep else 1.0
         for _ in range(initial_workers):
             self._spawn(ready=True)
 
@@ -339,7 +336,7 @@ class Simulation:
             duration_p99=percentile(durations, 0.99),
             cpu=cpu,
             dependency_utilisation=utilisation,
-            dependency_latency=None if dep is None else dep.request_latency * dep.slowdown(utilisation),
+            dependency_latency=None if dep is None else dep.request_time(len(self.running)),
             coming_due=self.coming_due(self.coming_due_within),
             coming_due_within=self.coming_due_within,
             running_age_mean=self.running_age_mean(),
@@ -405,7 +402,7 @@ class Simulation:
             utilisation = dep.utilisation(len(self.running))
             if utilisation > 1.0:
                 self.over_capacity_seconds += span
-            factor = round(dep.slowdown(utilisation) / self._unloaded, 3)
+            factor = dep.inflation(len(self.running))
             self.inflation[factor] = self.inflation.get(factor, 0.0) + span
         self.now = to
 

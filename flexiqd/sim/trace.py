@@ -163,6 +163,11 @@ class Workers:
     cpu_bound: bool
 
 
+# How a dependency turns load into latency (``SharedDependency.model``).
+CONTENTION, QUEUE = "contention", "queue"
+DEPENDENCY_MODELS = (CONTENTION, QUEUE)
+
+
 @dataclass(frozen=True)
 class SharedDependency:
     """A dependency the jobs and a request path share (a database, an API).
@@ -172,6 +177,21 @@ class SharedDependency:
     ``capacity`` queues: time inside the dependency is multiplied by
     ``slowdown(utilisation)``.  ``declared``: whether flexiqd's policy is told
     about it (an undeclared one is a ceiling to discover).
+
+    ``model`` says how load turns into latency (docs/traces.md):
+
+    - ``contention`` (the standard traces, the random families): mild
+      contention below capacity, processor sharing and ``overload_penalty``
+      above it; the request path's latency is ``request_latency`` times the
+      same slowdown.
+    - ``queue`` (fitted to real ceilings, ``ceiling_fit``): nothing below
+      capacity; above it work waits its turn (x utilisation) and contention
+      adds ``overload_penalty`` per unit of excess utilisation.  The request
+      path waits ``request_wait`` seconds per unit of load above
+      ``request_wait_from``, on top of ``request_latency``: a request queues
+      behind the jobs ahead of it (a slot pool: about a job's time in the
+      dependency over its capacity per job; processor sharing: its own work
+      over the capacity per job).
     """
 
     name: str
@@ -182,26 +202,51 @@ class SharedDependency:
     request_load: float
     request_latency: float
     declared: bool
+    model: str = CONTENTION
+    request_wait: float = 0.0
+    request_wait_from: float = 0.0
 
     def per_worker(self, concurrency: int) -> float:
         """Units a fully busy worker holds on average (what a pool declares per worker)."""
         return concurrency * self.per_job * self.share
+
+    def load(self, running_jobs: int) -> float:
+        """Units held with ``running_jobs`` jobs running next to the request path."""
+        return running_jobs * self.per_job * self.share + self.request_load
 
     def utilisation(self, running_jobs: int) -> float:
         """Load / capacity with ``running_jobs`` jobs running next to the request path."""
         return (running_jobs * self.per_job * self.share + self.request_load) / self.capacity
 
     def slowdown(self, utilisation: float) -> float:
-        """Latency multiplier at ``utilisation`` = load / capacity.
+        """Latency multiplier of time inside the dependency at ``utilisation`` = load / capacity.
 
-        Below capacity, mild contention (1 + 0.1 u^2); above it, requests wait
-        for a free unit (processor sharing: x u) and contention adds
+        ``contention``: below capacity, mild contention (1 + 0.1 u^2); above it,
+        requests wait for a free unit (processor sharing: x u) and contention adds
         ``overload_penalty`` per unit of excess, so throughput falls past the
-        ceiling instead of staying flat.
+        ceiling instead of staying flat.  ``queue``: 1 up to capacity, then
+        u (1 + overload_penalty (u - 1)): throughput flat past the ceiling with
+        no penalty, falling with one.
         """
+        if self.model == QUEUE:
+            if utilisation <= 1.0:
+                return 1.0
+            return utilisation * (1.0 + self.overload_penalty * (utilisation - 1.0))
         if utilisation <= 1.0:
             return 1.0 + 0.1 * utilisation * utilisation
         return 1.1 * utilisation * (1.0 + self.overload_penalty * (utilisation - 1.0))
+
+    def request_time(self, running_jobs: int) -> float:
+        """The request path's latency (s) with ``running_jobs`` jobs running."""
+        if self.model == QUEUE:
+            return self.request_latency + self.request_wait * max(0.0, self.load(running_jobs) - self.request_wait_from)
+        return self.request_latency * self.slowdown(self.utilisation(running_jobs))
+
+    def inflation(self, running_jobs: int) -> float:
+        """The request path's latency over its latency with the request path alone (3 decimals)."""
+        if self.model == QUEUE:
+            return round(self.request_time(running_jobs) / self.request_time(0), 3)
+        return round(self.slowdown(self.utilisation(running_jobs)) / self.slowdown(self.request_load / self.capacity), 3)
 
 
 @dataclass(frozen=True)
@@ -442,7 +487,7 @@ class _Parser:
 
     def dependency(self, value: Any) -> SharedDependency:
         known = {"name", "capacity", "per_job", "share", "overload_penalty", "request_load",
-                 "request_latency", "declared"}
+                 "request_latency", "declared", "model", "request_wait", "request_wait_from"}
         raw = self.mapping(value, "dependency", known, {"name", "capacity", "share"})
         capacity = self.number(raw["capacity"], "dependency.capacity", strict=True)
         request_load = self.number(raw.get("request_load", 0.0), "dependency.request_load")
@@ -450,6 +495,13 @@ class _Parser:
             raise self.fail(
                 "dependency.request_load", f"must be below the capacity ({capacity:g}), got {request_load:g}"
             )
+        model = raw.get("model", CONTENTION)
+        if model not in DEPENDENCY_MODELS:
+            raise self.fail("dependency.model", f"must be one of {', '.join(DEPENDENCY_MODELS)}, got {_show(model)}")
+        if model != QUEUE:
+            for field in ("request_wait", "request_wait_from"):
+                if field in raw:
+                    raise self.fail(f"dependency.{field}", f"only for model {QUEUE!r} (the model is {model!r})")
         return SharedDependency(
             name=self.text(raw["name"], "dependency.name"),
             capacity=capacity,
@@ -459,6 +511,9 @@ class _Parser:
             request_load=request_load,
             request_latency=self.number(raw.get("request_latency", 0.01), "dependency.request_latency", strict=True),
             declared=self.flag(raw.get("declared", True), "dependency.declared"),
+            model=model,
+            request_wait=self.number(raw.get("request_wait", 0.0), "dependency.request_wait"),
+            request_wait_from=self.number(raw.get("request_wait_from", 0.0), "dependency.request_wait_from"),
         )
 
 
