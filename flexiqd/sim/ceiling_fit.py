@@ -11,10 +11,16 @@ simulator's ``queue`` model (``trace.SharedDependency``) has, per kind:
 - ``overload_penalty``: how much past the capacity each unit of excess
   utilisation slows the work down (0: throughput flat past the knee).
 - ``overhead``: a job's seconds outside the dependency (claiming it, recording
-  it), from the sweep's first point when that point is below the ceiling.
-- the request path: ``request_latency`` + ``request_wait`` s per unit of load
-  above ``request_wait_from`` -- fitted to the sweep's request p95, so the
-  model's request latency is that p95 at a given load.
+  it): the median over the sweep's points below the knee (0 when there is none:
+  a ceiling reached by one worker hides it).
+- the request path, fitted to the sweep's request p95 (so the model's request
+  latency is that p95 at a given load): ``request_latency``, its p95 below the
+  knee (without points there: at rest); past it a line through the points at
+  and past the knee, ``request_wait`` s per unit of load, leaving
+  ``request_latency`` at ``request_wait_from`` units.  Requests queue behind the
+  jobs in flight: for a slot pool about a job's hold over the capacity per
+  unit; for a shared CPU the request's own work over the capacity, times the
+  scheduler's tail.
 
 Pure: numbers in, numbers out; the caller reads and writes the files.
 """
@@ -22,6 +28,7 @@ Pure: numbers in, numbers out; the caller reads and writes the files.
 from __future__ import annotations
 
 import math
+from statistics import median
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
@@ -139,18 +146,25 @@ def fit_kind(kind: str, recorded: Mapping[str, Any], settings: Mapping[str, Any]
     concurrency = int(settings["concurrency"])
     hold = job_hold(kind, recorded, settings)
     best = max(p.jobs_per_s for p in points)
-    first = min(points, key=lambda p: p.workers)
-    in_flight = first.workers * concurrency
-    # Below the ceiling a job's duration is its hold plus what it spends outside.
-    overhead = max(0.0, in_flight / first.jobs_per_s - hold) if first.jobs_per_s < UNSATURATED * best else 0.0
+    try:
+        knee = int(recorded["sweep"]["knee"])
+    except (KeyError, TypeError, ValueError):
+        raise FitError(f"{kind}: sweep.knee: missing or not a worker count") from None
+    # Below the knee a job's duration is its hold plus what it spends outside (a saturated
+    # point says nothing of it: there the job waits for the dependency too).
+    outside = [p.workers * concurrency / p.jobs_per_s - hold for p in points
+               if p.workers < knee and p.jobs_per_s < UNSATURATED * best]
+    overhead = max(0.0, median(outside)) if outside else 0.0
     request_load = float(settings["probe_rate"]) * float(settings["probe_ms"]) / 1000
     capacity, penalty = _fit_throughput(points, concurrency, overhead + hold, hold, best, request_load)
     share = hold / (overhead + hold)
     loads = [p.workers * concurrency * share + request_load for p in points]
-    latency, wait, wait_from = _fit_requests(loads, [p.request_p95 for p in points])
+    at_rest = recorded.get("request_idle", {}).get("p95_ms")
+    latency, wait, wait_from = _fit_requests(loads, [p.request_p95 for p in points], [p.workers < knee for p in points],
+                                             None if at_rest is None else float(at_rest) / 1000)
     return CeilingFit(kind=kind, concurrency=concurrency, hold=hold, overhead=overhead, capacity=capacity,
                       overload_penalty=penalty, request_load=request_load, request_latency=latency,
-                      request_wait=wait, request_wait_from=wait_from, knee=int(recorded["sweep"]["knee"]),
+                      request_wait=wait, request_wait_from=wait_from, knee=knee,
                       points=points)
 
 
@@ -177,21 +191,28 @@ def _fit_throughput(points: tuple[SweepPoint, ...], concurrency: int, base: floa
     return fitted
 
 
-def _fit_requests(loads: list[float], p95s: list[float]) -> tuple[float, float, float]:
-    """(latency, wait per unit, wait from) of latency = a + b max(0, load - L0), least relative squares."""
-    best = (min(p95s), 0.0, 0.0)
-    least = math.inf
-    for start in sorted(set([0.0] + loads)):
-        xs = [max(0.0, load - start) for load in loads]
-        a, b = _weighted_line(xs, p95s)
-        error = sum(((a + b * x) / y - 1.0) ** 2 for x, y in zip(xs, p95s))
-        if error < least:
-            least, best = error, (a, b, start)
-    return best
+def _fit_requests(loads: list[float], p95s: list[float], below: list[bool], at_rest: float | None
+                  ) -> tuple[float, float, float]:
+    """(latency, wait per unit, wait from): latency = max(a0, a + b load), as a + b max(0, load - L0).
+
+    a0 is the request path's p95 below the ceiling (the points under the knee; without
+    any, the request path at rest); the line, fitted to the points at and past the
+    knee (least relative squares), is where requests queue behind the jobs.  The
+    hinge L0 is where the line leaves a0.
+    """
+    quiet = [y for y, under in zip(p95s, below) if under]
+    floor = median(quiet) if quiet else (at_rest if at_rest is not None else min(p95s))
+    loaded = [(x, y) for x, y, under in zip(loads, p95s, below) if not under]
+    if len(loaded) < 2:
+        return floor, 0.0, 0.0
+    a, b = _weighted_line([x for x, _ in loaded], [y for _, y in loaded])
+    if b <= 0:
+        return floor, 0.0, 0.0
+    return floor, b, max(0.0, (floor - a) / b)
 
 
 def _weighted_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    """a, b >= 0 minimising sum(((a + b x) / y - 1)^2): relative errors, so every point counts alike."""
+    """a, b minimising sum(((a + b x) / y - 1)^2): relative errors, so every point counts alike."""
     w = [1.0 / (y * y) for y in ys]
     s0 = sum(w)
     s1 = sum(wi * x for wi, x in zip(w, xs))
@@ -199,13 +220,6 @@ def _weighted_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     t0 = sum(wi * y for wi, y in zip(w, ys))
     t1 = sum(wi * x * y for wi, x, y in zip(w, xs, ys))
     det = s0 * s2 - s1 * s1
-    if det > 1e-18:
-        a = (t0 * s2 - t1 * s1) / det
-        b = (s0 * t1 - s1 * t0) / det
-        if a > 0 and b >= 0:
-            return a, b
-    if s2 > 0:  # a at its floor: a line through a small positive intercept
-        a = min(ys) / 2
-        b = max(0.0, (t1 - a * s1) / s2)
-        return a, b
-    return t0 / s0, 0.0
+    if det <= 1e-18:
+        return t0 / s0, 0.0
+    return (t0 * s2 - t1 * s1) / det, (s0 * t1 - s1 * t0) / det
