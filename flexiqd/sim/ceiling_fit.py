@@ -178,6 +178,7 @@ def _fit_throughput(points: tuple[SweepPoint, ...], concurrency: int, base: floa
         capacity = nominal * (0.5 + i / _CAPACITY_STEPS)
         if capacity <= request_load:
             continue
+        previous = math.inf
         for j in range(_PENALTY_STEPS + 1):
             penalty = MAX_PENALTY * j / _PENALTY_STEPS
             error = 0.0
@@ -186,8 +187,9 @@ def _fit_throughput(points: tuple[SweepPoint, ...], concurrency: int, base: floa
                 error += (model / point.jobs_per_s - 1.0) ** 2
             if error < least:
                 least, fitted = error, (capacity, penalty)
-            elif j and error > least * 4:
-                break  # the error only grows with the penalty from here
+            elif error > previous and error > least * 4:
+                break  # past this capacity's best penalty, and far off: more only grows the error
+            previous = error
     return fitted
 
 
