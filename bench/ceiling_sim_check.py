@@ -82,14 +82,23 @@ def markdown(check: dict) -> str:
 
 
 def fits_markdown(check: dict) -> str:
-    lines = ["| kind | hold ms | outside ms | capacity | penalty | request ms at rest | wait ms per unit | from units |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| kind | hold ms | outside ms | capacity | penalty | request p95 ms below the ceiling | wait ms per unit | "
+             "from units | sweep jobs/s off by (median / worst) | sweep request p95 off by (median / worst) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for kind, result in check["kinds"].items():
         fit = result["fit"]
+        rate = _errors([(p["model_jobs_per_s"], p["jobs_per_s"]) for p in fit["points"]])
+        p95 = _errors([(p["model_request_p95_ms"], p["request_p95_ms"]) for p in fit["points"]])
         lines.append(f"| {kind} | {fit['hold'] * 1000:.1f} | {fit['overhead'] * 1000:.1f} | {fit['capacity']:.2f} | "
                      f"{fit['overload_penalty']:.4f} | {fit['request_latency'] * 1000:.1f} | "
-                     f"{fit['request_wait'] * 1000:.2f} | {fit['request_wait_from']:.2f} |")
+                     f"{fit['request_wait'] * 1000:.2f} | {fit['request_wait_from']:.2f} | {rate} | {p95} |")
     return "\n".join(lines)
+
+
+def _errors(pairs: list[tuple[float, float]]) -> str:
+    """The median and the worst of |model / measured - 1| over a sweep, in %."""
+    offs = sorted(abs(model / real - 1) * 100 for model, real in pairs if real)
+    return f"{offs[len(offs) // 2]:.0f}% / {offs[-1]:.0f}%" if offs else "-"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,12 +11,12 @@ simulator's ``queue`` model (``trace.SharedDependency``) has, per kind:
 - ``overload_penalty``: how much past the capacity each unit of excess
   utilisation slows the work down (0: throughput flat past the knee).
 - ``overhead``: a job's seconds outside the dependency (claiming it, recording
-  it): the median over the sweep's points below the knee (0 when there is none:
-  a ceiling reached by one worker hides it).
+  it): the median over the sweep's points below the knee that still scale with
+  the workers (0 when there is none: a ceiling one worker reaches hides it).
 - the request path, fitted to the sweep's request p95 (so the model's request
   latency is that p95 at a given load): ``request_latency``, its p95 below the
-  knee (without points there: at rest); past it a line through the points at
-  and past the knee, ``request_wait`` s per unit of load, leaving
+  ceiling (without points there: at rest); nearer and past it a line through
+  the other points, ``request_wait`` s per unit of load, leaving
   ``request_latency`` at ``request_wait_from`` units.  Requests queue behind the
   jobs in flight: for a slot pool about a job's hold over the capacity per
   unit; for a shared CPU the request's own work over the capacity, times the
@@ -37,6 +37,9 @@ from .trace import QUEUE, SharedDependency
 # A first sweep point under this fraction of the best throughput is below the ceiling:
 # its duration tells the job's time outside the dependency.
 UNSATURATED = 0.8
+# A sweep point whose load is at most this fraction of the fitted capacity is one where the
+# request path does not queue yet (its p95 is the request path's own).
+QUIET = 0.9
 _CAPACITY_STEPS = 400   # grid over [0.5, 1.5] x best throughput x hold
 _PENALTY_STEPS = 400    # grid over [0, MAX_PENALTY]
 MAX_PENALTY = 0.5
@@ -150,22 +153,36 @@ def fit_kind(kind: str, recorded: Mapping[str, Any], settings: Mapping[str, Any]
         knee = int(recorded["sweep"]["knee"])
     except (KeyError, TypeError, ValueError):
         raise FitError(f"{kind}: sweep.knee: missing or not a worker count") from None
-    # Below the knee a job's duration is its hold plus what it spends outside (a saturated
-    # point says nothing of it: there the job waits for the dependency too).
-    outside = [p.workers * concurrency / p.jobs_per_s - hold for p in points
-               if p.workers < knee and p.jobs_per_s < UNSATURATED * best]
-    overhead = max(0.0, median(outside)) if outside else 0.0
+    overhead = _outside(points, concurrency, hold, knee, best)
     request_load = float(settings["probe_rate"]) * float(settings["probe_ms"]) / 1000
     capacity, penalty = _fit_throughput(points, concurrency, overhead + hold, hold, best, request_load)
     share = hold / (overhead + hold)
     loads = [p.workers * concurrency * share + request_load for p in points]
     at_rest = recorded.get("request_idle", {}).get("p95_ms")
-    latency, wait, wait_from = _fit_requests(loads, [p.request_p95 for p in points], [p.workers < knee for p in points],
+    quiet = [load <= QUIET * capacity for load in loads]
+    latency, wait, wait_from = _fit_requests(loads, [p.request_p95 for p in points], quiet,
                                              None if at_rest is None else float(at_rest) / 1000)
     return CeilingFit(kind=kind, concurrency=concurrency, hold=hold, overhead=overhead, capacity=capacity,
                       overload_penalty=penalty, request_load=request_load, request_latency=latency,
                       request_wait=wait, request_wait_from=wait_from, knee=knee,
                       points=points)
+
+
+def _outside(points: tuple[SweepPoint, ...], concurrency: int, hold: float, knee: int, best: float) -> float:
+    """A job's seconds outside the dependency, from the points that still scale with the workers.
+
+    Below the ceiling a job's duration is its hold plus what it spends outside.  A
+    saturated point says nothing of it (there the job waits for the dependency too): a
+    first point already near the best throughput means none of them does; later points
+    count while their throughput per worker stays near the first one's.
+    """
+    first = min(points, key=lambda p: p.workers)
+    if first.jobs_per_s >= UNSATURATED * best:
+        return 0.0
+    per_worker = first.jobs_per_s / first.workers
+    outside = [p.workers * concurrency / p.jobs_per_s - hold for p in points
+               if p.workers < knee and p.jobs_per_s / p.workers >= UNSATURATED * per_worker]
+    return max(0.0, median(outside))
 
 
 def _fit_throughput(points: tuple[SweepPoint, ...], concurrency: int, base: float, hold: float, best: float,
@@ -197,10 +214,10 @@ def _fit_requests(loads: list[float], p95s: list[float], below: list[bool], at_r
                   ) -> tuple[float, float, float]:
     """(latency, wait per unit, wait from): latency = max(a0, a + b load), as a + b max(0, load - L0).
 
-    a0 is the request path's p95 below the ceiling (the points under the knee; without
-    any, the request path at rest); the line, fitted to the points at and past the
-    knee (least relative squares), is where requests queue behind the jobs.  The
-    hinge L0 is where the line leaves a0.
+    a0 is the request path's p95 below the ceiling (the ``below`` points, under 90 % of
+    the fitted capacity; without any, the request path at rest); the line, fitted to
+    the other points (least relative squares), is where requests queue behind the
+    jobs.  The hinge L0 is where the line leaves a0.
     """
     quiet = [y for y, under in zip(p95s, below) if under]
     floor = median(quiet) if quiet else (at_rest if at_rest is not None else min(p95s))
