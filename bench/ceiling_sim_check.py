@@ -82,7 +82,8 @@ def markdown(check: dict) -> str:
 
 
 def fits_markdown(check: dict) -> str:
-    lines = ["| kind | hold ms | outside ms | capacity | penalty | request p95 ms below the ceiling | wait ms per unit | "
+    lines = ["| kind | hold ms | outside ms | capacity | penalty | request p95 ms below the ceiling | "
+             "wait ms per unit | "
              "from units | sweep jobs/s off by (median / worst) | sweep request p95 off by (median / worst) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for kind, result in check["kinds"].items():
@@ -106,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=pathlib.Path, action="append",
                         help=f"a run of bench/ceiling_bench.py (repeatable; default {DEFAULT_RESULTS.name})")
     parser.add_argument("--start-cost", type=float, default=DEFAULT_START_COST,
-                        help=f"seconds from a start decision to the worker's first claim (default {DEFAULT_START_COST})")
+                        help="seconds from a start decision to the worker's first claim "
+                             f"(default {DEFAULT_START_COST})")
     parser.add_argument("--json", action="store_true", help="print the JSON instead of the tables")
     parser.add_argument("--record", action="store_true", help=f"also write {RECORD.name}")
     args = parser.parse_args(argv)

@@ -25,7 +25,7 @@ fleet at the knee's.  Pure apart from the policies' own state.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from statistics import median
 from typing import Any, Mapping
 
@@ -158,7 +158,7 @@ def policy_named(name: str, settings: CrowdSettings) -> BasePolicy:
 
 def run_crowd(fit: CeilingFit, jobs: int, settings: CrowdSettings, policy: BasePolicy) -> CrowdResult:
     """One policy on the crowd, measured as the bench measures it (see the module docstring)."""
-    initial = max(settings.min_workers, policy.initial_workers(replace_initial(fit, jobs, settings)))
+    initial = policy.initial_workers(crowd_trace(fit, jobs, settings, settings.min_workers))
     trace = crowd_trace(fit, jobs, settings, initial)
     sim = Simulation(trace, realise(trace), policy.fleet(trace), initial)
     sim.journal = []
@@ -193,11 +193,6 @@ def run_crowd(fit: CeilingFit, jobs: int, settings: CrowdSettings, policy: BaseP
     p95 = latencies[min(len(latencies) - 1, math.ceil(0.95 * len(latencies)) - 1)]
     return CrowdResult(policy=policy.name, settle_workers=float(median(second_half)), max_workers=max(during),
                        drain_s=round(drain, 2), request_p95_ms=round(p95 * 1000, 2), drained=drained)
-
-
-def replace_initial(fit: CeilingFit, jobs: int, settings: CrowdSettings) -> Trace:
-    """The crowd's trace with the floor as its initial workers (what a policy is asked to start with)."""
-    return crowd_trace(fit, jobs, settings, settings.min_workers)
 
 
 # --- beside the real run ------------------------------------------------------------------------
@@ -239,26 +234,3 @@ def difference(simulated: float | None, real: float | None) -> float | None:
         return None
     return round((simulated - real) / real * 100, 1)
 
-
-def measured_start_cost(recorded: Mapping[str, Any], target_age: float, tick: float) -> float | None:
-    """The start cost flexiqd's own decisions in the run imply, when they tell it (else None).
-
-    Each age-signal line says ``oldest job As ... runnable to start within Ss``: the slack
-    S = target - A/2 - lead, and lead = start cost + tick, capped at half the target.  A
-    lead below the cap gives the start cost; at the cap it is only a lower bound (returned
-    as such: the bound).
-    """
-    import re
-
-    pattern = re.compile(r"oldest job ([0-9.]+)s [<>=]+ target [0-9.]+s, \d+ runnable to start within ([0-9.]+)s")
-    leads = []
-    for run in recorded.get("runs", []):
-        for line in run.get("flexiqd", {}).get("decisions", []):
-            found = pattern.search(line)
-            if found:
-                age, slack = float(found.group(1)), float(found.group(2))
-                if slack > target_age / 4 + 0.05:  # above the slack's floor: the lead is in it
-                    leads.append(target_age - age / 2 - slack)
-    if not leads:
-        return None
-    return max(0.0, median(leads) - tick)

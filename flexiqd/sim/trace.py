@@ -246,7 +246,8 @@ class SharedDependency:
         """The request path's latency over its latency with the request path alone (3 decimals)."""
         if self.model == QUEUE:
             return round(self.request_time(running_jobs) / self.request_time(0), 3)
-        return round(self.slowdown(self.utilisation(running_jobs)) / self.slowdown(self.request_load / self.capacity), 3)
+        unloaded = self.slowdown(self.request_load / self.capacity)
+        return round(self.slowdown(self.utilisation(running_jobs)) / unloaded, 3)
 
 
 @dataclass(frozen=True)

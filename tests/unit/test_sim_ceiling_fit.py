@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from flexiqd.sim.ceiling_check import (
-    CrowdSettings, FixedFleet, KedaLoop, check_kind, difference, measured_start_cost, run_crowd)
+    CrowdSettings, FixedFleet, KedaLoop, check_kind, difference, run_crowd)
 from flexiqd.sim.ceiling_fit import CeilingFit, FitError, SweepPoint, fit_kind
 from flexiqd.sim.engine import FleetModel, Simulation
 from flexiqd.sim.trace import (
@@ -78,7 +78,8 @@ def test_a_trace_names_the_queue_model_and_bad_fields_are_named():
     dep = {"name": "db", "capacity": 8, "share": 1, "model": "queue", "request_wait": 0.006, "request_wait_from": 6}
     parsed = parse_trace({**base, "dependency": dep}).dependency
     assert parsed.model == QUEUE and parsed.request_wait == 0.006 and parsed.request_wait_from == 6
-    assert parse_trace({**base, "dependency": {"name": "db", "capacity": 8, "share": 1}}).dependency.model == "contention"
+    default = parse_trace({**base, "dependency": {"name": "db", "capacity": 8, "share": 1}}).dependency
+    assert default.model == "contention"
     with pytest.raises(TraceError, match=r"t: dependency.model: must be one of contention, queue, got \"fifo\""):
         parse_trace({**base, "dependency": {**dep, "model": "fifo"}}, source="t")
     with pytest.raises(TraceError, match=r"dependency.request_wait: only for model 'queue'"):
@@ -170,12 +171,3 @@ def test_check_kind_puts_simulated_and_real_side_by_side():
     assert ratio > 5 and keda["difference_pct"]["p95_ratio"] == difference(ratio, 10.0)
     assert difference(12.0, 10.0) == 20.0 and difference(1.0, 0) is None
 
-
-def test_the_start_cost_is_read_from_the_age_signals_lead_when_below_its_cap():
-    line = ("autoscale: pending=500 running=4 workers=2 -> 4 (oldest job 2.0s <= target 10.0s, "
-            "500 runnable to start within 7.5s; signals want 9)")
-    capped = "oldest job 2.0s <= target 10.0s, 500 runnable to start within 2.5s"
-    recorded = {"runs": [{"flexiqd": {"decisions": [line, capped]}}]}
-    # slack 7.5 = 10 - 2/2 - lead -> lead 1.5 = start cost + tick 1; the slack at its floor tells nothing
-    assert measured_start_cost(recorded, 10.0, 1.0) == pytest.approx(0.5)
-    assert measured_start_cost({"runs": [{"flexiqd": {"decisions": [capped]}}]}, 10.0, 1.0) is None
