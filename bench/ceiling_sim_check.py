@@ -78,6 +78,8 @@ def markdown(check: dict) -> str:
                      for key in COMPARED]
             drained = "" if row["simulated"]["drained"] else " (sim: not drained)"
             lines.append(f"| {label} | {row['policy']}{drained} | " + " | ".join(cells) + " |")
+        if result["not_simulated"]:
+            lines.append(f"| {kind} | not simulated: {', '.join(result['not_simulated'])} |" + " |" * len(COMPARED))
     return "\n".join(lines)
 
 

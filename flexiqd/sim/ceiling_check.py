@@ -13,7 +13,11 @@ each policy the bench ran:
   ships it, its options at their defaults), the same fleet;
 - ``keda``: the bench's loop: ceil((runnable + running) / target) each tick,
   clamped, applied at once both ways, the newest workers drain-stopped;
-- ``fixed-<n>``: that many workers, ready before the crowd.
+- ``fixed-<n>``: that many workers, ready before the crowd;
+- ``daemon``, ``daemon-probe``, ``daemon-probe-only``: flexiqd itself on the process
+  fleet (the same decision path as ``flexiqd``), heeding a probe of the dependency at
+  the default factor -- it reads the model's request latency, a p95 where a real probe
+  reads one request -- and, for the last, with the throughput knee off.
 
 It measures what the bench measures: workers (processes: starting and draining
 ones count) every 0.2 s, settle = their median over the second half of the drain,
@@ -25,7 +29,7 @@ fleet at the knee's.  Pure apart from the policies' own state.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import median
 from typing import Any, Mapping
 
@@ -91,18 +95,32 @@ def process_fleet(trace: Trace) -> FleetModel:
 
 
 class AutoscaleFlexiqd(Flexiqd):
-    """``flexiq autoscale --policy flexiqd``: the daemon's decision path, the fleet's own tick."""
+    """``flexiq autoscale --policy flexiqd``: the daemon's decision path, the fleet's own tick.
 
-    name = "flexiqd"
+    Also flexiqd itself on the process fleet (the bench's ``daemon`` rows): ``probe_factor``
+    heeds a probe of the dependency (it reads the model's request latency), ``knee`` False
+    turns the throughput knee off.
+    """
+
+    def __init__(self, name: str = "flexiqd", probe_factor: float | None = None, knee: bool = True) -> None:
+        super().__init__(probe_factor=probe_factor)
+        self.name = name
+        self.knee = knee
 
     def fleet(self, trace: Trace) -> FleetModel:
         return process_fleet(trace)
+
+    def start(self, trace: Trace, sim: Simulation) -> None:
+        super().start(trace, sim)
+        if not self.knee:
+            self.policy = replace(self.policy, knee=replace(self.policy.knee, enabled=False))
 
 
 class AutoscaleFlexiq(AutoscaleFlexiqd):
     """``flexiq autoscale --policy flexiq``: flexiq's formula as flexiqd ships it, default options."""
 
-    name = "flexiq"
+    def __init__(self) -> None:
+        super().__init__("flexiq")
 
     def desired(self, snapshot: Snapshot) -> int:
         observation = observation_from(snapshot, self.trace)
@@ -144,16 +162,25 @@ class FixedFleet(BasePolicy):
         return self.count
 
 
-def policy_named(name: str, settings: CrowdSettings) -> BasePolicy:
-    if name == "flexiqd":
-        return AutoscaleFlexiqd()
+# The bench's probe rows heed a probe at the default factor.
+PROBE_FACTOR = 5.0
+
+
+def policy_named(name: str, settings: CrowdSettings) -> BasePolicy | None:
+    """The simulated counterpart of the bench's policy ``name`` (None: none)."""
+    if name in ("flexiqd", "daemon"):
+        return AutoscaleFlexiqd(name)
+    if name == "daemon-probe":
+        return AutoscaleFlexiqd(name, probe_factor=PROBE_FACTOR)
+    if name == "daemon-probe-only":
+        return AutoscaleFlexiqd(name, probe_factor=PROBE_FACTOR, knee=False)
     if name == "flexiq":
         return AutoscaleFlexiq()
     if name == "keda":
         return KedaLoop(settings.keda_target, settings.drain_timeout)
     if name.startswith("fixed-") and name[6:].isdigit():
         return FixedFleet(int(name[6:]))
-    raise ValueError(f"no simulated policy for {name!r}")
+    return None
 
 
 def run_crowd(fit: CeilingFit, jobs: int, settings: CrowdSettings, policy: BasePolicy) -> CrowdResult:
@@ -208,8 +235,10 @@ def check_kind(kind: str, recorded: Mapping[str, Any], settings: Mapping[str, An
     jobs = int(recorded["jobs"])
     fixed_knee = str(recorded.get("fixed_knee") or f"fixed-{fit.knee}")
     summary = recorded["summary"]
-    names = [name for name in recorded.get("policies", summary) if name in summary]
-    simulated = {name: run_crowd(fit, jobs, crowd, policy_named(name, crowd)) for name in names}
+    recorded_names = [name for name in recorded.get("policies", summary) if name in summary]
+    policies = {name: policy_named(name, crowd) for name in recorded_names}
+    names = [name for name in recorded_names if policies[name] is not None]
+    simulated = {name: run_crowd(fit, jobs, crowd, policies[name]) for name in names}
     knee_p95 = simulated[fixed_knee].request_p95_ms if fixed_knee in simulated else None
     rows = []
     for name in names:
@@ -225,7 +254,8 @@ def check_kind(kind: str, recorded: Mapping[str, Any], settings: Mapping[str, An
         rows.append({"policy": name, "simulated": sim_row, "real": real_row,
                      "difference_pct": {key: difference(sim_row[key], real_row[key]) for key in COMPARED}})
     return {"kind": kind, "jobs": jobs, "knee": fit.knee, "fixed_knee": fixed_knee, "start_cost": start_cost,
-            "fit": fit.as_dict(), "policies": rows}
+            "fit": fit.as_dict(), "policies": rows,
+            "not_simulated": [name for name in recorded_names if policies[name] is None]}
 
 
 def difference(simulated: float | None, real: float | None) -> float | None:

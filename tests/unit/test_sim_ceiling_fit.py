@@ -175,6 +175,17 @@ def test_check_kind_puts_simulated_and_real_side_by_side():
     assert difference(12.0, 10.0) == 20.0 and difference(1.0, 0) is None
 
 
+def test_a_policy_without_a_simulated_counterpart_is_listed_not_run():
+    fit = model()
+    recorded = recorded_from(fit)
+    row = {"settle_workers": 4, "max_workers": 4, "drain_s": 6.5, "request_p95_ms": 35.0, "p95_ratio": 1.0}
+    recorded.update(jobs=500, fixed_knee="fixed-4", policies=["fixed-4", "daemon", "someone-elses"],
+                    summary={"fixed-4": row, "daemon": row, "someone-elses": row})
+    result = check_kind("connections", recorded, SETTINGS, 0.5)
+    assert [row["policy"] for row in result["policies"]] == ["fixed-4", "daemon"]
+    assert result["not_simulated"] == ["someone-elses"]
+
+
 
 # --- against the recorded real runs --------------------------------------------------------------
 
