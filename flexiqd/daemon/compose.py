@@ -1,9 +1,9 @@
 """The one place a controller is put together, for the daemon and for ``flexiq autoscale``.
 
 ``build_controller`` wires every part the tick sequences -- the observer with the recovery,
-the evidence (probes and pressure), the start costs and the crash loops; the retiring
-workers, the operators' intent, the restarts; the events and the histories and samples
-(the knee's measurements among them) -- the same way for both.  Each entry point passes only
+the evidence (probes and pressure), the start costs and the crash loops; the resizer with
+the retiring workers, the operators' intent and the restarts; the events and the histories
+and samples (the knee's measurements among them) -- the same way for both.  Each entry point passes only
 what differs: its fleet, and where (if anywhere) the state outlives the process.
 """
 
@@ -18,6 +18,7 @@ from ..fleet.base import Fleet
 from ..queue.owners import process_exists, this_host
 from ..queue.store.backend import Backend
 from .activity import Activity
+from .apply import Resizer, ResizerParts
 from .controller import Controller, ControllerParts
 from .crashloop import CrashLoops
 from .events import EVENTS_FILE, EventLog
@@ -71,7 +72,11 @@ def build_controller(config: DaemonConfig, backend: Backend, fleet: Fleet, *, fi
                                paused_path=files.paused, retiring=retiring)
     # A restart in progress goes on with the same old workers after the daemon's own restart.
     restarts = Restarts(config.pools, file=RestartFile(files.restarts))
+    events = EventLog(files.events)
+    resizer = Resizer(config, fleet, ResizerParts(
+        retiring=retiring, operators=operators, restarts=restarts, crash_loops=crash_loops,
+        start_costs=start_costs, events=events), doing=activity)
     return Controller(config, backend, fleet, ControllerParts(
         host=host, clock=clock, activity=activity, observer=observer, retiring=retiring, operators=operators,
-        restarts=restarts, start_costs=start_costs, crash_loops=crash_loops, events=EventLog(files.events),
+        resizer=resizer, start_costs=start_costs, crash_loops=crash_loops, events=events,
         history_file=HistoryFile(files.history), samples_file=SamplesFile(files.samples)))

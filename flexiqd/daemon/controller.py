@@ -1,56 +1,56 @@
-"""One tick of the control loop: observe, decide, apply.  The only place that sequences I/O.
+"""One tick of the control loop: observe, decide, apply, record.  The only place that sequences I/O.
 
-    observe: fleet.list -> recovery (dead workers' jobs, expired leases, failed and
-             removed pools' workers) -> first claims -> queue stats -> one Observation per pool
-             (``observe.Observer``)
-    decide:  policy.decide_fleet (every pool, every policy, every cap) -> operators' overrides
-             (``decide_and_steer``)
-    apply:   fleet.start (retiring workers resumed first; no more new ones than the room that
-             live workers -- stopping ones too -- leave: ``room.StartRoom``) / stop idle
-             victims, pause busy ones (``retiring.Retiring``) -> stop retiring workers that
-             became idle -> hold paused pools paused
+    observe: fleet.list -> recovery -> first claims -> queue stats -> one Observation per
+             pool (``observe.Observer``)
+    decide:  policy.decide_fleet (every pool, every policy, every cap; the shares of the caps
+             shared with other hosts: ``fleet_share``) -> operators' overrides (``decide_and_steer``)
+    apply:   the room the live workers leave (``room.StartRoom``) -> every pool resized
+             (``apply.Resizer``: starts, stops, retiring busy workers, restarts' steps)
+    record:  the pools' views, the histories and samples kept on disk, this host's report for
+             the others -> one immutable snapshot for the API faces (``published.Published``)
 
 systemd (or the process fleet) is asked every tick which workers exist; the
 controller keeps the policies' histories, the pools' measured start costs and
 the last decisions.  The histories and start costs are kept in a file too
-(``HistoryFile``): a restart forgets no rate limit's budget.  Two collaborators
-do the rest: ``operators.OperatorIntent`` holds the operators' pins, drains and
-pauses (kept across restarts, published for workers), ``recovery.Recovery``
-releases dead workers' jobs and sweeps the store.  A third, ``retiring.Retiring``,
-remembers the busy workers a scale-in paused instead of stopping them, until
-their jobs are done.
+(``HistoryFile``): a restart forgets no rate limit's budget.  ``operators.OperatorIntent``
+holds the operators' pins, drains and pauses (kept across restarts, published for
+workers).  ``daemon.compose.build_controller`` wires the parts.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Mapping
 
-from ..config.model import DaemonConfig, PoolConfig
+from ..config.model import DaemonConfig
 from ..errors import FleetError
-from ..fleet.base import Fleet, WorkerInfo, WorkerState, instance_name
-from ..logs import MessageId, journal
-from ..policy import CapValue, Decision, History, Observation, decide_fleet, decision_line
+from ..fleet.base import Fleet
+from ..policy import Decision, History, Observation, decide_fleet
 from ..policy.types import KneeState
 from ..queue.store.backend import Backend
 from ..queue.types import DependencyStats
 from ..schedules.forecast import Forecast
-from .crashloop import WINDOW as CRASH_WINDOW, CrashLoops
-from .events import EventLog
 from .activity import Activity
+from .apply import Resizer, choose_victims, decision_line_for, free_indices
+from .crashloop import CrashLoops
+from .events import EventLog
 from .evidence import EvidenceReader
-from .samples import Samples
+from .fleet_share import global_caps, granted, host_report
 from .intent import HistoryFile, SamplesFile
 from .observe import Observer, Seen
 from .operators import OperatorIntent
 from .published import PoolView, Published, frozen
-from .overrides import is_stopping
 from .recovery import Recovery
-from .restarts import DONE, FAILED, REPLACING, Progress, Restarts, plan, policy_counts, surge
+from .restarts import Restarts, policy_counts
 from .retiring import Retiring
 from .room import StartRoom
+from .samples import Samples
 from .startcost import StartCosts
+
+# Kept importable from here: the victims' order and the instance numbers are the controller's
+# rules as tests and readers know them.
+__all__ = ["Controller", "ControllerParts", "PoolView", "choose_victims", "free_indices"]
 
 log = logging.getLogger(__name__)
 
@@ -69,32 +69,12 @@ class ControllerParts:
     observer: Observer
     retiring: Retiring
     operators: OperatorIntent
-    restarts: Restarts
+    resizer: Resizer
     start_costs: StartCosts
     crash_loops: CrashLoops
     events: EventLog
     history_file: HistoryFile
     samples_file: SamplesFile
-
-
-def choose_victims(workers: Iterable[WorkerInfo], count: int, busy: dict[str, int],
-                   old: Callable[[WorkerInfo], bool] = lambda worker: False) -> list[WorkerInfo]:
-    """Whom to stop: workers still starting, then the ``old`` ones a restart replaces, then idle
-    ones, then the newest.  (A starting worker is no capacity yet: stopping it costs none.)"""
-    def order(worker: WorkerInfo) -> tuple:
-        return (worker.state is not WorkerState.STARTING, not old(worker), busy.get(worker.instance, 0) > 0,
-                -(worker.started_at or float("inf")), -worker.index)
-    return sorted(workers, key=order)[:max(0, count)]
-
-
-def free_indices(taken: set[int], count: int) -> list[int]:
-    """The ``count`` smallest worker numbers (from 1) not in use: instance names get reused."""
-    found, candidate = [], 1
-    while len(found) < count:
-        if candidate not in taken:
-            found.append(candidate)
-        candidate += 1
-    return found
 
 
 class Controller:
@@ -116,7 +96,6 @@ class Controller:
         # Per pool, what the last check of its app found wrong (set by the daemon after it
         # imported each app as the workers would, at start and on every reload).
         self.app_problems: dict[str, str] = {}
-        self._backoff_said: dict[str, float] = {}  # pool -> the failure whose backoff was logged
         self.history_file = parts.history_file
         self._saved_at: float | None = None
         self.samples_file = parts.samples_file
@@ -125,11 +104,7 @@ class Controller:
         self._samples_saved_at: float | None = None
         self.views: dict[str, PoolView] = {}
         self.events = parts.events
-        #: Pools whose growth waits, at the last tick, for stopping workers to exit: the loop
-        #: decides again soon when no unit change will wake it (``waits_on_stopping``).
-        self.waiting_for_stopping: set[str] = set()
         self._configure_pending = False  # a reload's Fleet.configure still to do (systemd was out of reach)
-        self._binding_caps: dict[str, CapValue | None] = {}  # pool -> the cap that last bound its count
         #: This host's share of the global caps (daemon.hosts.HostHeartbeat.grants); None: the
         #: host is alone, and global caps are its own.
         self.fleet_grants: Callable[[float], dict[str, dict[str, int]] | None] | None = None
@@ -138,8 +113,8 @@ class Controller:
         #: The tick's first step: the policy's input, read from systemd and the store.
         self.observer = parts.observer
         self.observer.listed = self._listed
-        #: The pools' restarts (``flexiqctl restart``).
-        self.restarts = parts.restarts
+        #: The tick's third step: the pools resized through the fleet.
+        self.resizer = parts.resizer
         self.operators = parts.operators
         histories, costs = self.history_file.load()
         self.histories = {name: h for name, h in histories.items() if name in config.pools}
@@ -162,9 +137,9 @@ class Controller:
         self.config = config
         self.histories = {name: h for name, h in self.histories.items() if name in config.pools}
         self.samples.forget_others(config.pools)
-        self._binding_caps = {name: c for name, c in self._binding_caps.items() if name in config.pools}
         self.start_costs.forget_pools(config.pools)
         self.observer.reconfigure(config)
+        self.resizer.reconfigure(config)
         self.operators.reconfigure(config.pools)
         self.restarts.reconfigure(config.pools)
         self._configure_pending = True
@@ -201,6 +176,15 @@ class Controller:
 
     # What the observer found, and where it is told of the other hosts and the schedules: read
     # and set here by the daemon and by callers that hold only the controller.
+
+    @property
+    def restarts(self) -> Restarts:
+        """The pools' restarts (``flexiqctl restart``), followed by the resizer."""
+        return self.resizer.restarts
+
+    @restarts.setter
+    def restarts(self, restarts: Restarts) -> None:
+        self.resizer.restarts = restarts
 
     @property
     def recovery(self) -> Recovery:
@@ -252,8 +236,9 @@ class Controller:
     # -- the tick ---------------------------------------------------------------------------
 
     def tick(self) -> dict[str, Decision]:
-        """Observe, decide and apply once; the decisions, keyed by pool (none when the workers
-        cannot be listed: every pool is then held).  Blocking: it waits on the store and the fleet."""
+        """Observe, decide, apply and record once, then publish; the decisions, keyed by pool (none
+        when the workers cannot be listed: every pool is then held).  Blocking: it waits on the
+        store and the fleet."""
         try:
             decisions = self._tick()
             self.publish()
@@ -320,53 +305,15 @@ class Controller:
     # -- the fleet's global caps (see daemon.hosts) -----------------------------------------
 
     def global_caps(self) -> dict[str, float]:
-        """The caps shared with the other hosts: global dependencies, ``max_workers:<pool>``."""
-        config = self.config
-        caps = {name: config.dependencies[name].available for name in config.global_dependencies
-                if name in config.dependencies}
-        caps.update({f"max_workers:{pool}": float(count) for pool, count in config.global_max_workers.items()})
-        return caps
-
-    def _global_uses(self, pool: PoolConfig) -> dict[str, list[float]]:
-        uses = {use.dependency: [use.per_worker, use.weight] for use in pool.policy.dependencies
-                if use.dependency in self.config.global_dependencies}
-        if pool.name in self.config.global_max_workers:
-            uses[f"max_workers:{pool.name}"] = [1.0, 1.0]
-        return uses
+        """The caps shared with the other hosts (``fleet_share.global_caps``).  Thread-safe: the
+        heartbeat's thread calls it."""
+        return global_caps(self.config)
 
     def _fleet_caps(self, observations: dict[str, Observation], now: float) -> dict[str, dict[str, int]] | None:
-        """Each pool's grants of its global caps: its share as of the last beat; before the first
-        beat it holds its count; with failing beats it gets none."""
+        """Each pool's grants of its global caps (``fleet_share.granted``); None: the host is alone."""
         if self.fleet_grants is None:
             return None
-        grants = self.fleet_grants(now)
-        caps = {}
-        for name, obs in observations.items():
-            wanted = self._global_uses(self.config.pools[name])
-            if not wanted:
-                continue
-            granted = {} if grants is None else grants.get(name, {})
-            caps[name] = {cap: (0 if grants is None else granted.get(cap, obs.current)) for cap in wanted}
-        return caps
-
-    def _report(self, decisions: dict[str, Decision], seen: Seen) -> dict:
-        """What this host publishes with its beat: per pool with global caps, its uncapped want
-        (within its bounds), the workers it runs (draining ones too) and what one of them uses.
-
-        The want is the policy's ``raw_desired``, which an operator's override leaves as it was."""
-        pools = {}
-        for name, decision in decisions.items():
-            pool, obs = self.config.pools[name], seen.observations[name]
-            uses = self._global_uses(pool)
-            if not uses:
-                continue
-            wants = min(max(decision.raw_desired, obs.current, pool.policy.floor), pool.policy.max_workers)
-            pools[name] = {"wants": wants, "current": obs.current + obs.draining, "uses": uses}
-        # When the oldest worker became active: one from before this daemon may run older code
-        # (one not active yet has no time, and is one this daemon is starting).
-        since = min((worker.started_at for workers in seen.workers.values() for worker in workers
-                     if worker.started_at is not None), default=None)
-        return {"pools": pools, "workers_since": since}
+        return granted(self.config, observations, self.fleet_grants(now))
 
     def fleet_report(self) -> dict:
         """The report of the last tick (thread-safe: replaced whole)."""
@@ -375,196 +322,16 @@ class Controller:
     # -- apply ------------------------------------------------------------------------------
 
     def _apply(self, decisions: dict[str, Decision], seen: Seen, now: float) -> None:
-        """Resize every pool as decided, pool by pool (each pool's lines together in the log)."""
+        """The room every pool's starts share, then each pool resized (``apply.Resizer``)."""
         alive = {name: len(workers) for name, workers in seen.workers.items()}
         room = StartRoom(self.config, alive, seen.stopping, self._fleet_caps(seen.observations, now))
-        self.waiting_for_stopping = {name for name, decision in decisions.items()
-                                     if decision.binding_cap is not None and is_stopping(decision.binding_cap)}
-        for name, decision in decisions.items():
-            self._note_binding_cap(decision, seen.observations[name])
-            self._apply_pool(self.config.pools[name], decision, seen, now, room)
+        self.resizer.apply(decisions, seen, now, room)
 
     @property
     def waits_on_stopping(self) -> bool:
         """Whether a pool's growth waited, at the last tick, for workers still stopping: they
         give their room back only as they exit, which the process fleet reports to no one."""
-        return bool(self.waiting_for_stopping)
-
-    def _apply_pool(self, pool: PoolConfig, decision: Decision, seen: Seen, now: float, room: StartRoom) -> None:
-        workers = seen.workers.get(pool.name, [])
-        self.activity = f"resizing pool {pool.name}"
-        # An operator's drain empties the pool within the stop timeout, as a `systemctl stop` does:
-        # busy workers too are stopped, not retired (a task that never ends must not hold it).
-        drained = self.operators.drained(pool.name)
-        try:
-            self.retiring.adopt(pool.name, workers, self.operators.paused(pool.name))
-        except FleetError as exc:
-            log.warning("Pool %s: could not resume workers a previous daemon paused (retried next tick): %s",
-                        pool.name, exc)
-        if decision.changed:
-            line = self._line(pool.name, decision, seen.observations[pool.name])
-            log.info("%s", line, extra=_decision_fields(decision))
-            self.events.record(now, pool.name, decision.current, decision.desired, decision.reason, line)
-            try:
-                if decision.desired > decision.current:
-                    self._grow(pool, workers, decision.desired - decision.current, seen, now, room)
-                else:
-                    self._shrink(workers, decision.current - decision.desired, seen.busy, retire=not drained,
-                                 old=self._old_for(pool.name))
-            except FleetError as exc:
-                log.error("Pool %s: could not apply %d -> %d: %s", pool.name, decision.current,
-                          decision.desired, exc)
-        try:
-            self._restart_step(pool, decision, seen, now, room)
-        except FleetError as exc:
-            log.error("Pool %s: could not take the restart's next step (retried next tick): %s", pool.name, exc)
-        try:
-            # After the resize: a worker taken back this tick is not stopped.
-            if drained:
-                self.retiring.stop_all(workers, "the pool is drained by an operator")
-            else:
-                self.retiring.settle(workers, seen.busy)
-        except FleetError as exc:
-            log.error("Pool %s: could not stop its retired workers (retried next tick): %s", pool.name, exc)
-        self.operators.hold_pause(pool.name, workers)
-
-    def _grow(self, pool: PoolConfig, workers: list[WorkerInfo], count: int, seen: Seen, now: float,
-              room: StartRoom) -> None:
-        """Take retiring workers back first (they are ready now, and no job waits on a start),
-        then start new units for the rest -- as many as the live workers leave room for (a
-        stopping worker counts until it has exited); the others at the next ticks."""
-        # An old worker a restart replaces is not taken back: it runs the previous code.
-        old = self._old_for(pool.name)
-        count -= self.retiring.take_back([w for w in workers if not old(w)], count, seen.busy)
-        if count <= 0:
-            return
-        self._start(pool, workers, count, seen, now, room)
-
-    def _start(self, pool: PoolConfig, workers: list[WorkerInfo], count: int, seen: Seen, now: float,
-               room: StartRoom, *, say_held: bool = True) -> str | None:
-        """Start up to ``count`` new units, as the crash-loop backoff and the room allow; what held
-        any back, in words (None: nothing).  ``say_held`` False: the caller logs that itself."""
-        loop = self.crash_loops.loop(pool.name, now)
-        if loop is not None and now < loop.next_start_at:
-            if say_held and self._backoff_said.get(pool.name) != loop.last_at:  # once per failure, not per tick
-                self._backoff_said[pool.name] = loop.last_at
-                log.info("Pool %s: no new worker for %.0fs: %d workers failed within %.0fs, the last %s.",
-                         pool.name, loop.next_start_at - now, loop.failures, CRASH_WINDOW,
-                         loop.last_error or "ended in a way systemd did not record")
-            return "its workers keep failing: new starts back off"
-        allowed = room.allow(pool.name, count)
-        held = None
-        if allowed.held:
-            if say_held:
-                log.info("%s", allowed.sentence(pool.name))
-            held = f"no room for a new worker: {allowed.limit}"
-            if allowed.stopping:
-                self.waiting_for_stopping.add(pool.name)
-        count = allowed.allowed
-        if count <= 0:
-            return held
-        room.started(pool.name, count)
-        indices = free_indices({w.index for w in workers}, count)
-        self.fleet.start(pool.worker_spec(self.config.store), indices)
-        metrics = seen.observations[pool.name].metrics
-        if metrics is not None and metrics.runnable_depth > 0:
-            self.start_costs.started(pool.name, [instance_name(pool.name, i) for i in indices], now)
-        return held
-
-    def _old_for(self, pool: str) -> Callable[[WorkerInfo], bool]:
-        """Which of the pool's workers its restart in progress replaces (none without one)."""
-        request = self.restarts.active(pool)
-        if request is None:
-            return lambda worker: False
-        return lambda worker: self.restarts.old(request, worker)
-
-    def _restart_step(self, pool: PoolConfig, decision: Decision, seen: Seen, now: float, room: StartRoom) -> None:
-        """The pool's restart, one step (daemon.restarts): replacements started first, old workers
-        drained once the ready ones cover the target; failed when the replacements keep failing."""
-        request = self.restarts.active(pool.name)
-        if request is None:
-            return
-        workers = seen.workers.get(pool.name, [])
-        if decision.changed:
-            # The resize changed what the tick observed (a scale-in's victims serve no more, the
-            # starts are new workers): the step counts the pool's workers as they are now.
-            self.activity = f"listing the workers of pool {pool.name} again for its restart"
-            workers = [w for w in self.fleet.list() if w.pool == pool.name and w.state is not WorkerState.FAILED]
-        target = decision.desired
-        self.restarts.update(pool.name, target=target)
-        seen_now = self.restarts.census(request, workers, self.retiring)
-        loop = self.crash_loops.loop(pool.name, now)
-        if loop is not None and loop.last_at >= request.requested_at:
-            error = (f"replacement workers keep failing ({loop.failures} within {CRASH_WINDOW:.0f}s, the last "
-                     f"{loop.last_error or 'ended in a way systemd did not record'})")
-            log.error("Pool %s: restart failed: %s; the %d old workers left keep running.", pool.name, error,
-                      seen_now.old_ready + seen_now.old_starting,
-                      extra=journal(MessageId.POOL_RESTART, POOL=pool.name, STATE=FAILED,
-                                    LAST_ERROR=loop.last_error))
-            self.restarts.progress[pool.name] = Progress(seen_now, surge(target))
-            self.restarts.update(pool.name, state=FAILED, error=error)
-            return
-        step = plan(seen_now, target)
-        waiting = None
-        old = self._old_for(pool.name)
-        if step.stop_starting:
-            self.fleet.stop([w for w in workers if w.state is WorkerState.STARTING and old(w)])
-        if step.stop_ready:
-            ready_old = [w for w in workers if w.state is WorkerState.ACTIVE and old(w) and w not in self.retiring]
-            log.info("Pool %s: restart: %d new workers ready, draining %d old ones.", pool.name,
-                     seen_now.new_ready, step.stop_ready)
-            self._shrink(ready_old, step.stop_ready, seen.busy)
-        if step.start:
-            held = self._start(pool, workers, step.start, seen, now, room, say_held=False)
-            waiting = f"held: {held}" if held else None
-            before = self.restarts.progress.get(pool.name)
-            if held and (before is None or before.waiting != waiting):  # once, not every tick it holds
-                log.info("Pool %s: the restart's next step is %s.", pool.name, waiting)
-        elif step.phase == REPLACING and seen_now.new_starting:
-            waiting = f"waiting for {seen_now.new_starting} new workers to become ready"
-        self.restarts.progress[pool.name] = Progress(seen_now, surge(target), waiting)
-        if step.phase != request.state:
-            if step.phase == DONE:
-                log.info("Pool %s: restart done: every worker was started after it was requested.", pool.name,
-                         extra=journal(MessageId.POOL_RESTART, POOL=pool.name, STATE=DONE))
-            self.restarts.update(pool.name, state=step.phase)
-
-    def _shrink(self, workers: list[WorkerInfo], count: int, busy: dict[str, int] | None, *,
-                retire: bool = True, old: Callable[[WorkerInfo], bool] = lambda worker: False) -> None:
-        """Stop the victims that run nothing (starting or idle) now; pause the busy ones to retire
-        once their jobs are done, so no job outlives a stop timeout.  Without a lease count
-        (``busy`` None) every ready victim is treated as busy.  ``retire`` False: stop them all
-        (each drains within its stop timeout)."""
-        candidates = [w for w in workers if w.state in (WorkerState.ACTIVE, WorkerState.STARTING)
-                      and w not in self.retiring]
-        victims = choose_victims(candidates, count, busy or {}, old)
-        # A worker with no pid cannot be told to pause: it is stopped as before.
-        now_idle = [w for w in victims if not retire or w.state is WorkerState.STARTING or not w.pid
-                    or (busy is not None and busy.get(w.instance, 0) == 0)]
-        if now_idle:
-            self.fleet.stop(now_idle)
-        self.retiring.retire([w for w in victims if w not in now_idle], busy)
-
-    def _note_binding_cap(self, decision: Decision, obs: Observation) -> None:
-        """Log when another cap (or none) starts to bound the pool's count."""
-        if obs.metrics is None:
-            return  # a hold for want of stats says nothing about the caps
-        name, binding = decision.pool, decision.binding_cap
-        if name in self._binding_caps and self._binding_caps[name] == binding:
-            return
-        before = self._binding_caps.get(name)
-        self._binding_caps[name] = binding
-        if binding is None and before is None:
-            return  # the pool's first decision, uncapped: nothing changed
-        fields = journal(MessageId.BINDING_CAP_CHANGED, POOL=name, CAP=binding.cap if binding else "none",
-                         CAP_WORKERS=binding.workers if binding else None,
-                         PREVIOUS_CAP=before.cap if before else "none", REASON=decision.reason)
-        if binding is None:
-            log.info("Pool %s: no cap bounds its count any more (was %s=%d).", name, before.cap, before.workers,
-                     extra=fields)
-        else:
-            log.info("Pool %s: bounded by cap %s=%d (wanted %d).", name, binding.cap, binding.workers,
-                     decision.raw_desired, extra=fields)
+        return bool(self.resizer.waiting_for_stopping)
 
     # -- record -----------------------------------------------------------------------------
 
@@ -576,7 +343,7 @@ class Controller:
         self._save_histories(now, force=any(d.changed for d in decisions.values()))
         self.samples.record(self.views, now)
         self._save_samples(now)
-        self._fleet_report = self._report(decisions, seen)
+        self._fleet_report = host_report(self.config, decisions, seen.observations, seen.workers)
 
     def _view(self, name: str, decision: Decision | None, seen: Seen, now: float) -> PoolView:
         obs = seen.observations[name]
@@ -584,13 +351,10 @@ class Controller:
                         failed=seen.failed.get(name, 0), max_workers=self.config.pools[name].policy.max_workers,
                         decision=decision, stats=seen.stats[name], metrics=obs.metrics,
                         start_cost=self.start_costs.estimate(name), stats_error=seen.stats_errors.get(name),
-                        line=self._line(name, decision, obs) if decision is not None else None,
+                        line=decision_line_for(self.config, decision, obs) if decision is not None else None,
                         crash_loop=self.crash_loops.loop(name, now), app_problem=self.app_problems.get(name),
                         restart=self.restarts.document(name),
                         evidence_notes=self.evidence.notes.get(name, {}))
-
-    def _line(self, name: str, decision: Decision, obs: Observation) -> str:
-        return decision_line(decision, obs, self.config.pools[name].policy_kind)
 
     def _save_histories(self, now: float, force: bool = False) -> None:
         if not force and self._saved_at is not None and now - self._saved_at < HISTORY_SAVE_INTERVAL:
@@ -653,13 +417,6 @@ class Controller:
             events=tuple(self.events), samples=self.samples.copy(), store_problem=self.observer.store_problem,
             fleet_problem=self.observer.fleet_problem)
 
-
-def _decision_fields(decision: Decision) -> dict:
-    """The journal fields of a scale decision (``journalctl POOL=default MESSAGE_ID=...``)."""
-    cap = decision.binding_cap
-    return journal(MessageId.SCALE_DECISION, POOL=decision.pool, FROM=decision.current, TO=decision.desired,
-                   REASON=decision.reason, SIGNAL=decision.winner, CAP=cap.cap if cap else None,
-                   CAP_WORKERS=cap.workers if cap else None)
 
 
 
