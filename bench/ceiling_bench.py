@@ -37,6 +37,7 @@ import os
 import pathlib
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -312,6 +313,9 @@ def git_state() -> tuple[str, list[str]]:
 # ---------------------------------------------------------------------------------------------
 
 def main(argv=None) -> int:
+    # A SIGTERM ends the run through its context managers, so that the servers, the workers and
+    # the sandbox it started are stopped (the default would leave them running).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kind", action="append", choices=KINDS, help="repeatable (default: all three)")
     parser.add_argument("--capacity", type=float, help="CPUs (cpu), connections or threads; one --kind only "
