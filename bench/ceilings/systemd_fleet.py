@@ -66,6 +66,7 @@ class SystemdDaemonFleet:
         self.sampler = None
         self.statuses: list[dict] = []     # {"t", "workers", "desired", "reason", "binding_cap", ...}
         self._journal = ""
+        self._invocation = ""   # the daemon's InvocationID: its journal lines of this start alone
         self._stop = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="status-reader", daemon=True)
         self._last_ready_check = 0.0
@@ -84,6 +85,7 @@ class SystemdDaemonFleet:
             if CODE != REPO:   # --code-at: the daemon runs that commit's package too
                 dropin = f"[Service]\nEnvironment=PYTHONPATH={CODE}\n"
             install(self.sandbox, text, daemon_dropin=dropin)
+            self._invocation = self.sandbox.unit_property(DAEMON, "InvocationID")
             self._watcher.start()
         except BaseException:
             self._close()
@@ -101,8 +103,7 @@ class SystemdDaemonFleet:
         try:
             if sbx is not None and sbx.nspawn_pid is not None:
                 with contextlib.suppress(Exception):
-                    self._journal = sbx.run(["journalctl", "--no-pager", "-o", "short-precise", "-u", DAEMON],
-                                            check=False).stdout
+                    self._journal = self._read_journal()
                     (self.logs / "flexiqd.journal").write_text(self._journal)
                     (self.logs / "statuses.json").write_text(json.dumps(self.statuses) + "\n")
                 sbx.run(f"systemctl stop {DAEMON} 'flexiq-worker@*' 2>/dev/null; true", timeout=120, check=False)
@@ -149,11 +150,17 @@ class SystemdDaemonFleet:
                                   "binding_cap_workers": pool.get("binding_cap_workers"),
                                   "ceiling": pool.get("ceiling")})
 
+    def _read_journal(self) -> str:
+        """The daemon's lines since this fleet started it (the sandbox may have run others before)."""
+        if not self._invocation:
+            return ""
+        return self.sandbox.run(["journalctl", "--no-pager", "-o", "short-precise",
+                                 f"_SYSTEMD_INVOCATION_ID={self._invocation}"], check=False).stdout
+
     def journal(self) -> str:
         if self._journal or self.sandbox is None:
             return self._journal
-        return self.sandbox.run(["journalctl", "--no-pager", "-o", "short-precise", "-u", DAEMON],
-                                check=False).stdout
+        return self._read_journal()
 
     def journal_tail(self, lines: int = 30) -> str:
         return "\n".join(self.journal().splitlines()[-lines:])
