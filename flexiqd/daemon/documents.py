@@ -1,9 +1,9 @@
 """The documents flexiqd publishes: its status, each pool's, each scale event's.
 
-Pure: built from the controller's state with the time as an argument, and used by
-every surface that shows them (the D-Bus API's JSON methods, the pool objects'
-typed properties -- dbus.pools.pool_properties reads this pool document -- and
-whatever else reads the daemon's state).  The keys are documented in docs/dbus-api.md.
+Pure: built from the controller's published snapshot (``published.Published``) with the
+time as an argument, and used by every surface that shows them (the D-Bus API's JSON
+methods, the pool objects' typed properties -- dbus.pools.pool_properties reads this pool
+document -- and whatever else reads the daemon's state).  The keys are documented in docs/dbus-api.md.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ free again (``forget_failed``), drains the workers of pools no longer
 configured (``stop_unconfigured``), and once a minute puts jobs with expired
 leases back and removes finished jobs past their retention (``maintain``).
 
-The controller runs each of them in every tick, before it reads the queues, and
-``release_dead_workers`` on its own when systemd reports a unit change.
+The observer (``observe.Observer``) runs each of them in every tick, before it reads the
+queues, and the controller runs ``release_dead_workers`` on its own when systemd reports a
+unit change.
 Not thread-safe: the controller's loop drives it.
 """
 

@@ -23,7 +23,7 @@ reboot every worker is new.
 The policy goes on deciding during a restart: its decisions are the target.  It sees the
 pool at most at the target (``policy_counts``): the replacements above it are the
 restart's, not a count to scale in.  Workers the policy adds are new ones; a scale-in
-takes old ones first (``controller.choose_victims``).
+takes old ones first (``apply.choose_victims``).
 
 Pure functions (``census``, ``plan``, ``policy_counts``) decide; ``Restarts`` keeps the
 requests and their progress.  Not thread-safe: the controller's loop drives it.
