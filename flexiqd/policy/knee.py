@@ -196,11 +196,22 @@ def verdict_completions(probe: KneeProbe) -> int:
     return max(MIN_COMPLETIONS, min(MAX_VERDICT_COMPLETIONS, math.ceil((NOISE_SIGMAS / gap) ** 2)))
 
 
+def clearly_better(more: ThroughputSample, fewer: ThroughputSample, gain: float) -> bool:
+    """Whether ``more`` completes more than ``gain`` above ``fewer`` beyond one standard error of
+    both counts."""
+    error = math.hypot(noise(more), noise(fewer)) / NOISE_SIGMAS
+    return more.completion_rate - error > fewer.completion_rate * (1 + gain)
+
+
 def best(samples: tuple[ThroughputSample, ...], gain: float) -> ThroughputSample:
-    """The fewest workers that complete within ``gain`` of the most completions measured
-    (more workers that add less than that are not better)."""
-    most = max(kept.completion_rate for kept in samples)
-    return min((kept for kept in samples if kept.completion_rate * (1 + gain) >= most), key=lambda kept: kept.workers)
+    """The fewest workers that no count of more workers beats by more than ``gain``, beyond the
+    counting noise (more workers that add less than that are not better: at a ceiling two short
+    counts of the same rate differ by their noise, and the larger must not win on it)."""
+    ordered = sorted(samples, key=lambda kept: kept.workers)
+    for fewer in ordered:
+        if not any(clearly_better(more, fewer, gain) for more in ordered if more.workers > fewer.workers):
+            return fewer
+    return ordered[-1]
 
 
 def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: float,
@@ -240,7 +251,11 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # for one (within the probe budget), whether or not every slot has claimed yet -- unless
         # the jobs are too long to be counted in time (before one ends: twice what they have run).
         expected = lag if lag is not None else 2 * (metrics.running_age_mean or 0.0)
-        countable = (probe is None and metrics.running > 0 and metrics.runnable_depth >= metrics.running
+        # Nothing running yet while workers are up and jobs wait (a crowd just landed): the
+        # claims are on their way, and the count at this size is a tick away.
+        claiming = metrics.running == 0 and obs.active > 0
+        countable = (probe is None and (metrics.running > 0 or claiming)
+                     and metrics.runnable_depth >= metrics.running
                      and (homogeneous(metrics) or metrics.recent_completions < MIN_COMPLETIONS)
                      and expected + MIN_SPAN + (obs.tick or 1.0) <= probe_budget(obs, target_age))
         if not countable:
