@@ -287,3 +287,38 @@ def test_a_jump_past_the_step_is_not_judged_as_one():
         history = decision.history
         now += 1.0
     assert history.knee.held_at is None and decision.binding_cap != ("knee", 2)
+
+
+# A server whose whole capacity one worker already uses (a CPU-capped database): more workers
+# add nothing, and short counts at 12 or 13 jobs/s differ by their noise alone.
+SATURATED_BY_ONE = {1: 12.0, 2: 12.6, 3: 12.6, 4: 13.0, 8: 13.0, 16: 12.0, 32: 11.0, 40: 10.0}
+
+
+def test_the_knee_is_the_fewest_workers_no_larger_count_beats_beyond_its_noise():
+    decisions = ramp(KNEE_POLICY, pace_of(SATURATED_BY_ONE), end=40.0)
+    knee = decisions[-1][2].history.knee
+    rates = {kept.workers: kept.completion_rate for kept in knee.samples}
+    # A larger count read a little more than 5 % above the single worker's -- within the noise.
+    assert rates[1] * 1.05 < max(rates.values())
+    assert knee.held_at == 1 and decisions[-1][2].desired == 1
+
+
+def test_best_still_takes_more_workers_that_clearly_complete_more():
+    from flexiqd.policy.knee import best
+
+    few = ThroughputSample(4, 100.0, 0.1, 10.0, 400)
+    more = ThroughputSample(8, 140.0, 0.1, 20.0, 560)  # a sub-linear step, but 40 % more, clearly
+    assert best((few, more), 0.05).workers == 8
+    close = more._replace(completion_rate=104.0, completions=416)  # within one standard error
+    assert best((few, close), 0.05).workers == 4
+
+
+def test_a_crowd_landing_on_idle_workers_waits_for_their_first_count():
+    # The first look at the crowd: jobs wait, the one worker up has not claimed yet.  Its count
+    # is a tick away; doubling now would skip the count at one worker.
+    landing = observe(1, runnable_depth=500, oldest_runnable_age=0.2, running=0, completion_rate=0.0,
+                      recent_completions=0, recent_window=15.0, series_reported=True, duration_p50=None,
+                      duration_p95=None)
+    decision = decide(landing, KNEE_POLICY, None, 0.0)
+    assert decision.desired == 1 and decision.binding_cap == ("knee", 1)
+    assert "measuring the throughput of 1 workers" in decision.message
