@@ -189,9 +189,14 @@ def shows_ceiling(sample: ThroughputSample, smaller: ThroughputSample) -> bool:
 def verdict_completions(probe: KneeProbe) -> int:
     """Completions a step's sample should count for its verdict: enough that the counting noise is
     well inside the gain it must show (a small step needs more)."""
+    return step_completions(probe.start.workers, probe.to_workers)
+
+
+def step_completions(start: int, to_workers: int) -> int:
+    """Completions each count of a step from ``start`` to ``to_workers`` workers should have."""
     # The full gain and the least that pays lie EFFICIENCY x gain apart; two sigmas of the
     # count must fit in that gap.
-    gain = (probe.to_workers - probe.start.workers) / probe.start.workers
+    gain = (to_workers - start) / start
     gap = EFFICIENCY * gain / (1 + gain)
     return max(MIN_COMPLETIONS, min(MAX_VERDICT_COMPLETIONS, math.ceil((NOISE_SIGMAS / gap) ** 2)))
 
@@ -366,7 +371,13 @@ def knee_cap(state: KneeState, config: KneeConfig, now: float, late: bool = Fals
     last = _latest(state.samples)
     if (last is not None and now - last.at <= _verdict_wait(obs, target_age) and last.workers >= obs.active
             and homogeneous(obs.metrics)):
-        return max(obs.current, math.ceil(last.workers * STEP_GROWTH)), "step"
+        step = max(obs.current, math.ceil(last.workers * STEP_GROWTH))
+        # The step will be judged against this count: a short one (a second of a slow pace) is
+        # too noisy to show that the step added nothing.  Count on, within the probe budget.
+        if (step > last.workers and last.completions < step_completions(last.workers, step)
+                and last.completions < last.completion_rate * budget):
+            return obs.current, "measuring"
+        return step, "step"
     if budget and state.waiting_since is not None and now - state.waiting_since < budget:
         return obs.current, "measuring"
     return None

@@ -274,9 +274,9 @@ def test_a_jump_past_the_step_is_not_judged_as_one():
     # Quick jobs counted at 2 workers; then slow jobs arrive and the signals, finding the jobs
     # unlike, take the pool to 20 at once.  Its count (few of the slow jobs ended yet) is of
     # other jobs, not a ceiling: the knee does not judge the jump as a step from 2.
-    history = ramp(KNEE_POLICY, pace_of(CEILING), end=8.0)[-1][2].history
-    assert any(kept.workers == 2 for kept in history.knee.samples)
-    now, series = 9.0, {}
+    history = ramp(KNEE_POLICY, pace_of(CEILING), end=14.0)[-1][2].history
+    assert any(kept.workers == 2 for kept in history.knee.samples) and history.knee.probe is None
+    now, series = 15.0, {}
     for tick in range(30):
         series[int(now)] = 2.0
         obs = counted(now, 20, 2.0, rates=series)
@@ -322,3 +322,20 @@ def test_a_crowd_landing_on_idle_workers_waits_for_their_first_count():
     decision = decide(landing, KNEE_POLICY, None, 0.0)
     assert decision.desired == 1 and decision.binding_cap == ("knee", 1)
     assert "measuring the throughput of 1 workers" in decision.message
+
+
+def test_a_step_waits_until_the_count_it_will_be_judged_against_is_long_enough():
+    from flexiqd.policy.knee import step_completions
+
+    decisions = ramp(KNEE_POLICY, pace_of(CEILING), end=20.0)
+    first_step = next(d for _, workers, d in decisions if d.desired > workers)
+    counted_at_one = next(kept for kept in first_step.history.knee.samples if kept.workers == 1)
+    assert counted_at_one.completions >= step_completions(1, 2) > 10  # more than a first sample's ten
+    assert "measuring the throughput of 1 workers" in decisions[3][2].message
+
+
+def test_the_wait_for_a_longer_count_ends_with_the_probe_budget():
+    # 3 jobs/s: a doubling's count needs more completions than 0.4 x the 30 s target collects.
+    decisions = ramp(KNEE_POLICY, {n: 3.0 * n for n in range(1, 41)}, end=30.0)
+    first = next(now for now, workers, d in decisions if d.desired > workers)
+    assert first <= 1.0 + 0.4 * 30.0 + 2.0  # a tick to claim, the budget, a count's whole seconds
