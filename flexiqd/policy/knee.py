@@ -156,7 +156,51 @@ def measure(obs: Observation, load: tuple[LoadSample, ...], now: float,
     completions, seconds, variance = counted
     # Jobs of unlike lengths end in bunches: their counts spread wider than a Poisson count's.
     error = max(math.sqrt(completions), math.sqrt(variance * seconds)) / seconds
-    return ThroughputSample(load[-1].active, completions / seconds, lag, now, completions, error)
+    age = metrics.running_age_mean if metrics.running else None
+    return ThroughputSample(load[-1].active, completions / seconds, lag, now, completions, error,
+                            age, float(metrics.running), 1 if age is not None else 0)
+
+
+def with_ages_of(sample: ThroughputSample, earlier: ThroughputSample | None) -> ThroughputSample:
+    """``sample`` with the in-flight ages of ``earlier`` (the same count, a shorter count of the same
+    steady spell) averaged in: one tick's ages of a few jobs are noisy."""
+    if (earlier is None or earlier.workers != sample.workers or earlier.age is None or sample.age is None
+            or sample.completions <= earlier.completions):
+        return sample
+    ticks = earlier.ages + 1
+    return sample._replace(age=(earlier.age * earlier.ages + sample.age) / ticks,
+                           running=(earlier.running * earlier.ages + sample.running) / ticks, ages=ticks)
+
+
+# The in-flight ages judge a step only with at least this many jobs in flight before and after it:
+# the mean age of fewer is too noisy (a job's age is anywhere between 0 and its duration).
+MIN_AGED_JOBS = 8
+
+# ... and only a step of at least this share more workers (a smaller one shows too little).
+MIN_AGED_GAIN = 0.5
+
+
+def flat_by_ages(probe: KneeProbe, obs: Observation, load: tuple[LoadSample, ...]) -> bool:
+    """Whether the jobs in flight show, before any count can, that the step adds (almost) nothing.
+
+    Little's law: completions = jobs in flight / their mean duration, and at a steady state the
+    mean age of the jobs in flight is a fixed share of that duration.  Where a ceiling binds, the
+    step's extra jobs in flight only wait: each takes longer in proportion, their mean age rises
+    as their number does, and the completions the step adds are about none -- seconds before a
+    count at the new size can be taken.  Judged only on alike jobs, plenty of them in flight,
+    the pool saturated at the step's size (its workers all up and busy); and the ages err towards
+    "it paid" (the new workers' jobs are young), never towards a ceiling."""
+    metrics, start = obs.metrics, probe.start
+    if metrics is None or start.age is None or not start.age or start.running < MIN_AGED_JOBS:
+        return False
+    if (probe.to_workers - start.workers) / start.workers < MIN_AGED_GAIN:
+        return False
+    if obs.active != probe.to_workers or obs.starting or steady_since(load, obs.concurrency) is None:
+        return False
+    if not homogeneous(metrics) or metrics.running < MIN_AGED_JOBS or not metrics.running_age_mean:
+        return False
+    implied = start.completion_rate * (metrics.running / start.running) * (start.age / metrics.running_age_mean)
+    return implied < wanted_rate(start, probe.to_workers, FLAT_SHARE)
 
 
 def wanted_rate(smaller: ThroughputSample, workers: int, share: float = EFFICIENCY) -> float:
@@ -249,6 +293,12 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
     probe = state.probe
     lag = probe.lag if probe is not None else mean_duration(load, metrics)
     sample = measure(obs, load, now, lag)
+    if sample is not None:
+        sample = with_ages_of(sample, next((kept for kept in state.samples if kept.workers == sample.workers), None))
+    if probe is not None and flat_by_ages(probe, obs, load) and (
+            sample is None or sample.workers != probe.to_workers or not clearly_paid(sample, probe.start)):
+        # The step's jobs wait on something shared: back to the best count measured up to its start.
+        return _held(replace(state, waiting_since=None), probe.start, config, now)
     if sample is None:
         if probe is not None and _overdue(probe, obs, now, target_age):
             return replace(state, probe=None)  # no verdict in time: growth is not held for it

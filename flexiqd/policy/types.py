@@ -240,7 +240,9 @@ class ThroughputSample(NamedTuple):
     """Completion rate of a saturated pool of ``workers`` working workers, measured at ``at`` over
     ``completions`` completions, counted from ``duration`` seconds (the jobs' mean duration then)
     after the count settled.  ``error``: the rate's standard error as the per-second counts
-    spread (None: as a Poisson count's)."""
+    spread (None: as a Poisson count's).  ``age`` / ``running``: the jobs in flight then, how
+    long they had run on average and how many, averaged over ``ages`` ticks of the count
+    (None / 0: not known)."""
 
     workers: int
     completion_rate: float
@@ -248,6 +250,9 @@ class ThroughputSample(NamedTuple):
     at: float
     completions: int = 0
     error: float | None = None
+    age: float | None = None
+    running: float = 0.0
+    ages: int = 0
 
 
 class KneeProbe(NamedTuple):

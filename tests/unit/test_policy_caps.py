@@ -339,3 +339,64 @@ def test_the_wait_for_a_longer_count_ends_with_the_probe_budget():
     decisions = ramp(KNEE_POLICY, {n: 3.0 * n for n in range(1, 41)}, end=30.0)
     first = next(now for now, workers, d in decisions if d.desired > workers)
     assert first <= 1.0 + 0.4 * 30.0 + 2.0  # a tick to claim, the budget, a count's whole seconds
+
+
+# --- the jobs in flight: Little's law judges a step before its count can --------------------------
+
+def aged_ramp(pace: dict[int, float], end: float):
+    """``ramp``, with the in-flight ages of a steady state: half the jobs' duration, which is the
+    jobs in flight over the completions (Little's law)."""
+    decisions, by_second, history, workers, now = [], {}, None, 1, 0.0
+    while now <= end:
+        rate = pace[min(workers, max(pace))]
+        by_second[int(now)] = rate
+        obs = counted(now, workers, rate, rates=by_second)
+        obs = dataclasses.replace(obs, metrics=dataclasses.replace(
+            obs.metrics, running_age_mean=0.5 * obs.metrics.running / rate))
+        decision = decide(obs, KNEE_POLICY, history, now)
+        history = decision.history
+        decisions.append((now, workers, decision))
+        workers = decision.desired
+        now += 1.0
+    return decisions
+
+
+FULL_AT_FOUR = {n: 10.0 * min(n, 4) for n in range(1, 41)}
+
+
+def test_jobs_in_flight_that_wait_longer_in_proportion_show_a_ceiling_before_a_count():
+    decisions = aged_ramp(FULL_AT_FOUR, end=40.0)
+    at_eight = [(now, d) for now, workers, d in decisions if workers == 8]
+    assert at_eight, "the pool stepped from 4 to 8"
+    now, first = at_eight[0]
+    # The first look at the 8 workers, all busy: no count at 8 yet, and the ages say it added nothing.
+    assert not any(kept.workers == 8 for kept in first.history.knee.samples)
+    assert first.desired == 4 and first.history.knee.held_at == 4 and first.reason == "CappedByKnee"
+    assert len(at_eight) == 1 and decisions[-1][2].history.knee.held_at == 4
+
+
+def test_jobs_in_flight_as_young_as_before_let_the_step_stand():
+    decisions = aged_ramp(LINEAR, end=40.0)
+    assert decisions[-1][1] == 40 and decisions[-1][2].history.knee.held_at is None
+
+
+def test_the_ages_judge_only_alike_jobs_plenty_of_them_in_flight():
+    # Slow jobs arriving as a step begins also make the jobs in flight older: when those are far
+    # older than the jobs just finished (unlike jobs, a new mix), the ages say nothing.
+    from flexiqd.policy.knee import flat_by_ages
+    from flexiqd.policy.types import KneeProbe
+
+    probe = KneeProbe(start=ThroughputSample(4, 40.0, 0.4, 18.0, 200, None, 0.2, 16.0, 4), to_workers=8,
+                      since=19.0, lag=0.4)
+    busy8 = counted(20.0, 8, 40.0)
+    load = decide(busy8, KNEE_POLICY, None, 20.0).history.load
+    aged = dataclasses.replace(busy8, metrics=dataclasses.replace(busy8.metrics, running_age_mean=0.4))
+    assert flat_by_ages(probe, aged, load)  # alike jobs, twice as many, twice the age: nothing added
+    unlike = dataclasses.replace(aged, metrics=dataclasses.replace(aged.metrics, running_age_mean=6.5))
+    assert not flat_by_ages(probe, unlike, load)
+    few = probe._replace(start=probe.start._replace(running=4.0))
+    assert not flat_by_ages(few, aged, load)  # too few in flight before the step to tell
+    small = probe._replace(to_workers=5)
+    assert not flat_by_ages(small, aged, load)  # a quarter more: too little to show in the ages
+    starting = dataclasses.replace(aged, starting=2)
+    assert not flat_by_ages(probe, starting, load)  # not all of the step's workers up yet
