@@ -190,7 +190,7 @@ SETTINGS: tuple[Setting, ...] = (
     _s("pools.<pool>.knee.min_throughput_gain", "number", 0.05,
        "More workers must complete at least this much more than fewer did.", unit="fraction"),
     _s("pools.<pool>.knee.max_duration_rise", "number", 0.2,
-       "Not used: durations never decide a ceiling, completions do (accepted so that older files load).",
+       "Not used: a rise of durations alone never decides a ceiling, completions do (accepted so that older files load).",
        unit="fraction"),
     _s("pools.<pool>.knee.settle_time", "duration", 60.0,
        "While the oldest job is late, the knee is re-probed after twice this instead of reprobe_interval."),

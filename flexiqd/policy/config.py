@@ -143,8 +143,9 @@ class KneeConfig:
     workers win).  The knee is re-probed a quarter higher after
     ``reprobe_interval`` (after ``2 x settle_time`` while the oldest job is
     late) and forgotten after ``sample_max_age`` without a sample.
-    ``max_duration_rise`` is not used: durations stretch at a ceiling, so
-    they decide nothing.
+    ``max_duration_rise`` is not used: durations stretch at a ceiling, so a
+    rise of durations alone decides nothing (the jobs in flight judge a step
+    only through the completions they imply, Little's law).
     """
 
     enabled: bool = default("pools.<pool>.knee.enabled")

@@ -18,8 +18,20 @@ is no sign of a new job mix and no reason to doubt the count.
   ``EFFICIENCY`` of what the extra workers would add at ``n``'s pace, and then
   the next step may double the pool.  One that does not (beyond the counting
   noise: the per-second counts' own spread, at least a Poisson count's) shows the extra workers only queue on something shared: the pool is
-  held at the count of the best measured throughput (the knee) and shrinks
-  back to it.
+  held at the count of the best measured throughput (the knee: the fewest
+  workers that no larger count beats by ``min_throughput_gain`` beyond the
+  noise of both counts) and shrinks back to it.
+- A step is judged against the count it starts from, so growth waits (within
+  the probe budget) until that count has the completions the step's verdict
+  needs: a second's count of a slow pace cannot show that a step added nothing.
+- **The jobs in flight** can judge a step before a count at its size can be
+  taken (Little's law: completions = jobs in flight / their duration).  Where
+  the extra jobs only wait, their mean age rises in proportion to their
+  number: at the first look at the step's workers all busy, a step of at least
+  half more, with at least ``MIN_AGED_JOBS`` alike jobs in flight before and
+  after, whose implied completions add less than ``FLAT_SHARE`` of the extra
+  workers' share is a ceiling.  Young jobs of just-started workers err towards
+  "it paid"; jobs far older than those finished (a new mix) say nothing.
 - Where a step cannot be judged within the budget (long jobs, few
   completions) growth is not held: the safety net and the signals size the
   pool, and samples taken later at steady counts still show a ceiling.
