@@ -29,9 +29,10 @@ is no sign of a new job mix and no reason to doubt the count.
   the extra jobs only wait, their mean age rises in proportion to their
   number: at the first look at the step's workers all busy, a step of at least
   half more, with at least ``MIN_AGED_JOBS`` alike jobs in flight before and
-  after, whose implied completions add less than ``FLAT_SHARE`` of the extra
-  workers' share is a ceiling.  Young jobs of just-started workers err towards
-  "it paid"; jobs far older than those finished (a new mix) say nothing.
+  after (p95 within ``AGED_SPREAD`` x p50), whose implied completions add less
+  than ``FLAT_SHARE`` of the extra workers' share is a ceiling; once the new
+  size has a count, the count decides.  Young jobs of just-started workers err
+  towards "it paid"; jobs far older than those finished (a new mix) say nothing.
 - Where a step cannot be judged within the budget (long jobs, few
   completions) growth is not held: the safety net and the signals size the
   pool, and samples taken later at steady counts still show a ceiling.
@@ -191,6 +192,10 @@ MIN_AGED_JOBS = 8
 # ... and only a step of at least this share more workers (a smaller one shows too little).
 MIN_AGED_GAIN = 0.5
 
+# ... and only jobs this alike (p95 within this many times p50): one long job in flight among
+# a few moves their mean age as much as a ceiling would.
+AGED_SPREAD = 2.5
+
 
 def flat_by_ages(probe: KneeProbe, obs: Observation, load: tuple[LoadSample, ...]) -> bool:
     """Whether the jobs in flight show, before any count can, that the step adds (almost) nothing.
@@ -210,6 +215,8 @@ def flat_by_ages(probe: KneeProbe, obs: Observation, load: tuple[LoadSample, ...
     if obs.active != probe.to_workers or obs.starting or steady_since(load, obs.concurrency) is None:
         return False
     if not homogeneous(metrics) or metrics.running < MIN_AGED_JOBS or not metrics.running_age_mean:
+        return False
+    if not metrics.duration_p50 or not metrics.duration_p95 or metrics.duration_p95 > AGED_SPREAD * metrics.duration_p50:
         return False
     implied = start.completion_rate * (metrics.running / start.running) * (start.age / metrics.running_age_mean)
     return implied < wanted_rate(start, probe.to_workers, FLAT_SHARE)
@@ -307,8 +314,9 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
     sample = measure(obs, load, now, lag)
     if sample is not None:
         sample = with_ages_of(sample, next((kept for kept in state.samples if kept.workers == sample.workers), None))
-    if probe is not None and flat_by_ages(probe, obs, load) and (
-            sample is None or sample.workers != probe.to_workers or not clearly_paid(sample, probe.start)):
+    counted_at_step = probe is not None and any(kept.workers == probe.to_workers and kept.at > probe.since
+                                                for kept in state.samples + ((sample,) if sample else ()))
+    if probe is not None and not counted_at_step and flat_by_ages(probe, obs, load):
         # The step's jobs wait on something shared: back to the best count measured up to its start.
         return _held(replace(state, waiting_since=None), probe.start, config, now)
     if sample is None:
@@ -435,9 +443,11 @@ def knee_cap(state: KneeState, config: KneeConfig, now: float, late: bool = Fals
             and homogeneous(obs.metrics)):
         step = max(obs.current, math.ceil(last.workers * STEP_GROWTH))
         # The step will be judged against this count: a short one (a second of a slow pace) is
-        # too noisy to show that the step added nothing.  Count on, within the probe budget.
+        # too noisy to show that the step added nothing.  Count on, while the count can still
+        # grow: within the probe budget and the store's recent window.
+        counted_for = last.completions / max(last.completion_rate, 1e-9)
         if (step > last.workers and last.completions < step_completions(last.workers, step)
-                and last.completions < last.completion_rate * budget):
+                and counted_for < min(budget, (obs.metrics.recent_window or 0.0) - 2)):
             return obs.current, "measuring"
         return step, "step"
     if budget and state.waiting_since is not None and now - state.waiting_since < budget:

@@ -400,3 +400,29 @@ def test_the_ages_judge_only_alike_jobs_plenty_of_them_in_flight():
     assert not flat_by_ages(small, aged, load)  # a quarter more: too little to show in the ages
     starting = dataclasses.replace(aged, starting=2)
     assert not flat_by_ages(probe, starting, load)  # not all of the step's workers up yet
+
+
+def test_the_wait_for_a_longer_count_ends_when_the_stores_window_is_full():
+    # A 2-minute target leaves a probe budget (48 s) longer than the store's recent window (15 s)
+    # holds: a count at 3.6 jobs/s never reaches a doubling's completions, and growth must not
+    # wait for it for ever.
+    slow_target = dataclasses.replace(KNEE_POLICY, targets=dataclasses.replace(KNEE_POLICY.targets, age=120.0))
+    decisions = ramp(slow_target, {n: 3.6 * n for n in range(1, 41)}, end=40.0)
+    assert max(workers for _, workers, _ in decisions) > 1
+    first = next(now for now, workers, d in decisions if d.desired > workers)
+    assert first <= 15.0
+
+
+def test_the_ages_say_nothing_of_a_heavy_tail():
+    from flexiqd.policy.knee import flat_by_ages
+    from flexiqd.policy.types import KneeProbe
+
+    probe = KneeProbe(start=ThroughputSample(4, 40.0, 0.4, 18.0, 200, None, 0.2, 16.0, 4), to_workers=8,
+                      since=19.0, lag=0.4)
+    busy8 = counted(20.0, 8, 40.0)
+    load = decide(busy8, KNEE_POLICY, None, 20.0).history.load
+    aged = dataclasses.replace(busy8, metrics=dataclasses.replace(busy8.metrics, running_age_mean=0.4))
+    assert flat_by_ages(probe, aged, load)
+    tail = dataclasses.replace(aged, metrics=dataclasses.replace(
+        aged.metrics, duration_p95=3 * aged.metrics.duration_p50))  # one long job moves the mean age
+    assert not flat_by_ages(probe, tail, load)
