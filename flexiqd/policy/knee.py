@@ -27,7 +27,7 @@ is no sign of a new job mix and no reason to doubt the count.
 - **The jobs in flight** can judge a step before a count at its size can be
   taken (Little's law: completions = jobs in flight / their duration).  Where
   the extra jobs only wait, their mean age rises in proportion to their
-  number: at the first look at the step's workers all busy, a step of at least
+  number: at two looks in a row at the step's workers all busy, a step of at least
   half more, with at least ``MIN_AGED_JOBS`` alike jobs in flight before and
   after (p95 within ``AGED_SPREAD`` x p50), whose implied completions add less
   than ``FLAT_SHARE`` of the extra workers' share is a ceiling; once the new
@@ -196,6 +196,9 @@ MIN_AGED_GAIN = 0.5
 # a few moves their mean age as much as a ceiling would.
 AGED_SPREAD = 2.5
 
+# ... and only when this many looks in a row say so: one look at a dozen jobs' ages can mislead.
+AGED_LOOKS = 2
+
 
 def flat_by_ages(probe: KneeProbe, obs: Observation, load: tuple[LoadSample, ...]) -> bool:
     """Whether the jobs in flight show, before any count can, that the step adds (almost) nothing.
@@ -316,9 +319,13 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         sample = with_ages_of(sample, next((kept for kept in state.samples if kept.workers == sample.workers), None))
     counted_at_step = probe is not None and any(kept.workers == probe.to_workers and kept.at > probe.since
                                                 for kept in state.samples + ((sample,) if sample else ()))
-    if probe is not None and not counted_at_step and flat_by_ages(probe, obs, load):
-        # The step's jobs wait on something shared: back to the best count measured up to its start.
-        return _held(replace(state, waiting_since=None), probe.start, config, now)
+    if probe is not None and not counted_at_step:
+        looks = probe.flat_looks + 1 if flat_by_ages(probe, obs, load) else 0
+        if looks >= AGED_LOOKS:
+            # The step's jobs wait on something shared: back to the best count measured up to its start.
+            return _held(replace(state, waiting_since=None), probe.start, config, now)
+        probe = probe._replace(flat_looks=looks)
+        state = replace(state, probe=probe)
     if sample is None:
         if probe is not None and _overdue(probe, obs, now, target_age):
             return replace(state, probe=None)  # no verdict in time: growth is not held for it

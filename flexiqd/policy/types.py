@@ -257,12 +257,14 @@ class ThroughputSample(NamedTuple):
 
 class KneeProbe(NamedTuple):
     """A step under way: from ``start`` (the sample before it) to ``to_workers``, begun at ``since``;
-    its sample is counted from ``lag`` seconds after the new count settles."""
+    its sample is counted from ``lag`` seconds after the new count settles.  ``flat_looks``: the
+    looks in a row at which its jobs in flight said it added nothing."""
 
     start: ThroughputSample
     to_workers: int
     since: float
     lag: float
+    flat_looks: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

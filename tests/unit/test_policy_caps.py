@@ -368,11 +368,13 @@ def test_jobs_in_flight_that_wait_longer_in_proportion_show_a_ceiling_before_a_c
     decisions = aged_ramp(FULL_AT_FOUR, end=40.0)
     at_eight = [(now, d) for now, workers, d in decisions if workers == 8]
     assert at_eight, "the pool stepped from 4 to 8"
-    now, first = at_eight[0]
-    # The first look at the 8 workers, all busy: no count at 8 yet, and the ages say it added nothing.
-    assert not any(kept.workers == 8 for kept in first.history.knee.samples)
-    assert first.desired == 4 and first.history.knee.held_at == 4 and first.reason == "CappedByKnee"
-    assert len(at_eight) == 1 and decisions[-1][2].history.knee.held_at == 4
+    # The first two looks at the 8 workers, all busy: no count at 8 yet, and the ages say each
+    # time that the step added nothing; the second holds the pool back at 4.
+    (_, first), (_, second) = at_eight[:2]
+    assert first.desired == 8 and first.history.knee.probe.flat_looks == 1
+    assert not any(kept.workers == 8 for kept in second.history.knee.samples)
+    assert second.desired == 4 and second.history.knee.held_at == 4 and second.reason == "CappedByKnee"
+    assert len(at_eight) == 2 and decisions[-1][2].history.knee.held_at == 4
 
 
 def test_jobs_in_flight_as_young_as_before_let_the_step_stand():
