@@ -333,9 +333,11 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # for one (within the probe budget), whether or not every slot has claimed yet -- unless
         # the jobs are too long to be counted in time (before one ends: twice what they have run).
         expected = lag if lag is not None else 2 * (metrics.running_age_mean or 0.0)
-        # Nothing running yet while workers are up and jobs wait (a crowd just landed): the
-        # claims are on their way, and the count at this size is a tick away.
-        claiming = metrics.running == 0 and obs.active > 0
+        # Nothing running yet while workers are up and jobs have just come (a crowd's first
+        # tick): the claims are on their way, and the count at this size is a tick away.  Only
+        # that tick: workers that do not claim by the next have something else holding them.
+        claiming = (metrics.running == 0 and obs.active > 0 and state.backlog_since == now
+                    and metrics.oldest_runnable_age <= (obs.tick or 1.0))
         countable = (probe is None and (metrics.running > 0 or claiming)
                      and metrics.runnable_depth >= metrics.running
                      and (homogeneous(metrics) or metrics.recent_completions < MIN_COMPLETIONS)
