@@ -22,8 +22,9 @@ is no sign of a new job mix and no reason to doubt the count.
   workers that no larger count beats by ``min_throughput_gain`` beyond the
   noise of both counts) and shrinks back to it.
 - A step is judged against the count it starts from, so growth waits (within
-  the probe budget) until that count has the completions the step's verdict
-  needs: a second's count of a slow pace cannot show that a step added nothing.
+  the probe budget) until that count has ``START_SHARE`` of the completions the
+  step's verdict needs: a second's count of a slow pace cannot show that a step
+  added nothing.
 - **The jobs in flight** can judge a step before a count at its size can be
   taken (Little's law: completions = jobs in flight / their duration).  Where
   the extra jobs only wait, their mean age rises in proportion to their
@@ -93,6 +94,11 @@ RECENT_WINDOW_CAP = 13.0
 
 # A step that paid lets the next one go up to this many times the count.
 STEP_GROWTH = 2.0
+
+# The count a step starts from needs this share of the completions the step's own count needs
+# for its verdict (the step's count can run longer; a wait for more costs a whole second of
+# a fast pace at every first step).
+START_SHARE = 0.5
 
 
 def steady_since(load: tuple[LoadSample, ...], slots_per_worker: int) -> float | None:
@@ -455,7 +461,7 @@ def knee_cap(state: KneeState, config: KneeConfig, now: float, late: bool = Fals
         # too noisy to show that the step added nothing.  Count on, while the count can still
         # grow: within the probe budget and the store's recent window.
         counted_for = last.completions / max(last.completion_rate, 1e-9)
-        if (step > last.workers and last.completions < step_completions(last.workers, step)
+        if (step > last.workers and last.completions < START_SHARE * step_completions(last.workers, step)
                 and counted_for < min(budget, (obs.metrics.recent_window or 0.0) - 2)):
             return obs.current, "measuring"
         return step, "step"

@@ -274,9 +274,9 @@ def test_a_jump_past_the_step_is_not_judged_as_one():
     # Quick jobs counted at 2 workers; then slow jobs arrive and the signals, finding the jobs
     # unlike, take the pool to 20 at once.  Its count (few of the slow jobs ended yet) is of
     # other jobs, not a ceiling: the knee does not judge the jump as a step from 2.
-    history = ramp(KNEE_POLICY, pace_of(CEILING), end=14.0)[-1][2].history
+    history = ramp(KNEE_POLICY, pace_of(CEILING), end=11.0)[-1][2].history
     assert any(kept.workers == 2 for kept in history.knee.samples) and history.knee.probe is None
-    now, series = 15.0, {}
+    now, series = 12.0, {}
     for tick in range(30):
         series[int(now)] = 2.0
         obs = counted(now, 20, 2.0, rates=series)
@@ -325,12 +325,12 @@ def test_a_crowd_landing_on_idle_workers_waits_for_their_first_count():
 
 
 def test_a_step_waits_until_the_count_it_will_be_judged_against_is_long_enough():
-    from flexiqd.policy.knee import step_completions
+    from flexiqd.policy.knee import START_SHARE, step_completions
 
     decisions = ramp(KNEE_POLICY, pace_of(CEILING), end=20.0)
     first_step = next(d for _, workers, d in decisions if d.desired > workers)
     counted_at_one = next(kept for kept in first_step.history.knee.samples if kept.workers == 1)
-    assert counted_at_one.completions >= step_completions(1, 2) > 10  # more than a first sample's ten
+    assert counted_at_one.completions >= START_SHARE * step_completions(1, 2) > 10  # more than a first sample's ten
     assert "measuring the throughput of 1 workers" in decisions[3][2].message
 
 
@@ -428,3 +428,14 @@ def test_the_ages_say_nothing_of_a_heavy_tail():
     tail = dataclasses.replace(aged, metrics=dataclasses.replace(
         aged.metrics, duration_p95=3 * aged.metrics.duration_p50))  # one long job moves the mean age
     assert not flat_by_ages(probe, tail, load)
+
+
+def test_a_fast_first_count_is_long_enough_to_step_from():
+    # 40 jobs/s: a second's count has more than half the completions the step's own count needs;
+    # the step's count can run longer, so growth does not wait a whole second more for the start.
+    from flexiqd.policy.knee import step_completions
+
+    decisions = ramp(KNEE_POLICY, {n: 40.0 * n for n in range(1, 41)}, end=10.0)
+    first_step = next(d for _, workers, d in decisions if d.desired > workers)
+    counted_at_one = next(kept for kept in first_step.history.knee.samples if kept.workers == 1)
+    assert counted_at_one.completions < step_completions(1, 2)
