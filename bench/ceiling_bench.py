@@ -107,6 +107,22 @@ def _r(value, digits=2):
 # One kind
 # ---------------------------------------------------------------------------------------------
 
+POLICIES = ("flexiqd", "flexiq", "keda", "fixed-knee", "fixed-max", "daemon", "daemon-probe", "daemon-probe-only",
+            "daemon-systemd", "daemon-systemd-probe")
+
+
+def policies_problem(policies: list[str], kinds: list[str]) -> str | None:
+    """What is wrong with ``--policies`` for ``kinds`` (before any server starts), or None."""
+    for name in policies:
+        fixed = name.removeprefix("fixed-")
+        if name not in POLICIES and not (name.startswith("fixed-") and fixed.isdigit() and int(fixed) > 0):
+            return f"--policies: unknown policy {name!r} (one of {', '.join(POLICIES)}, fixed-<N>)"
+    if "daemon-systemd-probe" in policies and "threads" in kinds:
+        return ("--policies: daemon-systemd-probe cannot probe the threads kind (the daemon's http probe has no "
+                "unix socket to reach it from the sandbox); use daemon-probe for it")
+    return None
+
+
 def _under_systemd(policies) -> bool:
     return any(name.startswith("daemon-systemd") for name in policies)
 
@@ -324,7 +340,8 @@ def main(argv=None) -> int:
     parser.add_argument("--crowd-seconds", type=float, default=40.0,
                         help="at most this many seconds of work at the sweep's best rate (default 40)")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--policies", default="flexiqd,flexiq,keda,fixed-knee,fixed-max")
+    parser.add_argument("--policies", default="flexiqd,flexiq,keda,fixed-knee,fixed-max",
+                        help=f"comma-separated, of: {', '.join(POLICIES)}, fixed-<N>")
     parser.add_argument("--max-workers", type=int, default=30)
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--keda-target", type=int, default=5, help="KEDA's targetValue, jobs per worker")
@@ -352,6 +369,9 @@ def main(argv=None) -> int:
     kinds = args.kind or (["connections"] if args.quick else list(KINDS))
     if args.capacity is not None and len(kinds) != 1:
         parser.error("--capacity needs exactly one --kind")
+    problem = policies_problem(args.policies, kinds)
+    if problem:
+        parser.error(problem)
     if args.quick:
         args.jobs, args.runs = min(args.jobs, 800), 1
         args.sweep = args.sweep or [1, 2, 3, 4, 6, 30]
@@ -361,6 +381,13 @@ def main(argv=None) -> int:
         reason = unavailable_reason(kind)
         if reason:
             log(f"{kind}: cannot run here: {reason}")
+            return 2
+    if _under_systemd(args.policies):
+        from system.sandbox import unavailable_reason as sandbox_unavailable
+
+        reason = sandbox_unavailable()
+        if reason:
+            log(f"daemon-systemd: cannot boot a systemd sandbox here: {reason}")
             return 2
     out = args.json or (QUICK_RESULTS if args.quick else RESULTS)
     WORK.mkdir(parents=True, exist_ok=True)
