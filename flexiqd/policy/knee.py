@@ -165,7 +165,9 @@ def measure(obs: Observation, load: tuple[LoadSample, ...], now: float,
     after the count settled (the jobs started before then have ended); None when it cannot tell."""
     metrics = obs.metrics
     since = steady_since(load, obs.concurrency)
-    if metrics is None or since is None or lag is None:
+    if metrics is None or since is None or lag is None or obs.draining:
+        # While workers stop, their last jobs end among the others' (or not at all): a count
+        # then is of neither size -- one taken right after a hold read half the rate.
         return None
     window = metrics.recent_window or 0.0
     start = max(since + lag, math.floor(now) - window + 1)
@@ -340,11 +342,12 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # the jobs are too long to be counted in time (before one ends: twice what they have run).
         expected = lag if lag is not None else 2 * (metrics.running_age_mean or 0.0)
         # Nothing running yet while workers are up and jobs have just come (a crowd's first
-        # tick): the claims are on their way, and the count at this size is a tick away.  Only
-        # that tick: workers that do not claim by the next have something else holding them.
+        # tick, its oldest job at most two ticks old: a busy host claims late): the claims are
+        # on their way, and the count at this size is a tick away.  Only that tick: workers that
+        # do not claim by the next have something else holding them.
         claiming = (metrics.running == 0 and obs.active > 0 and state.backlog_since == now
-                    and metrics.oldest_runnable_age <= (obs.tick or 1.0))
-        countable = (probe is None and (metrics.running > 0 or claiming)
+                    and metrics.oldest_runnable_age <= 2 * (obs.tick or 1.0))
+        countable = (probe is None and not obs.draining and (metrics.running > 0 or claiming)
                      and metrics.runnable_depth >= metrics.running
                      and (homogeneous(metrics) or metrics.recent_completions < MIN_COMPLETIONS)
                      and expected + MIN_SPAN + (obs.tick or 1.0) <= probe_budget(obs, target_age))

@@ -439,3 +439,23 @@ def test_a_fast_first_count_is_long_enough_to_step_from():
     first_step = next(d for _, workers, d in decisions if d.desired > workers)
     counted_at_one = next(kept for kept in first_step.history.knee.samples if kept.workers == 1)
     assert counted_at_one.completions < step_completions(1, 2)
+
+
+def test_no_count_is_taken_while_workers_stop():
+    # Held back from 8 to 4: while the 4 surplus workers stop, a count at 4 mixes their last jobs
+    # with the others' (one such read half the rate) and must not replace the step's count.
+    decisions = ramp(KNEE_POLICY, pace_of(CEILING), end=20.0)
+    history = decisions[-1][2].history
+    before = {kept.workers: kept for kept in history.knee.samples}
+    stopping = dataclasses.replace(counted(21.0, 2, 9.0), draining=2)
+    after = decide(stopping, KNEE_POLICY, history, 21.0).history.knee
+    assert {kept.workers: kept for kept in after.samples} == before
+    assert after.held_at == history.knee.held_at == 2
+
+
+def test_a_crowd_seen_a_little_late_still_waits_for_the_first_claims():
+    landing = observe(1, runnable_depth=500, oldest_runnable_age=1.7, running=0, completion_rate=0.0,
+                      recent_completions=0, recent_window=15.0, series_reported=True, duration_p50=None,
+                      duration_p95=None)
+    decision = decide(dataclasses.replace(landing, tick=1.0), KNEE_POLICY, None, 0.0)
+    assert decision.desired == 1 and decision.binding_cap == ("knee", 1)
