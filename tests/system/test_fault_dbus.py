@@ -50,7 +50,7 @@ from .executions import judge
 from .faults import (Load, completed_jobs, config, cut_workers, executions, journal_entries, start_limit_hits,
                      wait_all_done, worker_restarts)
 from .flexiqd_install import BIN, DAEMON, STORE, install, workers
-from .sandbox import Sandbox
+from .sandbox import Sandbox, SandboxTimeout
 
 DB = "/var/lib/flexiq/queue.db"
 MAX_WORKERS = 4
@@ -177,7 +177,18 @@ def _completion_figures(ends: list[float], start: float, end: float) -> dict:
 
 
 def _wait_grown(sbx: Sandbox, at_least: int = 3) -> None:
-    sbx.wait_for(lambda: len(workers(sbx)) >= at_least, 60, interval=0.3, what=f"the pool to grow to {at_least}")
+    since = time.time()
+    try:
+        sbx.wait_for(lambda: len(workers(sbx)) >= at_least, 60, interval=0.3, what=f"the pool to grow to {at_least}")
+    except SandboxTimeout as exc:
+        raise AssertionError(f"{exc}; {_what_it_decided(sbx, since)}") from None
+
+
+def _what_it_decided(sbx: Sandbox, since: float) -> str:
+    """The daemon's journal since ``since`` and its status: why a pool did not do what a test waited for."""
+    lines = [e.get("MESSAGE", "") for e in journal_entries(sbx, DAEMON, since=since - 5)]
+    status = sbx.run(f"{FLEXIQCTL} status", check=False).stdout
+    return f"the daemon's journal: {lines[-40:]}; its status: {status}"
 
 
 def _inject(sbx: Sandbox, name: str, command: str) -> dict:
@@ -281,7 +292,10 @@ def _scaling_after(sbx: Sandbox, load: Load, since: float) -> dict:
     assert load.enqueue(*BACKLOG), load.enqueues.failed[-1:]
     def grew():
         return [d for d in _decisions(sbx, grow_from) if int(d["TO"]) > int(d["FROM"])]
-    up = sbx.wait_for(grew, 60, interval=0.3, what="a scale-up for the new backlog")
+    try:
+        up = sbx.wait_for(grew, 60, interval=0.3, what="a scale-up for the new backlog")
+    except SandboxTimeout as exc:
+        raise AssertionError(f"{exc}; {_what_it_decided(sbx, grow_from)}") from None
     _wait_grown(sbx)
     return {"scale_in_after": f'{down[0]["FROM"]}->{down[0]["TO"]} {down[0].get("REASON")}',
             "scale_up_after": f'{up[0]["FROM"]}->{up[0]["TO"]} {up[0].get("REASON")}'}

@@ -21,6 +21,7 @@ from flexiqd.policy import (
     share_dependencies,
     water_fill,
 )
+from flexiqd.policy import knee
 from flexiqd.policy.types import DependencyObservation, PoolMetrics, ThroughputSample
 
 from test_policy_support import busy, observe, run
@@ -364,6 +365,7 @@ def aged_ramp(pace: dict[int, float], end: float):
 FULL_AT_FOUR = {n: 10.0 * min(n, 4) for n in range(1, 41)}
 
 
+@pytest.mark.skipif(not knee.AGES_JUDGE_STEPS, reason="the jobs-in-flight rule is off (flexiqd/policy/knee.py)")
 def test_jobs_in_flight_that_wait_longer_in_proportion_show_a_ceiling_before_a_count():
     decisions = aged_ramp(FULL_AT_FOUR, end=40.0)
     at_eight = [(now, d) for now, workers, d in decisions if workers == 8]
@@ -382,6 +384,7 @@ def test_jobs_in_flight_as_young_as_before_let_the_step_stand():
     assert decisions[-1][1] == 40 and decisions[-1][2].history.knee.held_at is None
 
 
+@pytest.mark.skipif(not knee.AGES_JUDGE_STEPS, reason="the jobs-in-flight rule is off (flexiqd/policy/knee.py)")
 def test_the_ages_judge_only_alike_jobs_plenty_of_them_in_flight():
     # Slow jobs arriving as a step begins also make the jobs in flight older: when those are far
     # older than the jobs just finished (unlike jobs, a new mix), the ages say nothing.
@@ -415,6 +418,7 @@ def test_the_wait_for_a_longer_count_ends_when_the_stores_window_is_full():
     assert first <= 15.0
 
 
+@pytest.mark.skipif(not knee.AGES_JUDGE_STEPS, reason="the jobs-in-flight rule is off (flexiqd/policy/knee.py)")
 def test_the_ages_say_nothing_of_a_heavy_tail():
     from flexiqd.policy.knee import flat_by_ages
     from flexiqd.policy.types import KneeProbe
