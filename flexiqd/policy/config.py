@@ -144,8 +144,7 @@ class KneeConfig:
     ``reprobe_interval`` (after ``2 x settle_time`` while the oldest job is
     late) and forgotten after ``sample_max_age`` without a sample.
     ``max_duration_rise`` is not used: durations stretch at a ceiling, so a
-    rise of durations alone decides nothing (the jobs in flight judge a step
-    only through the completions they imply, Little's law).
+    rise of durations alone decides nothing.
     """
 
     enabled: bool = default("pools.<pool>.knee.enabled")
