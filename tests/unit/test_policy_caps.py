@@ -24,7 +24,7 @@ from flexiqd.policy import (
 from flexiqd.policy import knee
 from flexiqd.policy.types import DependencyObservation, PoolMetrics, ThroughputSample
 
-from test_policy_support import busy, observe, run
+from test_policy_support import busy, observe
 
 UNSMOOTHED = Behavior(down_window=0.0, up_limit=None, down_limit=None)
 FLOODED = dict(runnable_depth=5000, oldest_runnable_age=60.0)
