@@ -44,7 +44,7 @@ def history_from_dict(data: Mapping[str, Any] | None) -> History:
             recommendations=tuple(TimedCount(*r) for r in data.get("recommendations", ())),
             changes=tuple(ScaleChange(*c) for c in data.get("changes", ())),
             load=tuple(LoadSample(*s) for s in data.get("load", ())),
-            knee=KneeState(samples=tuple(ThroughputSample(*s) for s in knee.get("samples", ())),
+            knee=KneeState(samples=tuple(_throughput_sample(s) for s in knee.get("samples", ())),
                            backlog_since=knee.get("backlog_since"), held_at=knee.get("held_at"),
                            held_since=knee.get("held_since")),
             evidence=tuple(EvidenceTrack(source=str(t["source"]), unloaded=tuple(float(v) for v in t["unloaded"]),
@@ -53,6 +53,11 @@ def history_from_dict(data: Mapping[str, Any] | None) -> History:
         )
     except (TypeError, ValueError, AttributeError, KeyError):
         return History()
+
+
+def _throughput_sample(saved: Any) -> ThroughputSample:
+    # A state saved by an older version may carry fields this one no longer has (in-flight ages).
+    return ThroughputSample(*list(saved)[:len(ThroughputSample._fields)])
 
 
 def with_external_change(history: History | None, policy: PoolPolicy, now: float,

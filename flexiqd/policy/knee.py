@@ -25,16 +25,6 @@ is no sign of a new job mix and no reason to doubt the count.
   the probe budget) until that count has ``START_SHARE`` of the completions the
   step's verdict needs: a second's count of a slow pace cannot show that a step
   added nothing.
-- **The jobs in flight** can judge a step before a count at its size can be
-  taken (Little's law: completions = jobs in flight / their duration).  Where
-  the extra jobs only wait, their mean age rises in proportion to their
-  number: at two looks in a row at the step's workers all busy, a step of at least
-  half more, with at least ``MIN_AGED_JOBS`` alike jobs in flight before and
-  after (p95 within ``AGED_SPREAD`` x p50), whose implied completions add less
-  than ``FLAT_SHARE`` of the extra workers' share is a ceiling; once the new
-  size has a count, the count decides.  Young jobs of just-started workers err
-  towards "it paid"; jobs far older than those finished (a new mix) say nothing.
-  **Off for now** (``AGES_JUDGE_STEPS``): it held a pool with no ceiling at all.
 - Where a step cannot be judged within the budget (long jobs, few
   completions) growth is not held: the safety net and the signals size the
   pool, and samples taken later at steady counts still show a ceiling.
@@ -178,68 +168,7 @@ def measure(obs: Observation, load: tuple[LoadSample, ...], now: float,
     completions, seconds, variance = counted
     # Jobs of unlike lengths end in bunches: their counts spread wider than a Poisson count's.
     error = max(math.sqrt(completions), math.sqrt(variance * seconds)) / seconds
-    age = metrics.running_age_mean if metrics.running else None
-    return ThroughputSample(load[-1].active, completions / seconds, lag, now, completions, error,
-                            age, float(metrics.running), 1 if age is not None else 0)
-
-
-def with_ages_of(sample: ThroughputSample, earlier: ThroughputSample | None) -> ThroughputSample:
-    """``sample`` with the in-flight ages of ``earlier`` (the same count, a shorter count of the same
-    steady spell) averaged in: one tick's ages of a few jobs are noisy."""
-    if (earlier is None or earlier.workers != sample.workers or earlier.age is None or sample.age is None
-            or sample.completions <= earlier.completions):
-        return sample
-    ticks = earlier.ages + 1
-    return sample._replace(age=(earlier.age * earlier.ages + sample.age) / ticks,
-                           running=(earlier.running * earlier.ages + sample.running) / ticks, ages=ticks)
-
-
-# The in-flight ages judge a step only with at least this many jobs in flight before and after it:
-# the mean age of fewer is too noisy (a job's age is anywhere between 0 and its duration).
-MIN_AGED_JOBS = 8
-
-# ... and only a step of at least this share more workers (a smaller one shows too little).
-MIN_AGED_GAIN = 0.5
-
-# ... and only jobs this alike (p95 within this many times p50): one long job in flight among
-# a few moves their mean age as much as a ceiling would.
-AGED_SPREAD = 2.5
-
-# ... and only when this many looks in a row say so: one look at a dozen jobs' ages can mislead.
-AGED_LOOKS = 2
-
-# Off: on a pool with no ceiling at all (a steady trickle of 1.5 s jobs beside a backlog of 0.2 s
-# ones, tests/system/test_fault_dbus.py) the ages read a step from 2 to 4 workers as adding
-# nothing and held the pool at 2 for the re-probe interval while its oldest job was 3x its
-# target.  Until the rule can tell that from a ceiling, steps are judged by their counts alone.
-AGES_JUDGE_STEPS = False
-
-
-def flat_by_ages(probe: KneeProbe, obs: Observation, load: tuple[LoadSample, ...]) -> bool:
-    """Whether the jobs in flight show, before any count can, that the step adds (almost) nothing.
-
-    Little's law: completions = jobs in flight / their mean duration, and at a steady state the
-    mean age of the jobs in flight is a fixed share of that duration.  Where a ceiling binds, the
-    step's extra jobs in flight only wait: each takes longer in proportion, their mean age rises
-    as their number does, and the completions the step adds are about none -- seconds before a
-    count at the new size can be taken.  Judged only on alike jobs, plenty of them in flight,
-    the pool saturated at the step's size (its workers all up and busy); and the ages err towards
-    "it paid" (the new workers' jobs are young), never towards a ceiling."""
-    metrics, start = obs.metrics, probe.start
-    if not AGES_JUDGE_STEPS:
-        return False
-    if metrics is None or start.age is None or not start.age or start.running < MIN_AGED_JOBS:
-        return False
-    if (probe.to_workers - start.workers) / start.workers < MIN_AGED_GAIN:
-        return False
-    if obs.active != probe.to_workers or obs.starting or steady_since(load, obs.concurrency) is None:
-        return False
-    if not homogeneous(metrics) or metrics.running < MIN_AGED_JOBS or not metrics.running_age_mean:
-        return False
-    if not metrics.duration_p50 or not metrics.duration_p95 or metrics.duration_p95 > AGED_SPREAD * metrics.duration_p50:
-        return False
-    implied = start.completion_rate * (metrics.running / start.running) * (start.age / metrics.running_age_mean)
-    return implied < wanted_rate(start, probe.to_workers, FLAT_SHARE)
+    return ThroughputSample(load[-1].active, completions / seconds, lag, now, completions, error)
 
 
 def wanted_rate(smaller: ThroughputSample, workers: int, share: float = EFFICIENCY) -> float:
@@ -332,17 +261,6 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
     probe = state.probe
     lag = probe.lag if probe is not None else mean_duration(load, metrics)
     sample = measure(obs, load, now, lag)
-    if sample is not None:
-        sample = with_ages_of(sample, next((kept for kept in state.samples if kept.workers == sample.workers), None))
-    counted_at_step = probe is not None and any(kept.workers == probe.to_workers and kept.at > probe.since
-                                                for kept in state.samples + ((sample,) if sample else ()))
-    if probe is not None and not counted_at_step:
-        looks = probe.flat_looks + 1 if flat_by_ages(probe, obs, load) else 0
-        if looks >= AGED_LOOKS:
-            # The step's jobs wait on something shared: back to the best count measured up to its start.
-            return _held(replace(state, waiting_since=None), probe.start, config, now)
-        probe = probe._replace(flat_looks=looks)
-        state = replace(state, probe=probe)
     if sample is None:
         if probe is not None and _overdue(probe, obs, now, target_age):
             return replace(state, probe=None)  # no verdict in time: growth is not held for it

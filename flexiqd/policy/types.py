@@ -240,9 +240,7 @@ class ThroughputSample(NamedTuple):
     """Completion rate of a saturated pool of ``workers`` working workers, measured at ``at`` over
     ``completions`` completions, counted from ``duration`` seconds (the jobs' mean duration then)
     after the count settled.  ``error``: the rate's standard error as the per-second counts
-    spread (None: as a Poisson count's).  ``age`` / ``running``: the jobs in flight then, how
-    long they had run on average and how many, averaged over ``ages`` ticks of the count
-    (None / 0: not known)."""
+    spread (None: as a Poisson count's)."""
 
     workers: int
     completion_rate: float
@@ -250,21 +248,16 @@ class ThroughputSample(NamedTuple):
     at: float
     completions: int = 0
     error: float | None = None
-    age: float | None = None
-    running: float = 0.0
-    ages: int = 0
 
 
 class KneeProbe(NamedTuple):
     """A step under way: from ``start`` (the sample before it) to ``to_workers``, begun at ``since``;
-    its sample is counted from ``lag`` seconds after the new count settles.  ``flat_looks``: the
-    looks in a row at which its jobs in flight said it added nothing."""
+    its sample is counted from ``lag`` seconds after the new count settles."""
 
     start: ThroughputSample
     to_workers: int
     since: float
     lag: float
-    flat_looks: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

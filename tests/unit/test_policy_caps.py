@@ -21,7 +21,6 @@ from flexiqd.policy import (
     share_dependencies,
     water_fill,
 )
-from flexiqd.policy import knee
 from flexiqd.policy.types import DependencyObservation, PoolMetrics, ThroughputSample
 
 from test_policy_support import busy, observe
@@ -342,7 +341,7 @@ def test_the_wait_for_a_longer_count_ends_with_the_probe_budget():
     assert first <= 1.0 + 0.4 * 30.0 + 2.0  # a tick to claim, the budget, a count's whole seconds
 
 
-# --- the jobs in flight: Little's law judges a step before its count can --------------------------
+# --- the jobs in flight: their ages do not judge a step ---------------------------------------------
 
 def aged_ramp(pace: dict[int, float], end: float):
     """``ramp``, with the in-flight ages of a steady state: half the jobs' duration, which is the
@@ -365,46 +364,9 @@ def aged_ramp(pace: dict[int, float], end: float):
 FULL_AT_FOUR = {n: 10.0 * min(n, 4) for n in range(1, 41)}
 
 
-@pytest.mark.skipif(not knee.AGES_JUDGE_STEPS, reason="the jobs-in-flight rule is off (flexiqd/policy/knee.py)")
-def test_jobs_in_flight_that_wait_longer_in_proportion_show_a_ceiling_before_a_count():
-    decisions = aged_ramp(FULL_AT_FOUR, end=40.0)
-    at_eight = [(now, d) for now, workers, d in decisions if workers == 8]
-    assert at_eight, "the pool stepped from 4 to 8"
-    # The first two looks at the 8 workers, all busy: no count at 8 yet, and the ages say each
-    # time that the step added nothing; the second holds the pool back at 4.
-    (_, first), (_, second) = at_eight[:2]
-    assert first.desired == 8 and first.history.knee.probe.flat_looks == 1
-    assert not any(kept.workers == 8 for kept in second.history.knee.samples)
-    assert second.desired == 4 and second.history.knee.held_at == 4 and second.reason == "CappedByKnee"
-    assert len(at_eight) == 2 and decisions[-1][2].history.knee.held_at == 4
-
-
 def test_jobs_in_flight_as_young_as_before_let_the_step_stand():
     decisions = aged_ramp(LINEAR, end=40.0)
     assert decisions[-1][1] == 40 and decisions[-1][2].history.knee.held_at is None
-
-
-@pytest.mark.skipif(not knee.AGES_JUDGE_STEPS, reason="the jobs-in-flight rule is off (flexiqd/policy/knee.py)")
-def test_the_ages_judge_only_alike_jobs_plenty_of_them_in_flight():
-    # Slow jobs arriving as a step begins also make the jobs in flight older: when those are far
-    # older than the jobs just finished (unlike jobs, a new mix), the ages say nothing.
-    from flexiqd.policy.knee import flat_by_ages
-    from flexiqd.policy.types import KneeProbe
-
-    probe = KneeProbe(start=ThroughputSample(4, 40.0, 0.4, 18.0, 200, None, 0.2, 16.0, 4), to_workers=8,
-                      since=19.0, lag=0.4)
-    busy8 = counted(20.0, 8, 40.0)
-    load = decide(busy8, KNEE_POLICY, None, 20.0).history.load
-    aged = dataclasses.replace(busy8, metrics=dataclasses.replace(busy8.metrics, running_age_mean=0.4))
-    assert flat_by_ages(probe, aged, load)  # alike jobs, twice as many, twice the age: nothing added
-    unlike = dataclasses.replace(aged, metrics=dataclasses.replace(aged.metrics, running_age_mean=6.5))
-    assert not flat_by_ages(probe, unlike, load)
-    few = probe._replace(start=probe.start._replace(running=4.0))
-    assert not flat_by_ages(few, aged, load)  # too few in flight before the step to tell
-    small = probe._replace(to_workers=5)
-    assert not flat_by_ages(small, aged, load)  # a quarter more: too little to show in the ages
-    starting = dataclasses.replace(aged, starting=2)
-    assert not flat_by_ages(probe, starting, load)  # not all of the step's workers up yet
 
 
 def test_the_wait_for_a_longer_count_ends_when_the_stores_window_is_full():
@@ -416,22 +378,6 @@ def test_the_wait_for_a_longer_count_ends_when_the_stores_window_is_full():
     assert max(workers for _, workers, _ in decisions) > 1
     first = next(now for now, workers, d in decisions if d.desired > workers)
     assert first <= 15.0
-
-
-@pytest.mark.skipif(not knee.AGES_JUDGE_STEPS, reason="the jobs-in-flight rule is off (flexiqd/policy/knee.py)")
-def test_the_ages_say_nothing_of_a_heavy_tail():
-    from flexiqd.policy.knee import flat_by_ages
-    from flexiqd.policy.types import KneeProbe
-
-    probe = KneeProbe(start=ThroughputSample(4, 40.0, 0.4, 18.0, 200, None, 0.2, 16.0, 4), to_workers=8,
-                      since=19.0, lag=0.4)
-    busy8 = counted(20.0, 8, 40.0)
-    load = decide(busy8, KNEE_POLICY, None, 20.0).history.load
-    aged = dataclasses.replace(busy8, metrics=dataclasses.replace(busy8.metrics, running_age_mean=0.4))
-    assert flat_by_ages(probe, aged, load)
-    tail = dataclasses.replace(aged, metrics=dataclasses.replace(
-        aged.metrics, duration_p95=3 * aged.metrics.duration_p50))  # one long job moves the mean age
-    assert not flat_by_ages(probe, tail, load)
 
 
 def test_a_fast_first_count_is_long_enough_to_step_from():

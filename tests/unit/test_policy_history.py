@@ -22,6 +22,15 @@ def test_an_unreadable_history_starts_afresh():
     assert history_from_dict({"recommendations": [["not", "a", "count", "at all"]]}) == History()
 
 
+def test_a_knee_saved_by_an_older_version_with_more_fields_is_read():
+    # Versions before 0.1.1 kept the jobs in flight's ages with each throughput sample.
+    saved = {"seeded": True, "recommendations": [[10.0, 2, None]],
+             "knee": {"samples": [[2, 80.0, 0.05, 10.0, 160, None, 0.2, 4.0, 1]], "held_at": 2, "held_since": 10.0}}
+    history = history_from_dict(saved)
+    assert history.seeded and history.knee.held_at == 2
+    assert [(s.workers, s.completion_rate, s.completions) for s in history.knee.samples] == [(2, 80.0, 160)]
+
+
 def test_an_operators_change_enters_the_history_like_a_decision():
     policy = pool_policy_from_mapping({"max_workers": 10})
     history = with_external_change(None, policy, 50.0, 1, 6)
