@@ -253,7 +253,7 @@ class Autoscaler:
         if decision is None:  # the fleet could not be listed: nothing was decided
             current = self.current_workers()
             return ScaleDecision(0, 0, current, current, "stable: fleet unavailable, holding")
-        view = self.controller.views.get(self.config.pool)
+        view = self.controller.published.views.get(self.config.pool)
         rationale = decision.message
         metrics = view.metrics if view is not None else None
         return ScaleDecision(pending=metrics.runnable_depth if metrics else 0,
@@ -313,6 +313,7 @@ class Autoscaler:
             self._thread.join()
             self._thread = None
         with self._lock:
+            self.controller.close()
             # Child processes are drained and waited for; units are asked to drain.
             self._fleet.stop_pool(self.config.pool)
 

@@ -302,11 +302,15 @@ class Controller:
         self.histories[name] = steered.history
         return steered
 
+    def close(self) -> None:
+        """End the threads the controller's parts run (the dependencies' probes)."""
+        self.observer.close()
+
     # -- the fleet's global caps (see daemon.hosts) -----------------------------------------
 
     def global_caps(self) -> dict[str, float]:
-        """The caps shared with the other hosts (``fleet_share.global_caps``).  Thread-safe: the
-        heartbeat's thread calls it."""
+        """The caps shared with the other hosts (``fleet_share.global_caps``); the heartbeat's
+        thread reads them as published."""
         return global_caps(self.config)
 
     def _fleet_caps(self, observations: dict[str, Observation], now: float) -> dict[str, dict[str, int]] | None:
@@ -314,10 +318,6 @@ class Controller:
         if self.fleet_grants is None:
             return None
         return granted(self.config, observations, self.fleet_grants(now))
-
-    def fleet_report(self) -> dict:
-        """The report of the last tick (thread-safe: replaced whole)."""
-        return self._fleet_report
 
     # -- apply ------------------------------------------------------------------------------
 
@@ -414,6 +414,7 @@ class Controller:
         self.published = Published(
             config=self.config, views=frozen(self.views), overrides=frozen(self.operators.overrides),
             dependency_stats=frozen(self.observer.dependency_stats), global_caps=frozen(self.global_caps()),
+            fleet_report=frozen(self._fleet_report),
             events=tuple(self.events), samples=self.samples.copy(), store_problem=self.observer.store_problem,
             fleet_problem=self.observer.fleet_problem)
 

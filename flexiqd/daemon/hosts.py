@@ -2,7 +2,7 @@
 
 Every ``heartbeat`` seconds, on a thread of its own (a long tick must not make the
 host look dead): record this host's beat with what its pools want and use (the
-controller's ``fleet_report``), read every host's row (the fleet the caps are
+``fleet_report`` the controller published after its last tick), read every host's row (the fleet the caps are
 shared with), and hand back the jobs of hosts that stopped beating
 (``Backend.rescue_dead_hosts``: one daemon at a time does it).  See
 flexiqd.queue.hosts for the timing and why it is safe.

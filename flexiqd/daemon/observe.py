@@ -128,6 +128,10 @@ class Observer:
         self.recovery.reconfigure(config)
         self.evidence.reconfigure(config)
 
+    def close(self) -> None:
+        """End the probes' threads."""
+        self.evidence.stop()
+
     def observe(self, now: float) -> Seen | None:
         """Every pool as the policy sees it; None when the workers cannot be listed.  Blocking:
         it waits on the store and the fleet; it releases dead workers' jobs on the way."""

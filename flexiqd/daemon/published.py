@@ -62,6 +62,7 @@ class Published:
     overrides: Mapping[str, "Override"]                # pool -> the operator's pin, drain or pause
     dependency_stats: Mapping[str, "DependencyStats"]  # each limited dependency (a failed read: absent)
     global_caps: Mapping[str, float]                   # the caps shared with the other hosts
+    fleet_report: Mapping                              # this host's row for the others (fleet_share.host_report)
     events: tuple[ScaleEvent, ...]                     # the kept scale events, oldest first
     samples: Samples                                   # the last hour of every pool (a copy)
     store_problem: str | None = None                   # why the store takes no writes; None: it does

@@ -262,9 +262,11 @@ class Daemon:
         # tick, then beating on a thread of its own.
         on_beat = await self.io(self._compare_store_mark, backend, self.controller.host, folder,
                                 what="comparing the store with flexiqd's record of it")
-        self.hosts = HostHeartbeat(backend, self.controller.host, lambda: self.config.heartbeat,
-                                   self.controller.fleet_report, capacities=self.controller.global_caps,
-                                   on_beat=on_beat)
+        controller = self.controller
+        # The heartbeat's thread reads what the last tick published, never the controller's state.
+        self.hosts = HostHeartbeat(backend, controller.host, lambda: self.config.heartbeat,
+                                   lambda: controller.published.fleet_report,
+                                   capacities=lambda: controller.published.global_caps, on_beat=on_beat)
         self.controller.fleet_grants = self.hosts.grants
         self.controller.fleet_peers = self.hosts.peers
         await self.io(self.hosts.beat, what="recording this host's heartbeat")
@@ -643,6 +645,8 @@ class Daemon:
         if self.hosts is not None:
             # Not unregistered: workers may still drain; the beat expires in two heartbeats.
             await loop.run_in_executor(None, self.hosts.stop)
+        if self.controller is not None:
+            self.controller.close()
         try:
             # The histories first: leaving may wait out the workers' drains, and systemd may
             # kill a daemon that outlives its stop timeout before it got to write them.

@@ -738,3 +738,17 @@ def test_a_reload_while_systemd_is_out_of_reach_configures_the_workers_at_the_ne
     clock.now += 1
     controller.tick()
     assert configured == [["default"]]      # once, at the first tick that reached systemd
+
+
+def test_closing_the_controller_ends_its_probes_threads(backend):
+    import threading
+
+    # Port 1 on the loopback refuses at once: the probe's thread runs rounds that fail quickly.
+    controller, _, _ = make(backend, "fleet: process\ndependencies: {db: {capacity: 10, probe: {tcp: '127.0.0.1:1'}}}\n"
+                               "pools: {default: {uses: {db: {per_worker: 1}}}}\n")
+    probes = [t for t in threading.enumerate() if t.name == "probe-db"]
+    assert probes and all(t.is_alive() for t in probes)
+    controller.close()
+    for thread in probes:
+        thread.join(timeout=5)
+    assert not any(t.is_alive() for t in probes)

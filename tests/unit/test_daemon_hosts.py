@@ -121,9 +121,9 @@ def test_the_tick_holds_a_pool_to_its_grant_and_publishes_what_it_wants(backend)
     decision = controller.tick()["default"]
     assert decision.desired == 2
     assert decision.reason == "CappedByDependency"
-    published = controller.fleet_report()["pools"]["default"]
+    published = controller.published.fleet_report["pools"]["default"]
     assert published["wants"] > 2 and published["uses"] == {"db": [1.0, 1.0]}
-    assert controller.global_caps() == {"db": 6.0}
+    assert controller.published.global_caps == {"db": 6.0}
 
 
 def test_a_pool_with_a_global_cap_holds_its_count_before_the_first_grant(backend):
