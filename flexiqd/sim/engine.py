@@ -251,7 +251,7 @@ class Simulation:
         return sum(1 for worker in self.workers.values() if worker.state in counted)
 
     def fork(self) -> "Simulation":
-        """An independent copy of the current state (for look-ahead); its waits start empty."""
+        """An independent copy of the current state (for look-ahead); its waits and completion times start empty."""
         twin = object.__new__(Simulation)
         twin.__dict__.update(self.__dict__)
         twin._events = list(self._events)
@@ -265,6 +265,7 @@ class Simulation:
         twin.journal = None
         twin._cpu_marks = deque(self._cpu_marks)
         twin.waits = []
+        twin.turnarounds = []  # a look-ahead's completions are not the run's
         twin.inflation = dict(self.inflation)
         return twin
 
@@ -284,6 +285,13 @@ class Simulation:
         """Load on the dependency / its capacity (None without one)."""
         dep = self.trace.dependency
         return None if dep is None else dep.utilisation(len(self.running))
+
+    def unfinished_times(self) -> list[float]:
+        """How long each runnable job not done yet has been runnable (waiting, running, or
+        killed and waiting out its re-queue): at least its completion time, had the run gone on."""
+        runnable_at = self.workload.runnable_at
+        jobs = [job for _, job in self.queue] + list(self.running) + list(self.orphaned)
+        return [self.now - runnable_at[job] for job in jobs]
 
     def delayed(self) -> int:
         """Jobs enqueued but not runnable yet (future run-at)."""

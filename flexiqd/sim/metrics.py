@@ -125,9 +125,11 @@ class RunResult:
     Waits are ages at start (a re-run of a killed job counts from its first
     run-at).  ``slo_seconds``: time the oldest runnable job was older than the
     age target.  ``worker_seconds``: booting, active and draining workers.
-    ``completion_p95``: the p95 of the completed jobs' time from runnable to done (what a
+    ``completion_p95``: the p95 of the jobs' time from runnable to done (what a
     waiting user sees: a job claimed by a worker that cannot make progress waits on, where
-    the age of the oldest runnable job no longer shows it).
+    the age of the oldest runnable job no longer shows it); a job not done when the run ends
+    counts with the time it has been runnable, so a policy that starts long jobs late is not
+    judged on the quick ones alone.
     ``inflation_*``: request-path latency over its unloaded latency
     (time-weighted), None without a dependency.  ``flaps``: direction changes
     within ``FLAP_WINDOW`` of the previous change.  The job counts at the end
@@ -180,7 +182,7 @@ def summarise(sim: "Simulation", policy: str, timeline: tuple[TimelinePoint, ...
         over_capacity_seconds=sim.over_capacity_seconds,
         inflation_p95=time_weighted_percentile(sim.inflation, 0.95) if sim.trace.dependency else None,
         inflation_mean=mean if sim.trace.dependency else None,
-        completion_p95=percentile(sorted(sim.turnarounds), 0.95) or 0.0,
+        completion_p95=percentile(sorted(sim.turnarounds + sim.unfinished_times()), 0.95) or 0.0,
         scale_events=sim.scale_events,
         flaps=sim.flaps,
         killed=sim.killed,

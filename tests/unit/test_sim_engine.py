@@ -46,6 +46,27 @@ def test_a_jobs_completion_time_counts_its_wait_and_its_run():
     assert all(done >= 0 for done in sim.turnarounds)
 
 
+def test_a_look_ahead_adds_nothing_to_the_runs_completion_times():
+    # The oracle runs forks of the simulation ahead; their completions are not the run's.
+    trace = small_trace()
+    workload = realise(trace)
+    sim = Simulation(trace, workload, KedaDepth().fleet(trace), 2)
+    sim.run_until(60.0)
+    done = list(sim.turnarounds)
+    twin = sim.fork()
+    twin.run_until(120.0)
+    assert twin.turnarounds and sim.turnarounds == done
+
+
+def test_jobs_not_done_when_the_run_ends_count_with_the_time_they_have_been_runnable():
+    # Ten-minute jobs on a five-minute run: none completes, and the p95 still says how long
+    # they have been runnable (a policy that starts them late is not judged on no jobs at all).
+    trace = small_trace(jobs={"duration": {"kind": "constant", "value": 600.0}}, dependency=None)
+    result = run(trace, realise(trace), KedaDepth())
+    assert result.completed == 0
+    assert 200.0 < result.completion_p95 < trace.duration
+
+
 def test_a_run_is_deterministic():
     trace = small_trace()
     workload = realise(trace)
