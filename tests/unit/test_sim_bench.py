@@ -89,3 +89,24 @@ def test_a_busy_worker_killed_fails_the_goal(small_file):
     goal = check_goal(killed)
     assert not goal.killed and not goal.met and "busy workers killed" in goal.shortfalls()
     assert check_goal(report).killed == (report.result("flexiqd").killed == 0)
+
+
+def test_time_over_a_declared_capacity_is_judged_against_the_oracles(small_file):
+    # A pool whose fewest workers' jobs already exceed the capacity: nobody can stay under it.
+    from dataclasses import replace
+
+    from flexiqd.sim.bench import bench_trace
+    from flexiqd.sim.report import TraceReport, check_goal
+    from flexiqd.sim.trace import load_trace
+
+    report = bench_trace(load_trace(small_file))
+
+    def over(flexiqd: float, oracle: float) -> TraceReport:
+        seconds = {"flexiqd": flexiqd, "oracle": oracle}
+        return TraceReport(trace=report.trace, results=tuple(
+            replace(r, over_capacity_seconds=seconds.get(r.policy, r.over_capacity_seconds)) for r in report.results))
+
+    assert report.trace.dependency.declared
+    assert not check_goal(over(3.0, 0.0)).dependency
+    assert check_goal(over(100.0, 100.0)).dependency
+    assert not check_goal(over(101.0, 100.0)).dependency
