@@ -193,7 +193,8 @@ SETTINGS: tuple[Setting, ...] = (
        "Not used: a rise of durations alone never decides a ceiling, completions do (accepted so that older files load).",
        unit="fraction"),
     _s("pools.<pool>.knee.settle_time", "duration", 60.0,
-       "While the oldest job is late, the knee is re-probed after twice this instead of reprobe_interval."),
+       "While the oldest job is late, the knee is re-probed after twice this (at most the age target) instead of "
+       "reprobe_interval."),
     _s("pools.<pool>.knee.reprobe_interval", "duration", 300.0,
        "After this long at the knee, more workers are tried again."),
     _s("pools.<pool>.knee.sample_max_age", "duration", 900.0, "Samples older than this are not compared."),

@@ -27,7 +27,7 @@ def history_to_dict(history: History) -> dict[str, Any]:
         "load": [list(s) for s in history.load],
         "knee": {"samples": [list(s) for s in history.knee.samples],
                  "backlog_since": history.knee.backlog_since, "held_at": history.knee.held_at,
-                 "held_since": history.knee.held_since},  # a step under way is not kept: judged afresh
+                 "held_since": history.knee.held_since, "held_rate": history.knee.held_rate},  # a step under way is not kept: judged afresh
         # A probe's baseline outlives a restart; a hold does not (judged afresh on new readings).
         "evidence": [{"source": t.source, "unloaded": list(t.unloaded), "small": list(t.small)}
                      for t in history.evidence],
@@ -46,7 +46,7 @@ def history_from_dict(data: Mapping[str, Any] | None) -> History:
             load=tuple(LoadSample(*s) for s in data.get("load", ())),
             knee=KneeState(samples=tuple(_throughput_sample(s) for s in knee.get("samples", ())),
                            backlog_since=knee.get("backlog_since"), held_at=knee.get("held_at"),
-                           held_since=knee.get("held_since")),
+                           held_since=knee.get("held_since"), held_rate=knee.get("held_rate")),
             evidence=tuple(EvidenceTrack(source=str(t["source"]), unloaded=tuple(float(v) for v in t["unloaded"]),
                                          small=tuple(float(v) for v in t["small"]))
                            for t in data.get("evidence", ())),

@@ -185,6 +185,45 @@ def noise(sample: ThroughputSample) -> float:
     return NOISE_SIGMAS * max(poisson, sample.error or 0.0)
 
 
+# A held count whose pace falls below this share of the pace it was held at (the whole window's
+# count, beyond its own noise) no longer describes the knee.  Half: a hold released by mistake
+# costs one step that does not pay; a hold kept on other jobs' counts holds a late backlog
+# for minutes.
+PACE_FELL_SHARE = 0.5
+
+
+# ... and only once jobs do end at the new pace: a count with nothing ending is a dependency
+# that hangs, not slower jobs.
+MIN_FELL_COMPLETIONS = 3
+
+
+def held_pace_fell(state: KneeState, obs: Observation, load: tuple[LoadSample, ...], now: float,
+                   lag: float | None) -> bool:
+    """Whether the pool, saturated at its held count, now completes far less than that count did
+    when it was held (the count since it settled, at most the store's recent window, beyond its
+    own noise).
+
+    At a ceiling the knee's own count keeps its pace; jobs that changed do not.  Counted whatever
+    the number of completions: slow jobs may end too rarely for a sample, and that rarity is the
+    evidence."""
+    metrics = obs.metrics
+    if state.held_at is None or not state.held_rate or metrics is None or obs.active != state.held_at \
+            or obs.draining:
+        return False
+    since = steady_since(load, obs.concurrency)
+    if since is None or lag is None:
+        return False
+    start = max(since + lag, math.floor(now) - (metrics.recent_window or 0.0) + 1)
+    counted = completions_between(metrics.completion_series, start, now)
+    if counted is None:
+        return False
+    completions, seconds, _ = counted
+    if completions < MIN_FELL_COMPLETIONS:
+        return False  # nothing ends: a dependency that hangs, not slower jobs -- more workers would not help
+    highest = (completions + NOISE_SIGMAS * math.sqrt(completions)) / seconds
+    return highest < PACE_FELL_SHARE * state.held_rate
+
+
 def clearly_paid(sample: ThroughputSample, smaller: ThroughputSample) -> bool:
     """Whether ``sample`` completes what its step from ``smaller`` must, beyond the counting noise."""
     margin = math.hypot(noise(sample), noise(smaller))
@@ -261,6 +300,11 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
     probe = state.probe
     lag = probe.lag if probe is not None else mean_duration(load, metrics)
     sample = measure(obs, load, now, lag)
+    if probe is None and held_pace_fell(state, obs, load, now, lag):
+        # The held count itself now completes far less than when the knee was found: what the
+        # jobs do has changed since (a batch of slow jobs among quick ones), and every count kept
+        # describes other jobs.  Counted afresh from here, growth in steps again.
+        return replace(state, samples=(), held_at=None, held_since=None, waiting_since=None)
     if sample is None:
         if probe is not None and _overdue(probe, obs, now, target_age):
             return replace(state, probe=None)  # no verdict in time: growth is not held for it
@@ -356,7 +400,14 @@ def _latest(samples: tuple[ThroughputSample, ...]) -> ThroughputSample | None:
 def _held(state: KneeState, sample: ThroughputSample, config: KneeConfig, now: float) -> KneeState:
     """The knee at the best throughput measured up to ``sample``'s count."""
     top = best(tuple(kept for kept in state.samples if kept.workers <= sample.workers), config.min_throughput_gain)
-    return replace(state, held_at=top.workers, held_since=now, probe=None)
+    return replace(state, held_at=top.workers, held_since=now, held_rate=top.completion_rate, probe=None)
+
+
+def late_reprobe(config: KneeConfig, target_age: float) -> float:
+    """How soon a knee is re-probed while the oldest job is late: ``2 x settle_time``, and within
+    the age target (a count is a noisy thing, and a backlog held at a false knee for two
+    minutes is two minutes late; a true knee costs one small step past it)."""
+    return min(config.reprobe_interval, 2 * config.settle_time, max(target_age, 1.0))
 
 
 def knee_cap(state: KneeState, config: KneeConfig, now: float, late: bool = False,
@@ -372,7 +423,7 @@ def knee_cap(state: KneeState, config: KneeConfig, now: float, late: bool = Fals
     if not config.enabled or (obs is not None and obs.other_hosts):
         return None
     if state.held_at is not None and state.held_since is not None:
-        interval = min(config.reprobe_interval, 2 * config.settle_time) if late else config.reprobe_interval
+        interval = late_reprobe(config, target_age) if late else config.reprobe_interval
         if state.probe is not None:
             return state.probe.to_workers, "reprobe"
         if now - state.held_since >= interval:

@@ -201,6 +201,8 @@ class SignalInputs:
     ``arrivals``: the base arrival rate (jobs/s).
     ``slots``: mean slots of the active workers over the same samples as ``running``.
     ``lead_time``: how long before a job reaches its target the age signal acts.
+    ``backlog_throughput``: per-worker throughput of the jobs waiting now, when they are known
+    to be slower than the mix ``throughput`` was measured on (None: the same).
     """
 
     obs: Observation
@@ -212,6 +214,7 @@ class SignalInputs:
     arrivals: float
     slots: float = 0.0
     lead_time: float = 10.0
+    backlog_throughput: float | None = None
 
 
 # An idle pool: this many samples in a row (this tick's the last) saw no job running
@@ -248,12 +251,19 @@ def signal_inputs(obs: Observation, policy: PoolPolicy, load: tuple[LoadSample, 
     lead = lead_time(policy.targets, start_cost(obs, policy.behavior), tick(obs))
     throughput = per_worker_throughput(metrics, obs.concurrency, load, lead)
     in_flight = metrics.running_age_mean if metrics.running else None
-    if throughput is not None and in_flight and late_backlog(metrics, lead, policy.targets.age) and obs.concurrency / throughput < in_flight:
-        # The backlog is late and the jobs in flight have already run longer than the mean
-        # measured so far: a slower mix has arrived (a batch of slow jobs among quick ones) and
-        # the estimate has not seen one finish.  Size on what they have run; erring long here
-        # costs idle slots for a while, erring short the age target.
-        throughput = obs.concurrency / in_flight
+    backlog_throughput = None
+    if throughput is not None and in_flight and obs.concurrency / throughput < in_flight:
+        if late_backlog(metrics, lead, policy.targets.age):
+            # The backlog is late and the jobs in flight have already run longer than the mean
+            # measured so far: a slower mix has arrived (a batch of slow jobs among quick ones)
+            # and the estimate has not seen one finish.  Size on what they have run; erring long
+            # here costs idle slots for a while, erring short the age target.
+            throughput = obs.concurrency / in_flight
+        elif pace_contradicts(obs, throughput):
+            # Not late yet, but the pool's own completions say the same: the backlog (the jobs
+            # like those now in flight) is sized on what they have run; the arrivals keep the
+            # mix the estimate was made of.
+            backlog_throughput = obs.concurrency / in_flight
     return SignalInputs(
         obs=obs,
         metrics=metrics,
@@ -264,7 +274,54 @@ def signal_inputs(obs: Observation, policy: PoolPolicy, load: tuple[LoadSample, 
         arrivals=base_arrival_rate(metrics, load),
         slots=slots,
         lead_time=lead,
+        backlog_throughput=backlog_throughput,
     )
+
+
+def workers_to_start(inputs: SignalInputs, jobs: int, within: float, throughput: float | None = None) -> float:
+    """Workers that start ``jobs`` waiting jobs within ``within`` seconds and keep up with arrivals.
+
+    The arrivals keep ``arrivals x D`` slots busy (Little's law, D = concurrency / per-worker
+    throughput).  Every other slot starts one waiting job at once if it is free, then one more
+    per duration of the jobs like those waiting; the jobs running beyond the arrivals' share
+    still hold theirs.  For quick jobs (D much shorter than ``within``) that is the
+    throughput's count, (arrivals + jobs / within) / throughput; for slow ones a worker
+    started for the backlog is worth its free slots, not the few jobs it would complete in
+    the time (a burst of 30 s jobs with 8 s to start in needs a slot each, not four times that).
+    ``throughput`` replaces the inputs' estimate for both.
+    """
+    steady = throughput if throughput is not None else inputs.throughput
+    backlog = throughput if throughput is not None else (inputs.backlog_throughput or steady)
+    if not steady or steady <= 0 or not backlog or backlog <= 0:
+        return float(_MOST_WORKERS)
+    concurrency = inputs.obs.concurrency
+    flow_slots = inputs.arrivals * concurrency / steady
+    waiting_duration = concurrency / backlog
+    starts_per_worker = concurrency * (1 + within / waiting_duration)
+    others = max(0.0, jobs + inputs.metrics.running - flow_slots)
+    return flow_slots / concurrency + others / starts_per_worker
+
+
+# The pool's own recent completions contradict the throughput estimate when a saturated pool
+# completed less than this share of what the estimate says it would, over a window in which the
+# estimate expects at least ``CONTRADICTION_COMPLETIONS`` (fewer say too little beside noise).
+CONTRADICTION_SHARE = 0.5
+CONTRADICTION_COMPLETIONS = 20
+
+
+def pace_contradicts(obs: Observation, throughput: float) -> bool:
+    """Whether a saturated pool (every slot busy, jobs waiting) completed far fewer jobs over the
+    store's recent window than ``throughput`` per worker says it would: the jobs now running are
+    slower than the ones the estimate was made of."""
+    metrics = obs.metrics
+    assert metrics is not None
+    window = metrics.recent_window
+    if not window or metrics.runnable_depth == 0 or obs.active == 0:
+        return False
+    if metrics.running < obs.active * obs.concurrency:
+        return False
+    expected = metrics.running / (obs.concurrency / throughput) * window
+    return expected >= CONTRADICTION_COMPLETIONS and metrics.recent_completions < CONTRADICTION_SHARE * expected
 
 
 def age_signal(inputs: SignalInputs) -> SignalRecommendation | None:
@@ -294,8 +351,7 @@ def age_signal(inputs: SignalInputs) -> SignalRecommendation | None:
     # The backlog's jobs arrived between ``age`` ago and now: its mean job has waited about
     # half the oldest one's age (a burst enqueued at once is caught by the safety net).
     slack = max(targets.age - age / 2 - lead, targets.age * MIN_SLACK_FRACTION)
-    arrivals = inputs.arrivals
-    wanted = _workers((arrivals + metrics.runnable_depth / slack) / inputs.throughput)
+    wanted = _workers(workers_to_start(inputs, metrics.runnable_depth, slack))
     detail = f"{seen}, {metrics.runnable_depth} runnable to start within {slack:.1f}s"
     return SignalRecommendation("age", wanted, detail)
 
@@ -311,8 +367,7 @@ def drain_signal(inputs: SignalInputs) -> SignalRecommendation | None:
     if inputs.throughput is None or metrics.runnable_depth == 0:
         return None
     target = inputs.policy.targets.effective_drain_time
-    arrivals = inputs.arrivals
-    wanted = _workers((arrivals + metrics.runnable_depth / target) / inputs.throughput)
+    wanted = _workers(workers_to_start(inputs, metrics.runnable_depth, target))
     if metrics.completion_rate:
         drain = f"time to drain {metrics.runnable_depth / metrics.completion_rate:.1f}s"
     else:
@@ -408,8 +463,7 @@ def coming_due_signal(inputs: SignalInputs) -> SignalRecommendation | None:
         return None
     age = policy.targets.age
     throughput = inputs.throughput if inputs.throughput is not None else inputs.obs.concurrency / age
-    backlog = metrics.runnable_depth
-    wanted = _workers((inputs.arrivals + (metrics.coming_due + backlog) / age) / throughput)
+    wanted = _workers(workers_to_start(inputs, metrics.coming_due + metrics.runnable_depth, age, throughput))
     return SignalRecommendation(
         "due", wanted,
         f"{metrics.coming_due} jobs come due within {metrics.coming_due_within:g}s, to start within {age:g}s",

@@ -267,7 +267,8 @@ class KneeState:
     ``samples``: the latest throughput sample per worker count.
     ``backlog_since``: since when the pool has had runnable jobs at every
     decision (None: not now).  ``held_at``: the knee, the count of the best
-    throughput measured (None: no knee known); ``held_since``: when it was
+    throughput measured (None: no knee known); ``held_rate``: that count's completion rate
+    when it was held (jobs/s; None: not known); ``held_since``: when it was
     found or last confirmed.  ``probe``: a step being judged.
     ``waiting_since``: since when growth has waited for a first sample at the
     count now (None: not waiting).
@@ -277,6 +278,7 @@ class KneeState:
     backlog_since: float | None = None
     held_at: int | None = None
     held_since: float | None = None
+    held_rate: float | None = None
     probe: KneeProbe | None = None
     waiting_since: float | None = None
 

@@ -192,6 +192,43 @@ def test_without_a_ceiling_each_step_pays_and_the_pool_doubles():
     assert all(b <= 2 * a for a, b in zip(steps, steps[1:]))  # at most a doubling per step
 
 
+def test_a_held_count_that_keeps_its_pace_stays_held():
+    decisions = ramp(KNEE_POLICY, pace_of(CEILING), end=40.0)
+    history = decisions[-1][2].history
+    assert history.knee.held_at == 2 and history.knee.held_rate == 20.0
+    # A minute on at the knee, at its pace (a little under, as counts vary): still held.
+    later = ramp(KNEE_POLICY, {**pace_of(CEILING), 2: 17.0}, start=41.0, end=100.0, history=history, workers=2)
+    assert all(workers == 2 for _, workers, _ in later)
+    assert later[-1][2].history.knee.held_at == 2
+
+
+def test_a_held_count_whose_pace_falls_far_lets_growth_go_on():
+    # Held at 2 workers (20 jobs/s); then slower jobs arrive: the same 2 workers complete 4 jobs/s
+    # however many run -- the counts the knee was found on describe other jobs.
+    decisions = ramp(KNEE_POLICY, pace_of(CEILING), end=40.0)
+    history = decisions[-1][2].history
+    slower = {n: 2.0 * n for n in range(1, 41)}
+    later = ramp(KNEE_POLICY, slower, start=41.0, end=100.0, history=history, workers=2)
+    released = next(now for now, _, d in later if d.history.knee.held_at is None)
+    assert released <= 41.0 + 16  # within the store's recent window of the slower pace
+    assert max(workers for _, workers, _ in later) > 2
+
+
+def test_a_held_count_that_completes_nothing_at_all_stays_held():
+    # Nothing ends at all (a dependency that hangs): no sign the jobs changed, and growth would
+    # only pile more work onto it.
+    decisions = ramp(KNEE_POLICY, pace_of(CEILING), end=40.0)
+    history = decisions[-1][2].history
+    for now in range(41, 71):
+        busy = counted(float(now), 2, 20.0)
+        hung = dataclasses.replace(busy, metrics=dataclasses.replace(
+            busy.metrics, completion_series=tuple((s, 0) for s in range(now - 14, now + 1)), recent_completions=0,
+            completion_rate=0.0))
+        decision = decide(hung, KNEE_POLICY, history, float(now))
+        history = decision.history
+        assert history.knee.held_at == 2, f"released at {now}"
+
+
 def test_longer_durations_at_a_ceiling_do_not_hide_it():
     # The jobs take ever longer as workers queue on the dependency (durations from Little's law);
     # completions alone decide.
@@ -201,14 +238,25 @@ def test_longer_durations_at_a_ceiling_do_not_hide_it():
 
 def test_the_knee_is_reprobed_one_small_step_up_after_the_interval():
     history = ramp(KNEE_POLICY, pace_of(CEILING), end=40.0)[-1][2].history
-    held = decide(counted(200.0, 2, 20.0), KNEE_POLICY, history, 200.0)
+    held = decide(counted(200.0, 2, 20.0, age=5.0), KNEE_POLICY, history, 200.0)
     assert held.desired == 2
-    assert decide(counted(200.0, 2, 20.0, age=5.0), KNEE_POLICY, held.history, 345.0).binding_cap == ("knee", 3)
+    assert decide(counted(345.0, 2, 20.0, age=5.0), KNEE_POLICY, held.history, 345.0).binding_cap == ("knee", 3)
 
 
 def test_a_late_backlog_reprobes_sooner():
     history = ramp(KNEE_POLICY, pace_of(CEILING), end=40.0)[-1][2].history
     late = decide(counted(110.0, 2, 20.0, age=45.0), KNEE_POLICY, history, 110.0)  # over the 30 s target
+    assert late.binding_cap == ("knee", 3)
+
+
+def test_a_late_backlog_reprobes_within_the_age_target():
+    # settle_time 30 s would re-probe a late backlog after a minute; the target is 30 s.
+    history = ramp(KNEE_POLICY, pace_of(CEILING), end=40.0)[-1][2].history
+    since = history.knee.held_since
+    assert KNEE_POLICY.targets.age == 30.0 and KNEE.settle_time == 30.0
+    early = decide(counted(since + 25.0, 2, 20.0, age=45.0), KNEE_POLICY, history, since + 25.0)
+    assert early.binding_cap == ("knee", 2)
+    late = decide(counted(since + 31.0, 2, 20.0, age=45.0), KNEE_POLICY, history, since + 31.0)
     assert late.binding_cap == ("knee", 3)
 
 

@@ -143,8 +143,9 @@ def test_a_backlog_starts_what_it_needs_in_one_step():
     decision = decide(costing(2, 5.0, **BACKLOG), PoolPolicy(max_workers=40), None, 0.0)
     # slack = 30 - 10 / 2 - 10 = 15 s (the backlog arrived over the oldest job's 10 s); no history
     # for Little's law yet, so the mean of the jobs just finished (p50 1 s, p95 2 s: 1.09 s);
-    # (8 + 400 / 15) / (4 / 1.09) per worker = 10 workers, at once.
-    assert decision.desired == 10
+    # 400 waiting + 8 x 15 arriving + the 8 running hold their slots; each worker starts 4 at
+    # once and 4 x 15 / 1.09 more: 528 / 59.0 = 8.9 -> 9 workers, at once.
+    assert decision.desired == 9
     assert (decision.reason, decision.winner, decision.smoothing) == ("ScaleUpAge", "age", ())
 
 

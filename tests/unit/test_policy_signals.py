@@ -30,9 +30,11 @@ def test_age_signal_sizes_the_backlog_plus_arrivals_from_measured_throughput():
     obs = observe(2, runnable_depth=200, oldest_runnable_age=25.0, **busy(2))
     before = History(load=(LoadSample(90.0, 2, 8, 8.0, 8.0),))  # the same a tick earlier: Little's law
     decision = decide(obs, policy(targets=Targets(age=30, lead_time=10)), before, 100.0)
-    # slack = max(30 - 25 - 10, 30/4) = 7.5 s; (8 + 200 / 7.5) / 4 = 8.67 -> 9
-    assert recommendation(decision, "age") == 9
-    assert decision.desired == 9
+    # slack = max(30 - 25 - 10, 30/4) = 7.5 s; jobs of 1 s (4 slots / 4 jobs/s): each worker
+    # starts 4 at once and 4 x 7.5 more; 200 waiting + 8 x 7.5 arriving + 8 running hold
+    # slots: 268 / 34 = 7.9 -> 8 (the throughput alone, (8 + 200 / 7.5) / 4, says 9)
+    assert recommendation(decision, "age") == 8
+    assert decision.desired == 8
     assert decision.reason == "ScaleUpAge"
     assert decision.winner == "age"
     assert "oldest job 25.0s <= target 30.0s" in decision.message
@@ -55,10 +57,44 @@ def test_drain_signal_uses_littles_law_not_a_ratio():
     obs = observe(2, runnable_depth=120, oldest_runnable_age=1.0, **busy(1))  # 4 jobs/s per worker
     before = History(load=(LoadSample(-10.0, 2, 4, 4.0, 4.0),))
     decision = decide(obs, policy(targets=Targets(age=30, drain_time=5)), before, 0.0)
-    # (4 arrivals/s + 120 / 5 s) / 4 jobs/s per worker = 7
-    assert recommendation(decision, "drain") == 7
+    # jobs of 1 s; (120 waiting + 4 x 5 arriving + 4 running) / (4 x (1 + 5 / 1)) = 6
+    # (the throughput alone, (4 + 120 / 5) / 4, says 7: it forgets each new worker's free slots)
+    assert recommendation(decision, "drain") == 6
     assert decision.reason == "ScaleUpDrain"
     assert "time to drain 30.0s, target 5.0s" in decision.message
+
+
+def test_a_backlog_of_slow_jobs_needs_a_slot_each_not_their_throughput():
+    # 30 s jobs (4 slots, 2 busy workers: 8 running, 0.27 jobs/s each), 200 waiting that
+    # must start within 7.5 s: a worker's completions in that time are one job, its free slots
+    # four.  (200 + 8) / (4 x (1 + 7.5 / 30)) = 41.6 -> 42; by throughput alone 200 / 7.5 /
+    # (4 / 30) = 200.
+    slow = dict(running=8, completion_rate=8 / 30, arrival_rate=0.0, duration_p50=30.0, duration_p95=33.0)
+    obs = observe(2, runnable_depth=200, oldest_runnable_age=25.0, **slow)
+    before = History(load=tuple(LoadSample(at, 2, 8, 8 / 30, 0.0) for at in range(-300, 100, 10)))
+    decision = decide(obs, policy(targets=Targets(age=30, lead_time=10)), before, 100.0)
+    assert recommendation(decision, "age") == 42
+
+
+def test_a_saturated_pool_completing_far_less_than_its_estimate_is_sized_on_its_jobs_in_flight():
+    # The estimate says 1 s jobs (4 jobs/s per worker, from the quick jobs of the last minutes);
+    # a burst of slow jobs now fills every slot: 8 running for 8 s on average, and the store's
+    # last 15 s saw 3 completions where the estimate expects 120.  Sized on 8 s jobs, before
+    # the oldest waiting job is anywhere near late.
+    quick = [LoadSample(at, 2, 8, 8.0, 8.0) for at in range(-300, 90, 10)]
+    burst = dict(running=8, completion_rate=8.0, arrival_rate=8.0, running_age_mean=8.0,
+                 recent_completions=3, recent_window=15.0)
+    obs = observe(2, runnable_depth=150, oldest_runnable_age=5.0, **burst)
+    decision = decide(obs, policy(targets=Targets(age=60, lead_time=10)), History(load=tuple(quick)), 100.0)
+    slow = recommendation(decision, "age")
+    # The same pool whose recent completions agree with the estimate: sized on 1 s jobs.
+    agreeing = observe(2, runnable_depth=150, oldest_runnable_age=5.0, **{**burst, "recent_completions": 120})
+    fast = recommendation(decide(agreeing, policy(targets=Targets(age=60, lead_time=10)),
+                                 History(load=tuple(quick)), 100.0), "age")
+    # The arrivals (8/s of 1 s jobs) keep 8 slots busy: 2 workers.  The 150 waiting start within
+    # 60 - 5 / 2 - 10 = 47.5 s: as 1 s jobs 150 / (4 x 48.5) = 0.8 more workers (3 in all); as
+    # 8 s jobs 150 / (4 x 6.9) = 5.4 more (8 in all).
+    assert (fast, slow) == (3, 8)
 
 
 def test_throughput_falls_back_to_concurrency_over_p50_before_anything_completes():
