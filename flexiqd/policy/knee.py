@@ -192,9 +192,9 @@ def noise(sample: ThroughputSample) -> float:
 PACE_FELL_SHARE = 0.5
 
 
-# ... and only once jobs do end at the new pace: a count with nothing ending is a dependency
-# that hangs, not slower jobs.
-MIN_FELL_COMPLETIONS = 3
+# ... and only once jobs do end at the new pace (one is enough: two slots of minute-long jobs end
+# about one in 15 s): a count with nothing ending is a dependency that hangs, not slower jobs.
+MIN_FELL_COMPLETIONS = 1
 
 
 def held_pace_fell(state: KneeState, obs: Observation, load: tuple[LoadSample, ...], now: float,
