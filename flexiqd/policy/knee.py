@@ -199,15 +199,17 @@ MIN_FELL_COMPLETIONS = 1
 
 def held_pace_fell(state: KneeState, obs: Observation, load: tuple[LoadSample, ...], now: float,
                    lag: float | None) -> bool:
-    """Whether the pool, saturated at its held count, now completes far less than that count did
-    when it was held (the count since it settled, at most the store's recent window, beyond its
-    own noise).
+    """Whether the pool, saturated at its held count or above (a re-probe), now completes far
+    less than the held count did when it was held (the count since it settled, at most the
+    store's recent window, beyond its own noise).
 
-    At a ceiling the knee's own count keeps its pace; jobs that changed do not.  Counted whatever
+    At a ceiling the knee's own count keeps its pace, and a quarter more about keeps it too; jobs
+    that changed do not (two slots held by 200 s jobs re-probing a knee found on 1 s ones
+    could take no count at all, and stayed at 2 workers for 20 minutes).  Counted whatever
     the number of completions: slow jobs may end too rarely for a sample, and that rarity is the
     evidence."""
     metrics = obs.metrics
-    if state.held_at is None or not state.held_rate or metrics is None or obs.active != state.held_at \
+    if state.held_at is None or not state.held_rate or metrics is None or obs.active < state.held_at \
             or obs.draining:
         return False
     since = steady_since(load, obs.concurrency)

@@ -214,6 +214,17 @@ def test_a_held_count_whose_pace_falls_far_lets_growth_go_on():
     assert max(workers for _, workers, _ in later) > 2
 
 
+def test_a_reprobe_whose_pace_falls_far_lets_growth_go_on():
+    # Held at 2 (20 jobs/s), re-probing at 3 when the jobs turn slow: 3 workers complete 3 jobs/s.
+    # Too few completions for a count at 3 (the step is never judged); the pace alone says the
+    # knee was found on other jobs.
+    decisions = ramp(KNEE_POLICY, pace_of(CEILING), end=40.0)
+    history = decisions[-1][2].history
+    later = ramp(KNEE_POLICY, {n: 1.0 * n for n in range(1, 41)}, start=400.0, end=430.0, history=history,
+                 follow=False, workers=3)
+    assert any(d.history.knee.held_at is None for _, _, d in later)
+
+
 def test_a_held_count_that_completes_nothing_at_all_stays_held():
     # Nothing ends at all (a dependency that hangs): no sign the jobs changed, and growth would
     # only pile more work onto it.
