@@ -330,8 +330,9 @@ def age_signal(inputs: SignalInputs) -> SignalRecommendation | None:
     slack = target - half the oldest age - lead time (never below a quarter
     of the target): the backlog arrived over the oldest job's age, so every
     job in it keeps its target if it starts at the pace that starts the
-    middle one in time; workers = (base arrival rate + depth / slack) /
-    per-worker throughput.  It looks ahead: a backlog that will not start in time asks
+    middle one in time; workers = ``workers_to_start(depth, slack)`` (the
+    arrivals' slots, and the slots that start the backlog within the slack).
+    It looks ahead: a backlog that will not start in time asks
     for workers before its oldest job is late.  Without a throughput
     estimate, a job within ``lead_time`` of the target grows the pool in
     proportion to its age.
@@ -359,7 +360,7 @@ def age_signal(inputs: SignalInputs) -> SignalRecommendation | None:
 def drain_signal(inputs: SignalInputs) -> SignalRecommendation | None:
     """Workers to keep up with arrivals and drain the backlog within the drain target.
 
-    workers = (arrival rate + depth / target drain time) / per-worker throughput.
+    workers = ``workers_to_start(depth, target drain time)``.
     No opinion without a backlog: then the utilisation signal already says
     what keeping up takes, from the jobs actually running.
     """
@@ -453,8 +454,8 @@ def coming_due_signal(inputs: SignalInputs) -> SignalRecommendation | None:
 
     ``coming_due`` jobs become runnable within ``coming_due_within``
     seconds; workers started now are up by then, so the batch gets the whole
-    age target to start in: workers = (base arrival rate + coming due / age
-    target) / per-worker throughput.  Without a throughput estimate each
+    age target to start in: workers = ``workers_to_start(coming due + depth,
+    age target)``.  Without a throughput estimate each
     slot is assumed to start one job per age target (the slowest plausible
     reading that still keeps the target).
     """
