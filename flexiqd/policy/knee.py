@@ -29,12 +29,16 @@ is no sign of a new job mix and no reason to doubt the count.
   completions) growth is not held: the safety net and the signals size the
   pool, and samples taken later at steady counts still show a ceiling.
 - A knee is **re-probed** rarely and in small steps: ``reprobe_interval``
-  seconds after it was found or confirmed (sooner, ``2 x settle_time``, while
-  the oldest job is late) a quarter more workers (at least one) are tried.  A
-  step that pays shows the knee was not there: it is forgotten, and growth goes
-  on in steps; one that does not confirms it.  A knee
+  seconds after it was found or confirmed (sooner, ``2 x settle_time`` and at
+  most the age target, while the oldest job is late) a quarter more workers (at
+  least one) are tried.  A step that pays shows the knee was not there: it is
+  forgotten, and growth goes on in steps; one that does not confirms it.  A knee
   with no sample for ``sample_max_age`` is forgotten: whatever was shared may
   have changed since.
+- A knee whose **own pace falls**: the pool saturated at the held count or above
+  completing less than half what the held count did (``held_pace_fell``) says
+  the jobs changed, not the dependency (at a ceiling the knee's count keeps its
+  pace): the knee and its counts are forgotten.
 - A pool that **other hosts of a fleet serve too** is not measured: the store
   counts their completions with this host's, against workers this host does not
   run.  Its evidence is forgotten; a fleet's shared ceiling is declared (a
