@@ -154,19 +154,26 @@ def probe_budget(obs: Observation, target_age: float) -> float:
     return budget if budget >= 2 * (obs.tick or 1.0) else 0.0
 
 
-def measure(obs: Observation, load: tuple[LoadSample, ...], now: float,
-            lag: float | None) -> ThroughputSample | None:
-    """The completion rate of the pool at its current steady count, counted from ``lag`` seconds
-    after the count settled (the jobs started before then have ended); None when it cannot tell."""
+def steady_count(obs: Observation, load: tuple[LoadSample, ...], now: float,
+                 lag: float | None) -> tuple[int, int, float] | None:
+    """``completions_between`` over the pool's current steady count, from ``lag`` seconds after the
+    count settled (the jobs started before then have ended) and within the store's recent window;
+    None when the pool is not saturated at a steady count, or workers stop."""
     metrics = obs.metrics
     since = steady_since(load, obs.concurrency)
     if metrics is None or since is None or lag is None or obs.draining:
         # While workers stop, their last jobs end among the others' (or not at all): a count
         # then is of neither size -- one taken right after a hold read half the rate.
         return None
-    window = metrics.recent_window or 0.0
-    start = max(since + lag, math.floor(now) - window + 1)
-    counted = completions_between(metrics.completion_series, start, now)
+    start = max(since + lag, math.floor(now) - (metrics.recent_window or 0.0) + 1)
+    return completions_between(metrics.completion_series, start, now)
+
+
+def measure(obs: Observation, load: tuple[LoadSample, ...], now: float,
+            lag: float | None) -> ThroughputSample | None:
+    """The completion rate of the pool at its current steady count (``steady_count``); None when
+    it cannot tell."""
+    counted = steady_count(obs, load, now, lag)
     if counted is None or counted[0] < MIN_COMPLETIONS:
         return None
     completions, seconds, variance = counted
@@ -212,15 +219,9 @@ def held_pace_fell(state: KneeState, obs: Observation, load: tuple[LoadSample, .
     could take no count at all, and stayed at 2 workers for 20 minutes).  Counted whatever
     the number of completions: slow jobs may end too rarely for a sample, and that rarity is the
     evidence."""
-    metrics = obs.metrics
-    if state.held_at is None or not state.held_rate or metrics is None or obs.active < state.held_at \
-            or obs.draining:
+    if state.held_at is None or not state.held_rate or obs.active < state.held_at:
         return False
-    since = steady_since(load, obs.concurrency)
-    if since is None or lag is None:
-        return False
-    start = max(since + lag, math.floor(now) - (metrics.recent_window or 0.0) + 1)
-    counted = completions_between(metrics.completion_series, start, now)
+    counted = steady_count(obs, load, now, lag)
     if counted is None:
         return False
     completions, seconds, _ = counted
