@@ -141,8 +141,8 @@ class KneeConfig:
     the pool at the count of the best throughput measured.  Counts that
     differ by less than ``min_throughput_gain`` are equally good (the fewer
     workers win).  The knee is re-probed a quarter higher after
-    ``reprobe_interval`` (after ``2 x settle_time`` while the oldest job is
-    late) and forgotten after ``sample_max_age`` without a sample.
+    ``reprobe_interval`` (after ``2 x settle_time``, at most the age target,
+    while the oldest job is late) and forgotten after ``sample_max_age`` without a sample.
     ``max_duration_rise`` is not used: durations stretch at a ceiling, so a
     rise of durations alone decides nothing.
     """

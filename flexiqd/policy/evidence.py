@@ -98,7 +98,9 @@ def is_high(track: EvidenceTrack, rule: EvidenceRule) -> bool:
 
 
 def hold_for(knee: KneeConfig, late: bool) -> float:
-    """How long a hold outlasts the last high reading (the knee's re-probe pace)."""
+    """How long a hold outlasts the last high reading: the knee's ``reprobe_interval``, and
+    ``2 x settle_time`` while late (not bounded by the age target as the knee's late re-probe
+    is: a probe's reading is no noisy count)."""
     return 2 * knee.settle_time if late else knee.reprobe_interval
 
 

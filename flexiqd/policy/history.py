@@ -27,7 +27,8 @@ def history_to_dict(history: History) -> dict[str, Any]:
         "load": [list(s) for s in history.load],
         "knee": {"samples": [list(s) for s in history.knee.samples],
                  "backlog_since": history.knee.backlog_since, "held_at": history.knee.held_at,
-                 "held_since": history.knee.held_since, "held_rate": history.knee.held_rate},  # a step under way is not kept: judged afresh
+                 # a step under way is not kept: judged afresh
+                 "held_since": history.knee.held_since, "held_rate": history.knee.held_rate},
         # A probe's baseline outlives a restart; a hold does not (judged afresh on new readings).
         "evidence": [{"source": t.source, "unloaded": list(t.unloaded), "small": list(t.small)}
                      for t in history.evidence],

@@ -375,8 +375,8 @@ def _connect(options: ConnectOptions, url: str) -> psycopg.Connection:
 # carry no SQLSTATE (libpq gives only a message), so for those the message decides.
 _PASSING_STATES = ("08", "57P01", "57P02", "57P03", "53300")
 _PASSING_WORDS = ("connection refused", "timeout expired", "timed out", "starting up", "shutting down",
-                  "not yet accepting connections", "in recovery", "too many clients", "no such file or directory", "server closed the connection",
-                  "connection reset", "terminating connection", "could not receive data", "could not send data",
+                  "not yet accepting connections", "in recovery", "too many clients", "no such file or directory",
+                  "server closed the connection", "connection reset", "terminating connection", "could not receive data", "could not send data",
                   "no route to host", "network is unreachable", "consuming input failed")
 
 
