@@ -110,6 +110,17 @@ def child_ignoring_term(seconds: float) -> str:
     return _execution(body)
 
 
+def _close_inherited(keep: set[int]) -> None:
+    """What a daemon does first: close every descriptor it inherited but ``keep`` and the
+    standard three.  A fork copies the whole process's, and the worker's other threads hold
+    their own jobs' locks: kept, the grandchild would hold those jobs "running" too."""
+    low = 3
+    for fd in sorted(fd for fd in keep if fd >= 3):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, os.sysconf("SC_OPEN_MAX"))
+
+
 @queue.task("daemonized_grandchild")
 def daemonized_grandchild(seconds: float) -> str:
     """A double fork: the grandchild leaves the task's process tree (new session, parent gone)
@@ -123,7 +134,7 @@ def daemonized_grandchild(seconds: float) -> str:
             try:
                 os.setsid()
                 if os.fork() == 0:
-                    os.close(reader)
+                    _close_inherited({lock, writer})
                     signal.signal(signal.SIGTERM, signal.SIG_IGN)
                     time.sleep(seconds)  # holds `lock` and `writer` until it ends
             finally:

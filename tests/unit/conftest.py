@@ -26,6 +26,13 @@ def open_test_backend(kind: str, directory: pathlib.Path | str, pg_server=None) 
     raise ValueError(f"unknown test backend {kind!r}")
 
 
+def exact_times(store: Backend) -> Backend:
+    """``store`` taking the times it is given (``now=``) as exact: the contract's times are
+    given, not read, so none of them is off by a measurement of the server's clock."""
+    store.database.clock_error = lambda: 0.0
+    return store
+
+
 @pytest.fixture(params=BACKENDS)
 def backend_kind(request) -> str:
     return request.param
@@ -37,7 +44,7 @@ def _server_for(kind: str, request):
 
 @pytest.fixture
 def backend(backend_kind, tmp_path, request):
-    store = open_test_backend(backend_kind, tmp_path, _server_for(backend_kind, request))
+    store = exact_times(open_test_backend(backend_kind, tmp_path, _server_for(backend_kind, request)))
     yield store
     store.close()
 
@@ -62,4 +69,4 @@ def postgres_backend(request):
 def backend_factory(backend_kind, request):
     """Opens fresh stores of the current kind, for tests that need many (one per example)."""
     server = _server_for(backend_kind, request)
-    return lambda directory: open_test_backend(backend_kind, directory, server)
+    return lambda directory: exact_times(open_test_backend(backend_kind, directory, server))

@@ -124,6 +124,9 @@ class PostgresDatabase(Database):
     def clock(self) -> float:
         return self._clock()
 
+    def clock_error(self) -> float:
+        return self._clock.error()
+
     def refresh_clock(self) -> None:
         with self._lock:
             self._clock_checked = False

@@ -117,6 +117,7 @@ class ServerClock:
         self._offset: float | None = None
         self._measured_at = float("-inf")
         self._stepped_at = float("-inf")
+        self._error = 0.0
         #: The server's clock's last step as measured here (seconds, + forward), or None.
         self.last_step: float | None = None
 
@@ -138,7 +139,14 @@ class ServerClock:
             if self._offset is not None and abs(offset - self._offset) > SERVER_STEP + (received - sent):
                 self._stepped_at, self.last_step = received, offset - self._offset
             self._offset = offset
+            self._error = (received - sent) / 2.0
             self._measured_at = received
+
+    def error(self) -> float:
+        """How far this estimate may be from the server's time: half the round trip of the
+        measurement it counts from (0 until one)."""
+        with self._lock:
+            return self._error
 
     def steady(self) -> bool:
         """False for ``SERVER_STEP_SETTLE`` after this process measured a step of the server's

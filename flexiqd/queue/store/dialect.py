@@ -389,6 +389,12 @@ class Database(abc.ABC):
         processes write and judge leases, beats and run-ats by.  Never blocks."""
         return time.time()
 
+    def clock_error(self) -> float:
+        """How far ``clock()`` may be from the store's time, in seconds (0: it is the store's
+        time): a delayed job is written due that much later and promoted that much later, so
+        it never starts before its delay has passed on the store's clock."""
+        return 0.0
+
     def refresh_clock(self) -> None:
         """Have the next transaction measure the store's clock again first (where it is measured)."""
 

@@ -100,7 +100,8 @@ class Store:
     # -- enqueue and promotion -------------------------------------------------------------
 
     def enqueue(self, jobs: Sequence[NewJob], *, now: float) -> list[int]:
-        rows = [new_row(job, now) for job in jobs]  # checked and encoded first: fail whole
+        error = self.database.clock_error()
+        rows = [new_row(job, now, error) for job in jobs]  # checked and encoded first: fail whole
         if not rows:
             return []
         return self.database.write("enqueue", lambda tx: self.insert_new(tx, jobs, rows, now))
@@ -127,7 +128,8 @@ class Store:
         became runnable, however late this runs).  A retry coming due is not an arrival,
         nor a deferred job whose wait is over: it arrived long ago (see ``Stats``).
         """
-        promoted = tx.promote(now, PROMOTION_BATCH)
+        # The earliest the store's time can be: a delayed job never starts before its run_at.
+        promoted = tx.promote(now - self.database.clock_error(), PROMOTION_BATCH)
         arrivals: collections.Counter = collections.Counter()
         for queue, tenant, run_at, attempts, waiting_for in promoted:
             if attempts == 0 and waiting_for is None:

@@ -52,14 +52,18 @@ def decode_json(text: str | None) -> Any:
         return {"undecodable": text}
 
 
-def new_row(job: NewJob, now: float) -> dict[str, Any]:
+def new_row(job: NewJob, now: float, clock_error: float = 0.0) -> dict[str, Any]:
     """The row of a job to enqueue (``NEW_JOB_COLUMNS``), checked and encoded; QueueError or
-    PayloadError naming what is wrong."""
+    PayloadError naming what is wrong.  A delay counts from the latest the store's time can be
+    (``now`` may be ``clock_error`` behind it): the job is never due before its delay passed."""
     if not job.task:
         raise QueueError("a job needs a task name")
     if job.max_attempts < 1:
         raise QueueError(f"max_attempts must be at least 1, got {job.max_attempts}")
-    run_at = float(job.run_at) if job.run_at is not None else now + max(0.0, job.delay)
+    if job.run_at is not None:
+        run_at = float(job.run_at)
+    else:
+        run_at = now + (clock_error + job.delay if job.delay > 0 else 0.0)
     return {"queue": job.queue, "task": job.task,
             "payload": encode_json(job.payload, f"the payload of {job.task}"),
             "priority": job.priority, "state": JobState.QUEUED.value, "delayed": run_at > now,
