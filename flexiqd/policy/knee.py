@@ -21,6 +21,10 @@ is no sign of a new job mix and no reason to doubt the count.
   held at the count of the best measured throughput (the knee: the fewest
   workers that no larger count beats by ``min_throughput_gain`` beyond the
   noise of both counts) and shrinks back to it.
+- Growth **up to a count already measured** without a ceiling (within
+  ``sample_max_age``: a count that clearly paid over a smaller one, and that no
+  smaller one shows a ceiling in) is not probed again: the next backlog of a load
+  that comes and goes starts what it needs at once, and the steps begin past it.
 - A step is judged against the count it starts from, so growth waits (within
   the probe budget) until that count has ``START_SHARE`` of the completions the
   step's verdict needs: a second's count of a slow pace cannot show that a step
@@ -300,7 +304,11 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # Only a step the knee let through (at most STEP_GROWTH times the count): a larger jump
         # came from rules that found the jobs unlike (a new mix), and a count at it would be
         # judged against a pace of other jobs.
+        # Nor one back to a count measured without a ceiling (``proven``) -- unless it re-probes
+        # a knee: that step is judged whatever was measured before.
+        measured = proven(state, config, now)
         if (last is not None and last.workers < obs.current <= math.ceil(last.workers * STEP_GROWTH)
+                and (measured is None or state.held_at is not None or obs.current > measured.workers)
                 and now - last.at <= wait and homogeneous(metrics)
                 and (state.held_at is None or last.workers >= state.held_at)):
             state = replace(state, probe=KneeProbe(start=last, to_workers=obs.current, since=now, lag=last.duration))
@@ -417,6 +425,21 @@ def late_reprobe(config: KneeConfig, target_age: float) -> float:
     return min(config.reprobe_interval, 2 * config.settle_time, max(target_age, 1.0))
 
 
+def proven(state: KneeState, config: KneeConfig, now: float) -> ThroughputSample | None:
+    """The sample of the most workers measured (within ``sample_max_age``) that clearly paid over
+    a smaller count and that no smaller count shows a ceiling in, or None.  Growth up to it is not probed again: a square wave
+    whose every high phase probed from its low (2, 4, 8, 16, 32 workers, a count each) spent
+    each phase measuring what the last one had measured."""
+    recent = sorted((kept for kept in state.samples if now - kept.at <= config.sample_max_age),
+                    key=lambda kept: kept.workers)
+    for sample in reversed(recent):
+        fewer = [kept for kept in recent if kept.workers < sample.workers]
+        if any(clearly_paid(sample, kept) for kept in fewer) \
+                and not any(shows_ceiling(sample, kept) for kept in fewer):
+            return sample
+    return None
+
+
 def knee_cap(state: KneeState, config: KneeConfig, now: float, late: bool = False,
              obs: Observation | None = None, target_age: float = 60.0) -> tuple[int, str] | None:
     """The knee as a cap and the rule that sets it, or None when nothing holds growth.
@@ -425,7 +448,8 @@ def knee_cap(state: KneeState, config: KneeConfig, now: float, late: bool = Fals
     due (``late``: the oldest job is over its target, so sooner); ``probe``: a
     step under way, held until its sample says whether it paid; ``measuring``:
     the count now, until its first sample (within the probe budget);
-    ``step``: the next step after one that paid.
+    ``step``: the next step after one that paid; ``proven``: back up to the most
+    workers measured without a ceiling (``proven``), where a step would hold less.
     """
     if not config.enabled or (obs is not None and obs.other_hosts):
         return None
@@ -440,6 +464,15 @@ def knee_cap(state: KneeState, config: KneeConfig, now: float, late: bool = Fals
         return state.probe.to_workers, "probe"
     if obs is None or obs.metrics is None or obs.metrics.runnable_depth == 0:
         return None
+    cap = _growth_cap(state, obs, now, target_age)
+    measured = proven(state, config, now)
+    if cap is not None and measured is not None and cap[0] < measured.workers:
+        return measured.workers, "proven"
+    return cap
+
+
+def _growth_cap(state: KneeState, obs: Observation, now: float, target_age: float) -> tuple[int, str] | None:
+    """The cap of growth in steps, no knee held and no step under way (see ``knee_cap``)."""
     budget = probe_budget(obs, target_age)
     last = _latest(state.samples)
     if (last is not None and now - last.at <= _verdict_wait(obs, target_age) and last.workers >= obs.active
@@ -476,6 +509,9 @@ def describe(state: KneeState, rule: str, workers: int) -> str:
     if rule == "step" and state.samples:
         last = max(state.samples, key=lambda kept: kept.at)
         return f"the step to {last.workers} paid ({rate(last)}): up to {workers} next"
+    if rule == "proven":
+        return f"up to {workers} workers, measured without a ceiling ({rate(by_count[workers])})" \
+            if workers in by_count else rule
     if rule == "measuring":
         return f"measuring the throughput of {workers} workers before adding more"
     return rule

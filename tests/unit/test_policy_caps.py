@@ -21,7 +21,8 @@ from flexiqd.policy import (
     share_dependencies,
     water_fill,
 )
-from flexiqd.policy.types import DependencyObservation, PoolMetrics, ThroughputSample
+from flexiqd.policy.knee import describe, knee_cap
+from flexiqd.policy.types import DependencyObservation, KneeState, PoolMetrics, ThroughputSample
 
 from test_policy_support import busy, observe
 
@@ -468,3 +469,32 @@ def test_a_crowd_seen_a_little_late_still_waits_for_the_first_claims():
                       duration_p95=None)
     decision = decide(dataclasses.replace(landing, tick=1.0), KNEE_POLICY, None, 0.0)
     assert decision.desired == 1 and decision.binding_cap == ("knee", 1)
+
+
+def measured_at(workers: int, rate: float, at: float, seconds: float = 12.0) -> ThroughputSample:
+    return ThroughputSample(workers, rate, 1.0, at, round(rate * seconds))
+
+
+def test_growth_up_to_a_count_measured_without_a_ceiling_is_not_probed_again():
+    # A square wave: the last high phase measured 2 to 32 workers, each step paying; the pool
+    # shrank between.  The next phase grows straight back to the measured count, not in steps
+    # of a count each (4, 8, 16, 32: half a minute of late jobs every phase).
+    earlier = tuple(measured_at(n, 10.0 * n, 100.0 + n) for n in (4, 8, 16, 32))
+    state = KneeState(samples=(measured_at(2, 20.0, 299.0),) + earlier, backlog_since=290.0)
+    assert knee_cap(state, KNEE, 300.0, obs=counted(300.0, 2, 20.0)) == (32, "proven")
+    assert describe(state, "proven", 32) == "up to 32 workers, measured without a ceiling (32 workers 320.0 jobs/s)"
+    # Without the earlier counts, a step at a time.
+    assert knee_cap(KneeState(samples=state.samples[:1], backlog_since=290.0), KNEE, 300.0,
+                    obs=counted(300.0, 2, 20.0)) == (4, "step")
+
+
+def test_a_count_measured_past_a_ceiling_is_not_grown_to_again():
+    # 16 and 32 workers completed no more than 8 did: growth up to 8 only (the count that paid).
+    counts = (measured_at(4, 40.0, 104.0), measured_at(8, 80.0, 108.0), measured_at(16, 82.0, 116.0),
+              measured_at(32, 81.0, 132.0))
+    state = KneeState(samples=(measured_at(2, 20.0, 299.0),) + counts, backlog_since=290.0)
+    assert knee_cap(state, KNEE, 300.0, obs=counted(300.0, 2, 20.0)) == (8, "proven")
+    # Counts older than sample_max_age prove nothing: a step at a time again.
+    later = 300.0 + KNEE.sample_max_age
+    stale = KneeState(samples=(measured_at(2, 20.0, later - 1),) + counts, backlog_since=later - 10)
+    assert knee_cap(stale, KNEE, later, obs=counted(later, 2, 20.0)) == (4, "step")
