@@ -282,8 +282,9 @@ class CockpitPage:
         wait_until(lambda: d.find_elements("css selector", "iframe[name^='cockpit1:localhost/']"), 30,
                    what=f"Cockpit's shell after {self.user} logged in")
 
-    def open(self, timeout: float = 30) -> float:
-        """Open the page in the shell; return the page's own load time in ms (navigation to ready)."""
+    def open(self, timeout: float = 60) -> float:
+        """Open the page in the shell; return the page's own load time in ms (navigation to ready).
+        A loaded machine has taken over 30 s to show the shell's frame (once, with 20 pools)."""
         d = self.driver
         d.switch_to.default_content()
         d.get(self.base + "/flexiqd")
