@@ -17,8 +17,9 @@ is no sign of a new job mix and no reason to doubt the count.
   judged on the sample at ``m``: it **pays** when completions rose by at least
   ``EFFICIENCY`` of what the extra workers would add at ``n``'s pace, and then
   the next step may double the pool.  One that does not (beyond the counting
-  noise: the per-second counts' own spread, at least a Poisson count's) shows the extra workers only queue on something shared: the pool is
-  held at the count of the best measured throughput (the knee: the fewest
+  noise: the per-second counts' own spread, at least a Poisson count's) shows
+  the extra workers only queue on something shared: the pool is held at the
+  count of the best measured throughput (the knee: the fewest
   workers that no larger count beats by ``min_throughput_gain`` beyond the
   noise of both counts) and shrinks back to it.
 - Growth **up to a count already measured** without a ceiling (within
@@ -427,9 +428,9 @@ def late_reprobe(config: KneeConfig, target_age: float) -> float:
 
 def proven(state: KneeState, config: KneeConfig, now: float) -> ThroughputSample | None:
     """The sample of the most workers measured (within ``sample_max_age``) that clearly paid over
-    a smaller count and that no smaller count shows a ceiling in, or None.  Growth up to it is not probed again: a square wave
-    whose every high phase probed from its low (2, 4, 8, 16, 32 workers, a count each) spent
-    each phase measuring what the last one had measured."""
+    a smaller count and that no smaller count shows a ceiling in, or None.  Growth up to it is
+    not probed again: a square wave whose every high phase probed from its low (2, 4, 8, 16, 32
+    workers, a count each) spent each phase measuring what the last one had measured."""
     recent = sorted((kept for kept in state.samples if now - kept.at <= config.sample_max_age),
                     key=lambda kept: kept.workers)
     for sample in reversed(recent):
