@@ -100,7 +100,7 @@ def test_the_server_clock_knows_how_far_off_it_may_be():
 def test_a_delayed_job_is_never_due_before_its_delay_however_far_off_the_estimate(postgres_backend):
     """Whoever enqueues writes the delay from the latest the server's time can be; whoever
     promotes reads the earliest: between two estimates each half a round trip off, the job still
-    starts after its delay on the server's clock (a start 0.4 ms early was seen between hosts)."""
+    starts after its delay on the server's clock (a start under half a millisecond early was seen between hosts)."""
     store = postgres_backend
     store.database._clock._error = 0.5  # as if the last measurement took a second's round trip
     enqueued = store.clock()
