@@ -3,6 +3,7 @@ passwords, and waking idle workers.  Runs on the session's own server (tests/pg_
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 
@@ -53,7 +54,7 @@ def test_a_dropped_connection_is_reopened_and_the_call_done_once(pg_server, post
     assert [row["outcome"] for row in store.executions()] == ["ack"]
 
 
-def test_a_store_that_cannot_reconnect_says_so_in_one_line(pg_server, postgres_backend):
+def test_a_store_that_cannot_reconnect_says_so_in_one_line(pg_server, postgres_backend, caplog):
     store = postgres_backend
     store.enqueue([NewJob(task="t")], now=T0)
     options = store.database.options
@@ -64,6 +65,18 @@ def test_a_store_that_cannot_reconnect_says_so_in_one_line(pg_server, postgres_b
     assert "cannot connect to the queue database" in str(caught.value)
     assert "nodb" in str(caught.value) and "\n" not in str(caught.value)
     assert not isinstance(caught.value, StoreUnreachable)  # no waiting mends a missing database
+    # The error is the one thing said: a one-shot command prints it alone, no log line before it.
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_a_connection_made_again_is_said_once_in_the_log(pg_server, postgres_backend, caplog):
+    store = postgres_backend
+    cut_connection(pg_server, store)
+    with caplog.at_level(logging.WARNING):
+        store.stats("default", now=T0)
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(said) == 1 and "was lost; connected again" in said[0], said
+    assert store.database.url in said[0]
 
 
 def test_a_server_that_is_down_is_unreachable_for_now_not_broken(pg_server, postgres_backend):

@@ -113,12 +113,15 @@ class PostgresDatabase(Database):
         if self._closed:
             raise QueueError(f"the queue database {self.url} is closed")
         if self.connection is None or self.connection.closed or self.connection.broken:
-            if self.connection is not None:
-                log.warning("The connection to the queue database %s was lost; connecting again.", self.url)
+            lost = self.connection is not None
+            if lost:
                 self.connection.close()
                 self.connection = None
+            # Said once connected again: a failed attempt is the error the caller shows, in one line.
             self.connection = _connect(self.options, self.url)
             self._clock_checked = False  # another server, perhaps (a failover): measure again
+            if lost:
+                log.warning("The connection to the queue database %s was lost; connected again.", self.url)
         return self.connection
 
     def clock(self) -> float:
