@@ -21,7 +21,10 @@ is no sign of a new job mix and no reason to doubt the count.
   the extra workers only queue on something shared: the pool is held at the
   count of the best measured throughput (the knee: the fewest
   workers that no larger count beats by ``min_throughput_gain`` beyond the
-  noise of both counts) and shrinks back to it.
+  noise of both counts) and shrinks back to it.  When the step that reached
+  that count clearly added less than its workers' share, the ceiling lies
+  inside it: the pool is held where the smaller count's pace per worker
+  reaches the best rate (``flattened_at``).
 - Growth **up to a count already measured** without a ceiling (within
   ``sample_max_age``: a count that clearly paid over a smaller one, and that no
   smaller one shows a ceiling in) is not probed again: the next backlog of a load
@@ -414,9 +417,30 @@ def _latest(samples: tuple[ThroughputSample, ...]) -> ThroughputSample | None:
 
 
 def _held(state: KneeState, sample: ThroughputSample, config: KneeConfig, now: float) -> KneeState:
-    """The knee at the best throughput measured up to ``sample``'s count."""
-    top = best(tuple(kept for kept in state.samples if kept.workers <= sample.workers), config.min_throughput_gain)
-    return replace(state, held_at=top.workers, held_since=now, held_rate=top.completion_rate, probe=None)
+    """The knee at the best throughput measured up to ``sample``'s count, within the step that
+    reached it (``flattened_at``)."""
+    kept = tuple(kept for kept in state.samples if kept.workers <= sample.workers)
+    top = best(kept, config.min_throughput_gain)
+    below = max((fewer for fewer in kept if fewer.workers < top.workers), key=lambda fewer: fewer.workers,
+                default=None)
+    held_at = top.workers if below is None else flattened_at(top, below)
+    return replace(state, held_at=held_at, held_since=now, held_rate=top.completion_rate, probe=None)
+
+
+def flattened_at(top: ThroughputSample, below: ThroughputSample) -> int:
+    """The count inside the step from ``below`` to ``top`` at which ``below``'s pace per worker
+    reaches ``top``'s rate, when that step clearly added less than its workers would at
+    ``below``'s pace; else ``top``'s count.
+
+    Steps are coarse (a quarter or a doubling), and a ceiling lies somewhere inside the last
+    one that paid: its first workers added their share, the rest only queued.  Holding the
+    whole step holds those, and on a dependency whose throughput still creeps up past its
+    capacity (contention) they keep it over capacity at the knee."""
+    linear = below.completion_rate * top.workers / below.workers
+    if top.completion_rate + math.hypot(noise(top), noise(below)) >= linear:
+        return top.workers
+    reached = round(below.workers * top.completion_rate / max(below.completion_rate, 1e-9))
+    return min(top.workers, max(below.workers + 1, reached))
 
 
 def late_reprobe(config: KneeConfig, target_age: float) -> float:
@@ -502,6 +526,14 @@ def describe(state: KneeState, rule: str, workers: int) -> str:
         above = [kept for kept in state.samples if kept.workers > state.held_at]
         more = f"; {rate(max(above, key=lambda kept: kept.at))}" if above else ""
         return f"held at a measured ceiling: {rate(by_count[state.held_at])}{more}"
+    if rule == "held" and state.held_at is not None:
+        below = [kept for kept in state.samples if kept.workers < state.held_at]
+        above = [kept for kept in state.samples if kept.workers > state.held_at]
+        if below and above:
+            start = max(below, key=lambda kept: kept.workers)
+            end = min(above, key=lambda kept: kept.workers)
+            return (f"held at a measured ceiling: {state.held_at} workers, within the step from "
+                    f"{rate(start)} to {rate(end)}")
     if rule in ("probe", "reprobe") and state.probe is not None:
         start = state.probe.start
         return f"probing {workers} workers against {rate(start)}"

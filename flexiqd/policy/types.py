@@ -267,7 +267,8 @@ class KneeState:
     ``samples``: the latest throughput sample per worker count.
     ``backlog_since``: since when the pool has had runnable jobs at every
     decision (None: not now).  ``held_at``: the knee, the count of the best
-    throughput measured (None: no knee known); ``held_rate``: that count's completion rate
+    throughput measured or inside the step that reached it (None: no knee known);
+    ``held_rate``: the best measured count's completion rate
     when it was held (jobs/s; None: not known); ``held_since``: when it was
     found or last confirmed.  ``probe``: a step being judged.
     ``waiting_since``: since when growth has waited for a first sample at the

@@ -498,3 +498,33 @@ def test_a_count_measured_past_a_ceiling_is_not_grown_to_again():
     later = 300.0 + KNEE.sample_max_age
     stale = KneeState(samples=(measured_at(2, 20.0, later - 1),) + counts, backlog_since=later - 10)
     assert knee_cap(stale, KNEE, later, obs=counted(later, 2, 20.0)) == (4, "step")
+
+
+# 10 jobs/s a worker up to 20 workers, then the dependency is full: between a doubling's counts.
+FULL_AT_TWENTY = {n: 10.0 * min(n, 20) for n in range(1, 41)}
+
+
+def test_a_ceiling_inside_a_step_holds_where_the_smaller_counts_pace_reaches_it():
+    # Steps of 1, 2, 4, 8, 16 paid in full; 32 gave 200 jobs/s, what 20 workers give at 16's pace.
+    # The best count measured is 32, but its last 12 workers only queue on the dependency.
+    decisions = ramp(KNEE_POLICY, FULL_AT_TWENTY, end=90.0)
+    counts = [workers for _, workers, _ in decisions]
+    assert 32 in counts and max(counts) < 40
+    knee = decisions[-1][2].history.knee
+    assert knee.held_at == 20 and decisions[-1][2].desired == 20
+    found = next(d for _, workers, d in decisions if d.reason == "CappedByKnee" and d.desired == 20)
+    assert "held at a measured ceiling: 20 workers, within the step from 16 workers 160.0 jobs/s " \
+           "to 32 workers 200.0 jobs/s" in found.message
+
+
+def test_a_step_that_paid_in_full_or_within_its_noise_is_held_whole():
+    from flexiqd.policy.knee import flattened_at
+
+    below = measured_at(16, 160.0, 100.0, seconds=10.0)
+    assert flattened_at(measured_at(32, 320.0, 110.0, seconds=10.0), below) == 32  # linear: all paid
+    # 4 % short of linear: a 10 s count of 1,600 and 3,100 completions cannot tell that from noise.
+    assert flattened_at(measured_at(32, 310.0, 110.0, seconds=10.0), below) == 32
+    # Clearly short: where 16's pace reaches 240 jobs/s, 24 workers.
+    assert flattened_at(measured_at(32, 240.0, 110.0, seconds=10.0), below) == 24
+    # Never at or below the smaller count: a step that added a little added it with its first worker.
+    assert flattened_at(measured_at(32, 161.0, 110.0, seconds=10.0), below) == 17
