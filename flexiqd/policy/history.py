@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from .config import PoolPolicy
 from .economics import LONGEST_HOLD
 from .smoothing import record, record_change
-from .types import Decision, EvidenceTrack, History, KneeState, LoadSample, ScaleChange, ThroughputSample, TimedCount
+from .types import Decision, EvidenceTrack, History, KneeState, KneeTrim, LoadSample, ScaleChange, ThroughputSample, TimedCount
 
 
 def history_to_dict(history: History) -> dict[str, Any]:
@@ -28,7 +28,8 @@ def history_to_dict(history: History) -> dict[str, Any]:
         "knee": {"samples": [list(s) for s in history.knee.samples],
                  "backlog_since": history.knee.backlog_since, "held_at": history.knee.held_at,
                  # a step under way is not kept: judged afresh
-                 "held_since": history.knee.held_since, "held_rate": history.knee.held_rate},
+                 "held_since": history.knee.held_since, "held_rate": history.knee.held_rate,
+                 "trim": list(history.knee.trim) if history.knee.trim else None},
         # A probe's baseline outlives a restart; a hold does not (judged afresh on new readings).
         "evidence": [{"source": t.source, "unloaded": list(t.unloaded), "small": list(t.small)}
                      for t in history.evidence],
@@ -47,7 +48,8 @@ def history_from_dict(data: Mapping[str, Any] | None) -> History:
             load=tuple(LoadSample(*s) for s in data.get("load", ())),
             knee=KneeState(samples=tuple(_throughput_sample(s) for s in knee.get("samples", ())),
                            backlog_since=knee.get("backlog_since"), held_at=knee.get("held_at"),
-                           held_since=knee.get("held_since"), held_rate=knee.get("held_rate")),
+                           held_since=knee.get("held_since"), held_rate=knee.get("held_rate"),
+                           trim=KneeTrim(*knee["trim"]) if knee.get("trim") else None),
             evidence=tuple(EvidenceTrack(source=str(t["source"]), unloaded=tuple(float(v) for v in t["unloaded"]),
                                          small=tuple(float(v) for v in t["small"]))
                            for t in data.get("evidence", ())),

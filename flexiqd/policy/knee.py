@@ -21,10 +21,14 @@ is no sign of a new job mix and no reason to doubt the count.
   the extra workers only queue on something shared: the pool is held at the
   count of the best measured throughput (the knee: the fewest
   workers that no larger count beats by ``min_throughput_gain`` beyond the
-  noise of both counts) and shrinks back to it.  When the step that reached
-  that count clearly added less than its workers' share, the ceiling lies
-  inside it: the pool is held where the smaller count's pace per worker
-  reaches the best rate (``flattened_at``).
+  noise of both counts) and shrinks back to it.  Steps are coarse, so the
+  knee is then **trimmed**: the count one fewer is held and measured (a count
+  as long as a step's verdict), and kept while it completes as much as the
+  best within the counting noise; the first that clearly does not ends the
+  trim, and the fewest that did is held.  When the step that reached the best
+  clearly added less than its workers' share, the ceiling lies inside it, and
+  the first count tried is where the smaller count's pace per worker reaches
+  the best rate (``flattened_at``).
 - Growth **up to a count already measured** without a ceiling (within
   ``sample_max_age``: a count that clearly paid over a smaller one, and that no
   smaller one shows a ceiling in) is not probed again: the next backlog of a load
@@ -61,7 +65,7 @@ import math
 from dataclasses import replace
 
 from .config import KneeConfig
-from .types import KneeProbe, KneeState, LoadSample, Observation, ThroughputSample
+from .types import KneeProbe, KneeState, KneeTrim, LoadSample, Observation, ThroughputSample
 
 # Extra workers that add less than this share of what they would at a smaller
 # count's pace show a ceiling; at least this share, the step paid.
@@ -296,7 +300,7 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
     if state.held_at is not None and state.held_since is not None and now - state.held_since > config.sample_max_age:
         newest = max((kept.at for kept in state.samples), default=None)
         if newest is None or now - newest > config.sample_max_age:
-            state = replace(state, held_at=None, held_since=None)
+            state = replace(state, held_at=None, held_since=None, trim=None)
     if metrics.runnable_depth == 0:
         return replace(state, backlog_since=None, probe=None, waiting_since=None)
     if state.backlog_since is None:
@@ -323,7 +327,7 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # The held count itself now completes far less than when the knee was found: what the
         # jobs do has changed since (a batch of slow jobs among quick ones), and every count kept
         # describes other jobs.  Counted afresh from here, growth in steps again.
-        return replace(state, samples=(), held_at=None, held_since=None, waiting_since=None)
+        return replace(state, samples=(), held_at=None, held_since=None, trim=None, waiting_since=None)
     if sample is None:
         if probe is not None and _overdue(probe, obs, now, target_age):
             return replace(state, probe=None)  # no verdict in time: growth is not held for it
@@ -372,17 +376,26 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         flat = sample.completion_rate + math.hypot(noise(sample), noise(probe.start)) / NOISE_SIGMAS \
             < wanted_rate(probe.start, sample.workers, FLAT_SHARE)
         if ceiling or flat:
-            return _held(state, sample, config, now)
+            return _held(state, sample.workers, config, now)
         if state.held_at is not None:
             # A re-probe that paid: the knee was not where it was held (or has moved).  Forget
             # it: growth goes on in steps that may double while they pay.
-            return replace(state, held_at=None, held_since=None)
+            return replace(state, held_at=None, held_since=None, trim=None)
+        return state
+    if state.trim is not None and sample.workers == state.held_at:
+        # A count tried below the best: held, and one fewer tried, unless a larger count beats it
+        # -- judged on a count as long as a step's verdict (a worker's difference is a few per
+        # cent: a short count's noise would let the trim walk down past the knee).
+        counted_for = sample.completions / max(sample.completion_rate, 1e-9)
+        if sample.completions >= MAX_VERDICT_COMPLETIONS \
+                or counted_for >= min(RECENT_WINDOW_CAP, (metrics.recent_window or 0.0) - 2):
+            return _held(state, state.trim.best, config, now, state.trim)
         return state
     # Apart from a step, counts taken minutes apart may straddle a change of job mix (a batch of
     # slow jobs among quick ones cuts completions as a ceiling would): only alike jobs compare.
     smaller = [kept for kept in fresh if kept.workers < sample.workers]
     if homogeneous(metrics) and any(shows_ceiling(sample, kept) for kept in smaller):
-        return _held(state, sample, config, now)
+        return _held(state, sample.workers, config, now)
     return state
 
 
@@ -416,15 +429,37 @@ def _latest(samples: tuple[ThroughputSample, ...]) -> ThroughputSample | None:
     return max(samples, key=lambda kept: kept.at, default=None)
 
 
-def _held(state: KneeState, sample: ThroughputSample, config: KneeConfig, now: float) -> KneeState:
-    """The knee at the best throughput measured up to ``sample``'s count, within the step that
-    reached it (``flattened_at``)."""
-    kept = tuple(kept for kept in state.samples if kept.workers <= sample.workers)
-    top = best(kept, config.min_throughput_gain)
-    below = max((fewer for fewer in kept if fewer.workers < top.workers), key=lambda fewer: fewer.workers,
-                default=None)
-    held_at = top.workers if below is None else flattened_at(top, below)
-    return replace(state, held_at=held_at, held_since=now, held_rate=top.completion_rate, probe=None)
+def _held(state: KneeState, upto: int, config: KneeConfig, now: float, trim: KneeTrim | None = None) -> KneeState:
+    """The knee at the best throughput measured up to ``upto`` workers (the count that showed the
+    ceiling), then trimmed (``trim``: the trim under way, when one of its counts is judged).
+
+    Steps measure a few counts; the best of them may hold a worker or more that adds nothing
+    (on a dependency whose throughput creeps up past its capacity, one that keeps it over).
+    The counts between the best and the count measured below it (the floor) are tried: each
+    that completes as much as the best (within the counting noise) is held instead, and one
+    that clearly does not becomes the floor.  The next count tried is one fewer than the
+    count held, or, where the step from the floor clearly added less than its workers' share,
+    where the floor's pace per worker reaches the held count's rate (``flattened_at``)."""
+    kept = tuple(kept for kept in state.samples if kept.workers <= upto)
+    counts = {kept.workers: kept for kept in kept}
+    if trim is not None and trim.best in counts:
+        top, floor = counts[trim.best], trim.floor
+    else:
+        top = best(kept, config.min_throughput_gain)
+        floor = max((count for count in counts if count < top.workers), default=0)
+    held = top
+    for count in sorted((count for count in counts if floor < count < top.workers), reverse=True):
+        if clearly_better(top, counts[count], 0.0):
+            floor = count
+            break
+        held = counts[count]
+    held_at = held.workers
+    if held_at - 1 > floor:
+        below = counts.get(floor)
+        held_at = min(held_at - 1, flattened_at(held, below) if below is not None else held_at)
+    trimming = KneeTrim(top.workers, floor) if held_at != held.workers else None
+    return replace(state, held_at=held_at, held_since=now, held_rate=top.completion_rate, probe=None,
+                   trim=trimming)
 
 
 def flattened_at(top: ThroughputSample, below: ThroughputSample) -> int:
@@ -534,6 +569,9 @@ def describe(state: KneeState, rule: str, workers: int) -> str:
             end = min(above, key=lambda kept: kept.workers)
             return (f"held at a measured ceiling: {state.held_at} workers, within the step from "
                     f"{rate(start)} to {rate(end)}")
+        if above:
+            return (f"held at a measured ceiling: {state.held_at} workers, one fewer than "
+                    f"{rate(min(above, key=lambda kept: kept.workers))}, until they are measured")
     if rule in ("probe", "reprobe") and state.probe is not None:
         start = state.probe.start
         return f"probing {workers} workers against {rate(start)}"

@@ -260,6 +260,14 @@ class KneeProbe(NamedTuple):
     lag: float
 
 
+class KneeTrim(NamedTuple):
+    """A knee being trimmed: the counts between ``floor`` (measured short of ``best``, or the count
+    measured below it when it was held) and ``best`` (the best count measured) are tried."""
+
+    best: int
+    floor: int
+
+
 @dataclass(frozen=True, kw_only=True)
 class KneeState:
     """Ceiling discovery's memory (see ``knee``).
@@ -267,12 +275,14 @@ class KneeState:
     ``samples``: the latest throughput sample per worker count.
     ``backlog_since``: since when the pool has had runnable jobs at every
     decision (None: not now).  ``held_at``: the knee, the count of the best
-    throughput measured or inside the step that reached it (None: no knee known);
+    throughput measured or fewer that complete as much (trimmed; None: no knee known);
     ``held_rate``: the best measured count's completion rate
     when it was held (jobs/s; None: not known); ``held_since``: when it was
     found or last confirmed.  ``probe``: a step being judged.
     ``waiting_since``: since when growth has waited for a first sample at the
-    count now (None: not waiting).
+    count now (None: not waiting).  ``trim``: while set, the held count is below
+    the best measured and not yet measured itself: once it is, it is held if it
+    completes as much, and a count fewer is tried.
     """
 
     samples: tuple[ThroughputSample, ...] = ()
@@ -282,6 +292,7 @@ class KneeState:
     held_rate: float | None = None
     probe: KneeProbe | None = None
     waiting_since: float | None = None
+    trim: KneeTrim | None = None
 
 
 class EvidenceReading(NamedTuple):

@@ -510,11 +510,27 @@ def test_a_ceiling_inside_a_step_holds_where_the_smaller_counts_pace_reaches_it(
     decisions = ramp(KNEE_POLICY, FULL_AT_TWENTY, end=90.0)
     counts = [workers for _, workers, _ in decisions]
     assert 32 in counts and max(counts) < 40
-    knee = decisions[-1][2].history.knee
-    assert knee.held_at == 20 and decisions[-1][2].desired == 20
     found = next(d for _, workers, d in decisions if d.reason == "CappedByKnee" and d.desired == 20)
     assert "held at a measured ceiling: 20 workers, within the step from 16 workers 160.0 jobs/s " \
            "to 32 workers 200.0 jobs/s" in found.message
+    # Then trimmed a worker at a time while the fewer complete as much as 32 did, within the noise:
+    # 19 does (5 % less than a one-second count of 200), 18 clearly does not.  Held at 19.
+    knee = decisions[-1][2].history.knee
+    rates = {kept.workers: kept.completion_rate for kept in knee.samples}
+    assert rates[20] == 200.0 and rates[19] == 190.0 and rates[18] == 180.0
+    assert knee.held_at == 19 and knee.trim is None and decisions[-1][2].desired == 19
+    after = counts[counts.index(32) + 1:]
+    assert min(after) >= 18 and max(after[3:]) <= 20  # never below the last count tried, never back over
+
+
+def test_a_trimmed_count_is_judged_on_a_long_count_not_its_first_second():
+    # A first second's count at the trimmed count reads low (the surplus worker's last jobs); the
+    # trim waits for a count as long as a step's verdict before judging it.
+    decisions = ramp(KNEE_POLICY, FULL_AT_TWENTY, end=29.0)
+    history = decisions[-1][2].history
+    assert history.knee.held_at == 19 and history.knee.trim is not None and history.knee.trim.best == 32
+    short = decide(counted(30.0, 19, 150.0, rates={29: 150.0, 30: 150.0}), KNEE_POLICY, history, 30.0)
+    assert short.history.knee.held_at == 19 and short.history.knee.trim == history.knee.trim
 
 
 def test_a_step_that_paid_in_full_or_within_its_noise_is_held_whole():
