@@ -21,11 +21,12 @@ is no sign of a new job mix and no reason to doubt the count.
   the extra workers only queue on something shared: the pool is held at the
   count of the best measured throughput (the knee: the fewest
   workers that no larger count beats by ``min_throughput_gain`` beyond the
-  noise of both counts) and shrinks back to it.  Steps are coarse, so the
-  knee is then **trimmed**: the count one fewer is held and measured (a count
-  as long as a step's verdict), and kept while it completes as much as the
-  best within the counting noise; the first that clearly does not ends the
-  trim, and the fewest that did is held.  When the step that reached the best
+  noise of both counts) and shrinks back to it.  Steps are coarse, so where
+  the step from the count measured below the best fell short of that count's
+  pace, the knee is then **trimmed**: the count one fewer is held and measured
+  (a count as long as a step's verdict), and kept while it completes as much
+  as the best within the counting noise; the first that clearly does not ends
+  the trim, and the fewest that did is held.  When the step that reached the best
   clearly added less than its workers' share, the ceiling lies inside it, and
   the first count tried is where the smaller count's pace per worker reaches
   the best rate (``flattened_at``).
@@ -454,12 +455,20 @@ def _held(state: KneeState, upto: int, config: KneeConfig, now: float, trim: Kne
             break
         held = counts[count]
     held_at = held.workers
-    if held_at - 1 > floor:
-        below = counts.get(floor)
+    below = counts.get(floor)
+    if held_at - 1 > floor and (below is None or short_of_pace(held, below)):
         held_at = min(held_at - 1, flattened_at(held, below) if below is not None else held_at)
     trimming = KneeTrim(top.workers, floor) if held_at != held.workers else None
     return replace(state, held_at=held_at, held_since=now, held_rate=top.completion_rate, probe=None,
                    trim=trimming)
+
+
+def short_of_pace(sample: ThroughputSample, below: ThroughputSample) -> bool:
+    """Whether ``sample`` completes less than its workers would at ``below``'s pace: the step
+    between them may have reached a ceiling inside (one that kept the pace has its ceiling at or
+    above its end, and trimming it costs throughput for nothing: a real pool of connections
+    full at 4 workers drained 1.24 x slower than 4 fixed workers with a trim to 3, 1.17 x without)."""
+    return sample.completion_rate < below.completion_rate * sample.workers / below.workers
 
 
 def flattened_at(top: ThroughputSample, below: ThroughputSample) -> int:

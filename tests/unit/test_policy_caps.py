@@ -22,7 +22,7 @@ from flexiqd.policy import (
     water_fill,
 )
 from flexiqd.policy.knee import describe, knee_cap
-from flexiqd.policy.types import DependencyObservation, KneeState, PoolMetrics, ThroughputSample
+from flexiqd.policy.types import DependencyObservation, KneeState, KneeTrim, PoolMetrics, ThroughputSample
 
 from test_policy_support import busy, observe
 
@@ -507,30 +507,48 @@ FULL_AT_TWENTY = {n: 10.0 * min(n, 20) for n in range(1, 41)}
 def test_a_ceiling_inside_a_step_holds_where_the_smaller_counts_pace_reaches_it():
     # Steps of 1, 2, 4, 8, 16 paid in full; 32 gave 200 jobs/s, what 20 workers give at 16's pace.
     # The best count measured is 32, but its last 12 workers only queue on the dependency.
-    decisions = ramp(KNEE_POLICY, FULL_AT_TWENTY, end=90.0)
+    decisions = ramp(KNEE_POLICY, FULL_AT_TWENTY, end=60.0)
     counts = [workers for _, workers, _ in decisions]
     assert 32 in counts and max(counts) < 40
     found = next(d for _, workers, d in decisions if d.reason == "CappedByKnee" and d.desired == 20)
     assert "held at a measured ceiling: 20 workers, within the step from 16 workers 160.0 jobs/s " \
            "to 32 workers 200.0 jobs/s" in found.message
-    # Then trimmed a worker at a time while the fewer complete as much as 32 did, within the noise:
-    # 19 does (5 % less than a one-second count of 200), 18 clearly does not.  Held at 19.
+    # 20 completes as much as 32, and the step from 16 to 20 kept 16's pace: nothing to trim below.
+    knee = decisions[-1][2].history.knee
+    assert knee.held_at == 20 and knee.trim is None and decisions[-1][2].desired == 20
+    assert {kept.workers for kept in knee.samples} >= {16, 20, 32}
+    assert not {17, 18, 19} & {kept.workers for kept in knee.samples}
+
+
+# 10 jobs/s a worker up to 20, then 2 jobs/s more a worker: a dependency whose throughput creeps
+# up past its capacity, as a contended one's does.
+CREEPING = {n: 10.0 * n if n <= 20 else 200.0 + 2.0 * (n - 20) for n in range(1, 41)}
+
+
+def test_the_knee_is_trimmed_a_worker_at_a_time_while_fewer_complete_as_much():
+    decisions = ramp(KNEE_POLICY, CREEPING, end=60.0)
     knee = decisions[-1][2].history.knee
     rates = {kept.workers: kept.completion_rate for kept in knee.samples}
-    assert rates[20] == 200.0 and rates[19] == 190.0 and rates[18] == 180.0
-    assert knee.held_at == 19 and knee.trim is None and decisions[-1][2].desired == 19
-    after = counts[counts.index(32) + 1:]
-    assert min(after) >= 18 and max(after[3:]) <= 20  # never below the last count tried, never back over
+    # 32 was the best (224 jobs/s in a one-second count).  Tried: 22, where 16's pace reaches
+    # 224 -- clearly less (204); then 24 (208) and 23 (206), each as much within that count's noise.
+    assert (rates[22], rates[23], rates[24]) == (204.0, 206.0, 208.0)
+    assert knee.held_at == 23 and knee.trim is None and decisions[-1][2].desired == 23
+    held = [d.desired for _, _, d in decisions if d.history.knee.held_at is not None]
+    assert min(held) == 22 and max(held[3:]) <= 24  # never under the count found short, nor back up
 
 
 def test_a_trimmed_count_is_judged_on_a_long_count_not_its_first_second():
-    # A first second's count at the trimmed count reads low (the surplus worker's last jobs); the
-    # trim waits for a count as long as a step's verdict before judging it.
-    decisions = ramp(KNEE_POLICY, FULL_AT_TWENTY, end=29.0)
+    # The first seconds at a trimmed count read low (the surplus workers' last jobs); the trim
+    # waits for a count as long as a step's verdict before judging it.
+    decisions = ramp(KNEE_POLICY, CREEPING, end=32.0)
     history = decisions[-1][2].history
-    assert history.knee.held_at == 19 and history.knee.trim is not None and history.knee.trim.best == 32
-    short = decide(counted(30.0, 19, 150.0, rates={29: 150.0, 30: 150.0}), KNEE_POLICY, history, 30.0)
-    assert short.history.knee.held_at == 19 and short.history.knee.trim == history.knee.trim
+    assert history.knee.held_at == 22 and history.knee.trim == KneeTrim(best=32, floor=16)
+    trim, low = history.knee.trim, {second: 100.0 for second in range(32, 36)}
+    for now in (33.0, 34.0, 35.0):
+        history = decide(counted(now, 22, 100.0, rates=low), KNEE_POLICY, history, now).history
+    counted_at_22 = next(kept for kept in history.knee.samples if kept.workers == 22)
+    assert counted_at_22.completion_rate == 100.0 and counted_at_22.completions < 400  # taken, and short
+    assert history.knee.held_at == 22 and history.knee.trim == trim  # not judged on it
 
 
 def test_a_step_that_paid_in_full_or_within_its_noise_is_held_whole():
