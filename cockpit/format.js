@@ -98,7 +98,8 @@ export function capWords(cap, max) {
 
 export function ceilingWords(ceiling) {
     if (!ceiling) return "none measured: the pool has not met a ceiling (or an operator cleared it)";
-    const rate = value => known(value) ? value.toFixed(1) + " jobs/s" : "-";
+    // A count tried below the best while the knee is trimmed has no rate until it is counted.
+    const rate = value => known(value) ? value.toFixed(1) + " jobs/s" : "not measured yet";
     let words = "held at " + ceiling.workers + " workers (" + rate(ceiling.jobs_per_second) + ")";
     if (known(ceiling.since)) words += " since " + clock(ceiling.since);
     if (ceiling.above) {

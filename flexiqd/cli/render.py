@@ -105,9 +105,10 @@ def evidence_line(source: Mapping[str, Any]) -> str:
 
 def ceiling_line(ceiling: Mapping[str, Any]) -> str:
     """``held at 2 workers (80.0 jobs/s) since 12:01:55; 4 workers gave 79.0 jobs/s at 12:03:10``:
-    the ceiling measured from throughput, and the count above it that gave no more."""
+    the ceiling measured from throughput, and the count above it that gave no more (a count
+    tried below the best, while the knee is trimmed, is not measured yet)."""
     def rate(value: float | None) -> str:
-        return "-" if value is None else f"{value:.1f} jobs/s"
+        return "not measured yet" if value is None else f"{value:.1f} jobs/s"
 
     line = f"held at {ceiling['workers']} workers ({rate(ceiling.get('jobs_per_second'))})"
     if ceiling.get("since") is not None:
