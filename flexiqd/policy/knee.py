@@ -201,6 +201,11 @@ def wanted_rate(smaller: ThroughputSample, workers: int, share: float = EFFICIEN
     return smaller.completion_rate * (1 + share * (workers - smaller.workers) / smaller.workers)
 
 
+def counted_seconds(sample: ThroughputSample) -> float:
+    """How long ``sample``'s count ran: its completions at its rate."""
+    return sample.completions / max(sample.completion_rate, 1e-9)
+
+
 def noise(sample: ThroughputSample) -> float:
     """``NOISE_SIGMAS`` standard errors of ``sample``'s completion rate: as its per-second counts
     spread, at least a Poisson count's of ``sample.completions``."""
@@ -368,7 +373,7 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         ceiling = shows_ceiling(sample, probe.start)
         if not ceiling and not clearly_paid(sample, probe.start) and not _overdue(probe, obs, now, target_age) \
                 and sample.completions < verdict_completions(probe) \
-                and sample.completions / sample.completion_rate < window - 2:
+                and counted_seconds(sample) < window - 2:
             return state  # counting on
         state = replace(state, probe=None)
         # Counted as long as it may be and still unclear: a step that added less than a quarter
@@ -387,9 +392,8 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # A count tried below the best: held, and one fewer tried, unless a larger count beats it
         # -- judged on a count as long as a step's verdict (a worker's difference is a few per
         # cent: a short count's noise would let the trim walk down past the knee).
-        counted_for = sample.completions / max(sample.completion_rate, 1e-9)
         if sample.completions >= MAX_VERDICT_COMPLETIONS \
-                or counted_for >= min(RECENT_WINDOW_CAP, (metrics.recent_window or 0.0) - 2):
+                or counted_seconds(sample) >= min(RECENT_WINDOW_CAP, (metrics.recent_window or 0.0) - 2):
             return _held(state, state.trim.best, config, now, state.trim)
         return state
     # Apart from a step, counts taken minutes apart may straddle a change of job mix (a batch of
@@ -436,17 +440,18 @@ def _held(state: KneeState, upto: int, config: KneeConfig, now: float, trim: Kne
 
     Steps measure a few counts; the best of them may hold a worker or more that adds nothing
     (on a dependency whose throughput creeps up past its capacity, one that keeps it over).
-    The counts between the best and the count measured below it (the floor) are tried: each
-    that completes as much as the best (within the counting noise) is held instead, and one
-    that clearly does not becomes the floor.  The next count tried is one fewer than the
-    count held, or, where the step from the floor clearly added less than its workers' share,
-    where the floor's pace per worker reaches the held count's rate (``flattened_at``)."""
-    kept = tuple(kept for kept in state.samples if kept.workers <= upto)
-    counts = {kept.workers: kept for kept in kept}
+    Where the step from the count measured below the best (the floor) fell short of the floor's
+    pace, the counts between are tried: each that completes as much as the best (within the
+    counting noise) is held instead, and one that clearly does not becomes the floor.  The next
+    count tried is one fewer than the count held, or, where the step from the floor clearly
+    added less than its workers' share, where the floor's pace per worker reaches the held
+    count's rate (``flattened_at``)."""
+    measured = tuple(kept for kept in state.samples if kept.workers <= upto)
+    counts = {kept.workers: kept for kept in measured}
     if trim is not None and trim.best in counts:
         top, floor = counts[trim.best], trim.floor
     else:
-        top = best(kept, config.min_throughput_gain)
+        top = best(measured, config.min_throughput_gain)
         floor = max((count for count in counts if count < top.workers), default=0)
     held = top
     for count in sorted((count for count in counts if floor < count < top.workers), reverse=True):
@@ -457,7 +462,7 @@ def _held(state: KneeState, upto: int, config: KneeConfig, now: float, trim: Kne
     held_at = held.workers
     below = counts.get(floor)
     if held_at - 1 > floor and (below is None or short_of_pace(held, below)):
-        held_at = min(held_at - 1, flattened_at(held, below) if below is not None else held_at)
+        held_at = held_at - 1 if below is None else min(held_at - 1, flattened_at(held, below))
     trimming = KneeTrim(top.workers, floor) if held_at != held.workers else None
     return replace(state, held_at=held_at, held_since=now, held_rate=top.completion_rate, probe=None,
                    trim=trimming)
@@ -468,7 +473,7 @@ def short_of_pace(sample: ThroughputSample, below: ThroughputSample) -> bool:
     between them may have reached a ceiling inside (one that kept the pace has its ceiling at or
     above its end, and trimming it costs throughput for nothing: a real pool of connections
     full at 4 workers drained 1.24 x slower than 4 fixed workers with a trim to 3, 1.17 x without)."""
-    return sample.completion_rate < below.completion_rate * sample.workers / below.workers
+    return sample.completion_rate < wanted_rate(below, sample.workers, 1.0)
 
 
 def flattened_at(top: ThroughputSample, below: ThroughputSample) -> int:
@@ -480,8 +485,7 @@ def flattened_at(top: ThroughputSample, below: ThroughputSample) -> int:
     one that paid: its first workers added their share, the rest only queued.  Holding the
     whole step holds those, and on a dependency whose throughput still creeps up past its
     capacity (contention) they keep it over capacity at the knee."""
-    linear = below.completion_rate * top.workers / below.workers
-    if top.completion_rate + math.hypot(noise(top), noise(below)) >= linear:
+    if top.completion_rate + math.hypot(noise(top), noise(below)) >= wanted_rate(below, top.workers, 1.0):
         return top.workers
     reached = round(below.workers * top.completion_rate / max(below.completion_rate, 1e-9))
     return min(top.workers, max(below.workers + 1, reached))
@@ -550,9 +554,8 @@ def _growth_cap(state: KneeState, obs: Observation, now: float, target_age: floa
         # The step will be judged against this count: a short one (a second of a slow pace) is
         # too noisy to show that the step added nothing.  Count on, while the count can still
         # grow: within the probe budget and the store's recent window.
-        counted_for = last.completions / max(last.completion_rate, 1e-9)
         if (step > last.workers and last.completions < START_SHARE * step_completions(last.workers, step)
-                and counted_for < min(budget, (obs.metrics.recent_window or 0.0) - 2)):
+                and counted_seconds(last) < min(budget, (obs.metrics.recent_window or 0.0) - 2)):
             return obs.current, "measuring"
         return step, "step"
     if budget and state.waiting_since is not None and now - state.waiting_since < budget:
@@ -566,13 +569,13 @@ def describe(state: KneeState, rule: str, workers: int) -> str:
         return f"{sample.workers} workers {sample.completion_rate:.1f} jobs/s"
 
     by_count = {kept.workers: kept for kept in state.samples}
-    if rule == "held" and state.held_at in by_count:
-        above = [kept for kept in state.samples if kept.workers > state.held_at]
-        more = f"; {rate(max(above, key=lambda kept: kept.at))}" if above else ""
-        return f"held at a measured ceiling: {rate(by_count[state.held_at])}{more}"
     if rule == "held" and state.held_at is not None:
-        below = [kept for kept in state.samples if kept.workers < state.held_at]
         above = [kept for kept in state.samples if kept.workers > state.held_at]
+        if state.held_at in by_count:
+            more = f"; {rate(max(above, key=lambda kept: kept.at))}" if above else ""
+            return f"held at a measured ceiling: {rate(by_count[state.held_at])}{more}"
+        # A count tried below the best (trimmed), not counted yet.
+        below = [kept for kept in state.samples if kept.workers < state.held_at]
         if below and above:
             start = max(below, key=lambda kept: kept.workers)
             end = min(above, key=lambda kept: kept.workers)
