@@ -44,9 +44,10 @@ def start_daemon(tmp_path, store, marks, extra=""):
 def worker_pids(daemon_pid: int) -> list[int]:
     import psutil
 
-    # The daemon's app check imports each pool's app in a child of its own: not a worker.
+    # Named by what a worker runs: the daemon's app check imports each pool's app in a
+    # child of its own, and any child between fork and exec still shows the daemon's line.
     return [child.pid for child in psutil.Process(daemon_pid).children()
-            if child.is_running() and "flexiqd.apps.probe" not in _cmdline(child)]
+            if child.is_running() and "--instance" in _cmdline(child)]
 
 
 def _cmdline(process) -> list[str]:
@@ -55,7 +56,7 @@ def _cmdline(process) -> list[str]:
     try:
         return process.cmdline()
     except psutil.Error:  # gone meanwhile
-        return ["flexiqd.apps.probe"]
+        return []
 
 
 def test_burst_scales_up_then_stop_drains_every_worker_without_duplicates(tmp_path, store, app, workers):
