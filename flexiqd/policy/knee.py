@@ -30,6 +30,11 @@ is no sign of a new job mix and no reason to doubt the count.
   clearly added less than its workers' share, the ceiling lies inside it, and
   the first count tried is where the smaller count's pace per worker reaches
   the best rate (``flattened_at``).
+- A step whose verdict stays **unclear** (counted as long as it may be, neither
+  paid nor short) lets growth go on, and the next step is judged against the
+  count the unclear one started from: small steps (the tenth more workers the
+  age signal asks for) each stay within the counting noise, and their gains
+  add up until one is clear.
 - Growth **up to a count already measured** without a ceiling (within
   ``sample_max_age``: a count that clearly paid over a smaller one, and that no
   smaller one shows a ceiling in) is not probed again: the next backlog of a load
@@ -308,7 +313,7 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         if newest is None or now - newest > config.sample_max_age:
             state = replace(state, held_at=None, held_since=None, trim=None)
     if metrics.runnable_depth == 0:
-        return replace(state, backlog_since=None, probe=None, waiting_since=None)
+        return replace(state, backlog_since=None, probe=None, waiting_since=None, unclear_from=None)
     if state.backlog_since is None:
         state = replace(state, backlog_since=now)
     wait = _verdict_wait(obs, target_age)
@@ -325,7 +330,8 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
                 and (measured is None or state.held_at is not None or obs.current > measured.workers)
                 and now - last.at <= wait and homogeneous(metrics)
                 and (state.held_at is None or last.workers >= state.held_at)):
-            state = replace(state, probe=KneeProbe(start=last, to_workers=obs.current, since=now, lag=last.duration))
+            start = step_base(state, last, obs.current)
+            state = replace(state, probe=KneeProbe(start=start, to_workers=obs.current, since=now, lag=last.duration))
     probe = state.probe
     lag = probe.lag if probe is not None else mean_duration(load, metrics)
     sample = measure(obs, load, now, lag)
@@ -333,7 +339,8 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # The held count itself now completes far less than when the knee was found: what the
         # jobs do has changed since (a batch of slow jobs among quick ones), and every count kept
         # describes other jobs.  Counted afresh from here, growth in steps again.
-        return replace(state, samples=(), held_at=None, held_since=None, trim=None, waiting_since=None)
+        return replace(state, samples=(), held_at=None, held_since=None, trim=None, waiting_since=None,
+                       unclear_from=None)
     if sample is None:
         if probe is not None and _overdue(probe, obs, now, target_age):
             return replace(state, probe=None)  # no verdict in time: growth is not held for it
@@ -375,7 +382,7 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
                 and sample.completions < verdict_completions(probe) \
                 and counted_seconds(sample) < window - 2:
             return state  # counting on
-        state = replace(state, probe=None)
+        state = replace(state, probe=None, unclear_from=None)
         # Counted as long as it may be and still unclear: a step that added less than a quarter
         # of its share (beyond one standard error of both counts) has shown nothing for its
         # workers either.
@@ -387,6 +394,12 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
             # A re-probe that paid: the knee was not where it was held (or has moved).  Forget
             # it: growth goes on in steps that may double while they pay.
             return replace(state, held_at=None, held_since=None, trim=None)
+        if not clearly_paid(sample, probe.start):
+            # Unclear: the next step is judged from where this one started, so that the gains
+            # of small steps (a tenth more workers each, as the age signal asks) add up until
+            # one is clear -- each judged alone stays within the noise, and growth went on
+            # past the ceiling to twice it.
+            return replace(state, unclear_from=probe.start)
         return state
     if state.trim is not None and sample.workers == state.held_at:
         # A count tried below the best: held, and one fewer tried, unless a larger count beats it
@@ -415,6 +428,15 @@ def homogeneous(metrics) -> bool:
     if not (p50 and p95) or p95 > MAX_SPREAD * p50:
         return False
     return metrics.running_age_mean is None or metrics.running_age_mean <= MAX_SPREAD * p95
+
+
+def step_base(state: KneeState, last: ThroughputSample, to_workers: int) -> ThroughputSample:
+    """The count a step to ``to_workers`` is judged against: the start of the last step when that
+    one stayed unclear (and the new one is at most a doubling from it), else the latest count."""
+    base = state.unclear_from
+    if base is not None and base.workers < last.workers and to_workers <= math.ceil(base.workers * STEP_GROWTH):
+        return base
+    return last
 
 
 def _overdue(probe: KneeProbe, obs: Observation, now: float, target_age: float) -> bool:
@@ -550,11 +572,13 @@ def _growth_cap(state: KneeState, obs: Observation, now: float, target_age: floa
     last = _latest(state.samples)
     if (last is not None and now - last.at <= _verdict_wait(obs, target_age) and last.workers >= obs.active
             and homogeneous(obs.metrics)):
-        step = max(obs.current, math.ceil(last.workers * STEP_GROWTH))
+        base = step_base(state, last, last.workers + 1)
+        step = max(obs.current, math.ceil(base.workers * STEP_GROWTH))
         # The step will be judged against this count: a short one (a second of a slow pace) is
         # too noisy to show that the step added nothing.  Count on, while the count can still
         # grow: within the probe budget and the store's recent window.
-        if (step > last.workers and last.completions < START_SHARE * step_completions(last.workers, step)
+        if (base is last and step > last.workers
+                and last.completions < START_SHARE * step_completions(last.workers, step)
                 and counted_seconds(last) < min(budget, (obs.metrics.recent_window or 0.0) - 2)):
             return obs.current, "measuring"
         return step, "step"
@@ -591,6 +615,10 @@ def describe(state: KneeState, rule: str, workers: int) -> str:
         return f"re-probing past the ceiling at {state.held_at} workers"
     if rule == "step" and state.samples:
         last = max(state.samples, key=lambda kept: kept.at)
+        base = step_base(state, last, last.workers + 1)
+        if base is not last:
+            return (f"the step to {last.workers} workers is unclear ({rate(last)}; {rate(base)}): "
+                    f"up to {workers} next, judged against {base.workers}")
         return f"the step to {last.workers} paid ({rate(last)}): up to {workers} next"
     if rule == "proven":
         return f"up to {workers} workers, measured without a ceiling ({rate(by_count[workers])})" \

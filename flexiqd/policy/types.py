@@ -282,7 +282,9 @@ class KneeState:
     ``waiting_since``: since when growth has waited for a first sample at the
     count now (None: not waiting).  ``trim``: while set, the held count is below
     the best measured and not yet measured itself: once it is, it is held if it
-    completes as much, and a count fewer is tried.
+    completes as much, and a count fewer is tried.  ``unclear_from``: the count
+    the last step started from when its verdict stayed unclear; the next step is
+    judged against it too (None: the last step was clear, or none was taken).
     """
 
     samples: tuple[ThroughputSample, ...] = ()
@@ -293,6 +295,7 @@ class KneeState:
     probe: KneeProbe | None = None
     waiting_since: float | None = None
     trim: KneeTrim | None = None
+    unclear_from: ThroughputSample | None = None
 
 
 class EvidenceReading(NamedTuple):

@@ -562,3 +562,39 @@ def test_a_step_that_paid_in_full_or_within_its_noise_is_held_whole():
     assert flattened_at(measured_at(32, 240.0, 110.0, seconds=10.0), below) == 24
     # Never at or below the smaller count: a step that added a little added it with its first worker.
     assert flattened_at(measured_at(32, 161.0, 110.0, seconds=10.0), below) == 17
+
+
+def run_counts(policy: PoolPolicy, pace: dict[int, float], schedule: list[tuple[float, int]], end: float):
+    """Decide a tick a second with the pool at the count ``schedule`` gives from each time on
+    (what the signals asked for, the knee aside), completing ``pace[workers]`` jobs a second."""
+    decisions, by_second, history = [], {}, None
+    now = 0.0
+    while now <= end:
+        workers = max(count for at, count in schedule if at <= now)
+        by_second[int(now)] = pace[workers]
+        decision = decide(counted(now, workers, by_second[int(now)], rates=by_second), policy, history, now)
+        history = decision.history
+        decisions.append((now, workers, decision))
+        now += 1.0
+    return decisions
+
+
+# 1.5 jobs/s a worker up to 30 workers, then flat: the dependency is full at 30.
+FLAT_PAST_THIRTY = {n: 1.5 * min(n, 30) for n in range(1, 61)}
+
+
+def test_small_steps_that_stay_unclear_are_judged_together_until_one_is_clear():
+    # The age signal asks for a tenth more workers at a time.  Each small step alone stays
+    # within a count's noise (34 against 30); judged from where the first unclear one started,
+    # their gains add up, and the ceiling shows before the pool reaches twice it.
+    schedule = [(0.0, 30), (20.0, 34), (45.0, 38)]
+    decisions = run_counts(KNEE_POLICY, FLAT_PAST_THIRTY, schedule, 60.0)
+    unclear = next(d for _, workers, d in decisions if d.history.knee.unclear_from is not None)
+    assert unclear.history.knee.unclear_from.workers == 30
+    probes = {(d.history.knee.probe.start.workers, d.history.knee.probe.to_workers)
+              for _, _, d in decisions if d.history.knee.probe is not None}
+    assert (30, 34) in probes and (30, 38) in probes and (34, 38) not in probes
+    held = next(d for _, _, d in decisions if d.history.knee.held_at is not None)
+    assert held.history.knee.held_at <= 30 and held.reason == "CappedByKnee"
+    assert describe(unclear.history.knee, "step", 60) == \
+        "the step to 34 workers is unclear (34 workers 45.0 jobs/s; 30 workers 45.0 jobs/s): up to 60 next, judged against 30"
