@@ -27,7 +27,7 @@ def history_to_dict(history: History) -> dict[str, Any]:
         "load": [list(s) for s in history.load],
         "knee": {"samples": [list(s) for s in history.knee.samples],
                  "backlog_since": history.knee.backlog_since, "held_at": history.knee.held_at,
-                 # a step under way is not kept: judged afresh
+                 # a step under way (or the start an unclear one handed on) is not kept: judged afresh
                  "held_since": history.knee.held_since, "held_rate": history.knee.held_rate,
                  "trim": list(history.knee.trim) if history.knee.trim else None},
         # A probe's baseline outlives a restart; a hold does not (judged afresh on new readings).
