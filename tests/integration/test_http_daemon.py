@@ -114,7 +114,13 @@ def test_metrics_agree_with_the_queues_own_stats_after_a_burst(daemon, app):
     app.backend.enqueue([NewJob(task="no.such.task", max_attempts=1)], now=time.time())
     wait_for(lambda: daemon.metrics()[("flexiqd_queue_completions_total", q())] == 120, 60, "120 completions counted")
     wait_for(lambda: daemon.metrics()[("flexiqd_queue_dead_letters_total", q())] == 1, 30, "the dead letter")
-    found = daemon.metrics()
+    # A snapshot's counters are read after its tick decided, its gauges at the tick's start:
+    # the tick after the last job ended shows it in both.
+    def settled():
+        found = daemon.metrics()
+        return found if found[("flexiqd_queue_running_jobs", q())] == 0 else None
+
+    found = wait_for(settled, 30, "a snapshot whose gauges saw the last job end")
     stats = app.stats()
     assert found[("flexiqd_queue_arrivals_total", q())] == 121
     assert found[("flexiqd_queue_failures_total", q())] == 1
