@@ -50,7 +50,9 @@ is no sign of a new job mix and no reason to doubt the count.
   seconds after it was found or confirmed (sooner, ``2 x settle_time`` and at
   most the age target, while the oldest job is late) a quarter more workers (at
   least one) are tried.  A step that pays shows the knee was not there: it is
-  forgotten, and growth goes on in steps; one that does not confirms it.  A knee
+  forgotten, and growth goes on in steps; one that does not confirms it.  A
+  re-probe begun while the jobs looked unlike has no step: its count, once it
+  clearly completes more than the knee's own, forgets the knee all the same.  A knee
   with no sample for ``sample_max_age`` is forgotten: whatever was shared may
   have changed since.
 - A knee whose **own pace falls**: the pool saturated at the held count or above
@@ -414,6 +416,12 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
     smaller = [kept for kept in fresh if kept.workers < sample.workers]
     if homogeneous(metrics) and any(shows_ceiling(sample, kept) for kept in smaller):
         return _held(state, sample.workers, config, now)
+    held = next((kept for kept in smaller if kept.workers == state.held_at), None)
+    if held is not None and clearly_paid(sample, held):
+        # A re-probe that began while the jobs looked unlike has no step to judge it, and its
+        # count would cap the pool for good: a count past the knee that clearly completes more
+        # than the knee's own shows the knee was not there, as a re-probe that paid does.
+        return replace(state, held_at=None, held_since=None, trim=None)
     return state
 
 

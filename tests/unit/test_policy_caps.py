@@ -598,3 +598,25 @@ def test_small_steps_that_stay_unclear_are_judged_together_until_one_is_clear():
     assert held.history.knee.held_at <= 30 and held.reason == "CappedByKnee"
     assert describe(unclear.history.knee, "step", 60) == \
         "the step to 34 workers is unclear (34 workers 45.0 jobs/s; 30 workers 45.0 jobs/s): up to 60 next, judged against 30"
+
+
+def test_a_reprobe_begun_while_the_jobs_look_unlike_is_judged_on_its_count_apart_from_a_step():
+    # Held at 2 (20 jobs/s).  The re-probe to 3 comes while the jobs' durations spread wide (no
+    # step is begun: counts of unlike jobs are not compared as a step), and 3 then complete 30
+    # jobs/s.  Nothing would ever judge that count: the pool stayed at 3 while 20 were wanted
+    # (a backlog late by 15 minutes).  Its count beats the knee's own: the knee is forgotten.
+    history = ramp(KNEE_POLICY, pace_of(CEILING), end=40.0)[-1][2].history
+    by_second, released = {}, None
+    for second in range(400, 431):
+        now = float(second)
+        by_second[second] = 30.0
+        busy = counted(now, 3, 30.0, rates=by_second)
+        unlike = dataclasses.replace(busy, metrics=dataclasses.replace(
+            busy.metrics, duration_p95=10 * busy.metrics.duration_p50))
+        decision = decide(unlike, KNEE_POLICY, history, now)
+        history = decision.history
+        assert history.knee.probe is None  # no step: the jobs are unlike
+        if history.knee.held_at is None:
+            released = now
+            break
+    assert released is not None and decision.desired > 3
