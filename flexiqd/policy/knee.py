@@ -313,7 +313,7 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
     if state.held_at is not None and state.held_since is not None and now - state.held_since > config.sample_max_age:
         newest = max((kept.at for kept in state.samples), default=None)
         if newest is None or now - newest > config.sample_max_age:
-            state = replace(state, held_at=None, held_since=None, trim=None)
+            state = _forgotten(state)
     if metrics.runnable_depth == 0:
         return replace(state, backlog_since=None, probe=None, waiting_since=None, unclear_from=None)
     if state.backlog_since is None:
@@ -341,8 +341,7 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # The held count itself now completes far less than when the knee was found: what the
         # jobs do has changed since (a batch of slow jobs among quick ones), and every count kept
         # describes other jobs.  Counted afresh from here, growth in steps again.
-        return replace(state, samples=(), held_at=None, held_since=None, trim=None, waiting_since=None,
-                       unclear_from=None)
+        return replace(_forgotten(state), samples=(), waiting_since=None, unclear_from=None)
     if sample is None:
         if probe is not None and _overdue(probe, obs, now, target_age):
             return replace(state, probe=None)  # no verdict in time: growth is not held for it
@@ -395,7 +394,7 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         if state.held_at is not None:
             # A re-probe that paid: the knee was not where it was held (or has moved).  Forget
             # it: growth goes on in steps that may double while they pay.
-            return replace(state, held_at=None, held_since=None, trim=None)
+            return _forgotten(state)
         if not clearly_paid(sample, probe.start):
             # Unclear: the next step is judged from where this one started, so that the gains
             # of small steps (a tenth more workers each, as the age signal asks) add up until
@@ -421,7 +420,7 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # A re-probe that began while the jobs looked unlike has no step to judge it, and its
         # count would cap the pool for good: a count past the knee that clearly completes more
         # than the knee's own shows the knee was not there, as a re-probe that paid does.
-        return replace(state, held_at=None, held_since=None, trim=None)
+        return _forgotten(state)
     return state
 
 
@@ -438,10 +437,17 @@ def homogeneous(metrics) -> bool:
     return metrics.running_age_mean is None or metrics.running_age_mean <= MAX_SPREAD * p95
 
 
-def step_base(state: KneeState, last: ThroughputSample, to_workers: int) -> ThroughputSample:
-    """The count a step to ``to_workers`` is judged against: the start of the last step when that
-    one stayed unclear (and the new one is at most a doubling from it), else the latest count."""
+def _forgotten(state: KneeState) -> KneeState:
+    """``state`` without its knee (and the trim under way): growth goes on in steps."""
+    return replace(state, held_at=None, held_since=None, trim=None)
+
+
+def step_base(state: KneeState, last: ThroughputSample, to_workers: int | None = None) -> ThroughputSample:
+    """The count a step to ``to_workers`` (None: the least step past ``last``) is judged against:
+    the start of the last step when that one stayed unclear (and the new one is at most a
+    doubling from it), else the latest count."""
     base = state.unclear_from
+    to_workers = last.workers + 1 if to_workers is None else to_workers
     if base is not None and base.workers < last.workers and to_workers <= math.ceil(base.workers * STEP_GROWTH):
         return base
     return last
@@ -580,7 +586,7 @@ def _growth_cap(state: KneeState, obs: Observation, now: float, target_age: floa
     last = _latest(state.samples)
     if (last is not None and now - last.at <= _verdict_wait(obs, target_age) and last.workers >= obs.active
             and homogeneous(obs.metrics)):
-        base = step_base(state, last, last.workers + 1)
+        base = step_base(state, last)
         step = max(obs.current, math.ceil(base.workers * STEP_GROWTH))
         # The step will be judged against this count: a short one (a second of a slow pace) is
         # too noisy to show that the step added nothing.  Count on, while the count can still
@@ -623,7 +629,7 @@ def describe(state: KneeState, rule: str, workers: int) -> str:
         return f"re-probing past the ceiling at {state.held_at} workers"
     if rule == "step" and state.samples:
         last = max(state.samples, key=lambda kept: kept.at)
-        base = step_base(state, last, last.workers + 1)
+        base = step_base(state, last)
         if base is not last:
             return (f"the step to {last.workers} workers is unclear ({rate(last)}; {rate(base)}): "
                     f"up to {workers} next, judged against {base.workers}")

@@ -147,13 +147,16 @@ def counted(now: float, workers: int, rate: float, *, starting: int = 0, age: fl
 
 
 def ramp(policy: PoolPolicy, pace: dict[int, float], start: float = 0.0, end: float = 60.0,
-         history=None, follow: bool = True, workers: int = 1):
+         history=None, follow: bool = True, workers: int = 1, schedule: list[tuple[float, int]] | None = None):
     """Decide a tick a second; the pool is at whatever the last decision asked for (its workers
-    start at once) and completes ``pace[workers]`` jobs a second -- each second's count from the
-    count of workers that second."""
+    start at once) -- or, with ``schedule``, at the count it gives from each time on (what the
+    signals asked for, the knee aside) -- and completes ``pace[workers]`` jobs a second -- each
+    second's count from the count of workers that second."""
     decisions, by_second = [], {}
     now = start
     while now <= end:
+        if schedule:
+            workers = max(count for at, count in schedule if at <= now)
         by_second[int(now)] = pace[min(workers, max(pace))]
         decision = decide(counted(now, workers, by_second[int(now)], rates=by_second), policy, history, now)
         history = decision.history
@@ -564,21 +567,6 @@ def test_a_step_that_paid_in_full_or_within_its_noise_is_held_whole():
     assert flattened_at(measured_at(32, 161.0, 110.0, seconds=10.0), below) == 17
 
 
-def run_counts(policy: PoolPolicy, pace: dict[int, float], schedule: list[tuple[float, int]], end: float):
-    """Decide a tick a second with the pool at the count ``schedule`` gives from each time on
-    (what the signals asked for, the knee aside), completing ``pace[workers]`` jobs a second."""
-    decisions, by_second, history = [], {}, None
-    now = 0.0
-    while now <= end:
-        workers = max(count for at, count in schedule if at <= now)
-        by_second[int(now)] = pace[workers]
-        decision = decide(counted(now, workers, by_second[int(now)], rates=by_second), policy, history, now)
-        history = decision.history
-        decisions.append((now, workers, decision))
-        now += 1.0
-    return decisions
-
-
 # 1.5 jobs/s a worker up to 30 workers, then flat: the dependency is full at 30.
 FLAT_PAST_THIRTY = {n: 1.5 * min(n, 30) for n in range(1, 61)}
 
@@ -588,7 +576,7 @@ def test_small_steps_that_stay_unclear_are_judged_together_until_one_is_clear():
     # within a count's noise (34 against 30); judged from where the first unclear one started,
     # their gains add up, and the ceiling shows before the pool reaches twice it.
     schedule = [(0.0, 30), (20.0, 34), (45.0, 38)]
-    decisions = run_counts(KNEE_POLICY, FLAT_PAST_THIRTY, schedule, 60.0)
+    decisions = ramp(KNEE_POLICY, FLAT_PAST_THIRTY, end=60.0, schedule=schedule)
     unclear = next(d for _, workers, d in decisions if d.history.knee.unclear_from is not None)
     assert unclear.history.knee.unclear_from.workers == 30
     probes = {(d.history.knee.probe.start.workers, d.history.knee.probe.to_workers)
