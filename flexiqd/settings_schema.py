@@ -194,7 +194,7 @@ SETTINGS: tuple[Setting, ...] = (
        unit="fraction"),
     _s("pools.<pool>.knee.settle_time", "duration", 60.0,
        "While the oldest job is late, the knee is re-probed after twice this (at most the age target) instead of "
-       "reprobe_interval."),
+       "reprobe_interval, and twice as long after each re-probe that confirms it (at most reprobe_interval)."),
     _s("pools.<pool>.knee.reprobe_interval", "duration", 300.0,
        "After this long at the knee, more workers are tried again."),
     _s("pools.<pool>.knee.sample_max_age", "duration", 900.0, "Samples older than this are not compared."),

@@ -48,11 +48,14 @@ is no sign of a new job mix and no reason to doubt the count.
   pool, and samples taken later at steady counts still show a ceiling.
 - A knee is **re-probed** rarely and in small steps: ``reprobe_interval``
   seconds after it was found or confirmed (sooner, ``2 x settle_time`` and at
-  most the age target, while the oldest job is late) a quarter more workers (at
-  least one) are tried.  A step that pays shows the knee was not there: it is
-  forgotten, and growth goes on in steps; one that does not confirms it.  A
-  re-probe begun while the jobs looked unlike has no step: its count, once it
-  clearly completes more than the knee's own, forgets the knee all the same.  A knee
+  most the age target, while the oldest job is late; twice as long after each
+  re-probe that confirmed it) a quarter more workers (at least one) are tried,
+  once the knee's own count is fresh (or a second interval has passed): the
+  re-probe is a step from it, whatever the spread of the durations.  A step that
+  pays shows the knee was not there: it is forgotten, and growth goes on in
+  steps; one that does not confirms it.  A re-probe begun with no fresh count of
+  the knee has no step: its count, once it clearly completes more than the
+  knee's own, forgets the knee all the same.  A knee
   with no sample for ``sample_max_age`` is forgotten: whatever was shared may
   have changed since.
 - A knee whose **own pace falls**: the pool saturated at the held count or above
@@ -326,11 +329,13 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # came from rules that found the jobs unlike (a new mix), and a count at it would be
         # judged against a pace of other jobs.
         # Nor one back to a count measured without a ceiling (``proven``) -- unless it re-probes
-        # a knee: that step is judged whatever was measured before.
+        # a knee: that step is judged whatever was measured before, and whatever the spread of
+        # the durations (past a ceiling they stretch, and the knee's own count is fresh: nothing
+        # else compares the re-probe's count as closely).
         measured = proven(state, config, now)
         if (last is not None and last.workers < obs.current <= math.ceil(last.workers * STEP_GROWTH)
                 and (measured is None or state.held_at is not None or obs.current > measured.workers)
-                and now - last.at <= wait and homogeneous(metrics)
+                and now - last.at <= wait and (homogeneous(metrics) or state.held_at is not None)
                 and (state.held_at is None or last.workers >= state.held_at)):
             start = step_base(state, last, obs.current)
             state = replace(state, probe=KneeProbe(start=start, to_workers=obs.current, since=now, lag=last.duration))
@@ -390,7 +395,8 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         flat = sample.completion_rate + math.hypot(noise(sample), noise(probe.start)) / NOISE_SIGMAS \
             < wanted_rate(probe.start, sample.workers, FLAT_SHARE)
         if ceiling or flat:
-            return _held(state, sample.workers, config, now)
+            confirmed = state.confirmed + 1 if state.held_at is not None else 0
+            return replace(_held(state, sample.workers, config, now), confirmed=confirmed)
         if state.held_at is not None:
             # A re-probe that paid: the knee was not where it was held (or has moved).  Forget
             # it: growth goes on in steps that may double while they pay.
@@ -439,7 +445,7 @@ def homogeneous(metrics) -> bool:
 
 def _forgotten(state: KneeState) -> KneeState:
     """``state`` without its knee (and the trim under way): growth goes on in steps."""
-    return replace(state, held_at=None, held_since=None, trim=None)
+    return replace(state, held_at=None, held_since=None, trim=None, confirmed=0)
 
 
 def step_base(state: KneeState, last: ThroughputSample, to_workers: int | None = None) -> ThroughputSample:
@@ -527,11 +533,24 @@ def flattened_at(top: ThroughputSample, below: ThroughputSample) -> int:
     return min(top.workers, max(below.workers + 1, reached))
 
 
-def late_reprobe(config: KneeConfig, target_age: float) -> float:
+def late_reprobe(config: KneeConfig, target_age: float, confirmed: int = 0) -> float:
     """How soon a knee is re-probed while the oldest job is late: ``2 x settle_time``, and within
     the age target (a count is a noisy thing, and a backlog held at a false knee for two
-    minutes is two minutes late; a true knee costs one small step past it)."""
-    return min(config.reprobe_interval, 2 * config.settle_time, max(target_age, 1.0))
+    minutes is two minutes late; a true knee costs one small step past it) -- twice as long
+    after each of the ``confirmed`` re-probes in a row that showed the ceiling again (each ran
+    a quarter past a real one for its count), up to ``reprobe_interval``."""
+    first = min(config.reprobe_interval, 2 * config.settle_time, max(target_age, 1.0))
+    return min(config.reprobe_interval, first * 2 ** confirmed)
+
+
+def knee_counted(state: KneeState, obs: Observation | None, now: float, target_age: float) -> bool:
+    """Whether the held count has a count fresh enough for a re-probe's step to start from (the
+    latest sample, within the verdict wait).  A re-probe from a stale one has no step: its count
+    is then judged against the knee's old, short count apart from any step, and a pool past
+    its capacity sat at the re-probe for four minutes, too noisy a comparison to end it."""
+    latest = _latest(state.samples)
+    wait = _verdict_wait(obs, target_age) if obs is not None else 0.0
+    return latest is not None and latest.workers == state.held_at and now - latest.at <= wait
 
 
 def proven(state: KneeState, config: KneeConfig, now: float) -> ThroughputSample | None:
@@ -563,10 +582,11 @@ def knee_cap(state: KneeState, config: KneeConfig, now: float, late: bool = Fals
     if not config.enabled or (obs is not None and obs.other_hosts):
         return None
     if state.held_at is not None and state.held_since is not None:
-        interval = late_reprobe(config, target_age) if late else config.reprobe_interval
+        interval = late_reprobe(config, target_age, state.confirmed) if late else config.reprobe_interval
         if state.probe is not None:
             return state.probe.to_workers, "reprobe"
-        if now - state.held_since >= interval:
+        if now - state.held_since >= interval and (
+                knee_counted(state, obs, now, target_age) or now - state.held_since >= 2 * interval):
             return state.held_at + max(1, math.ceil(state.held_at * REPROBE_STEP)), "reprobe"
         return state.held_at, "held"
     if state.probe is not None:

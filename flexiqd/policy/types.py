@@ -285,6 +285,8 @@ class KneeState:
     completes as much, and a count fewer is tried.  ``unclear_from``: the count
     the last step started from when its verdict stayed unclear; the next step is
     judged against it too (None: the last step was clear, or none was taken).
+    ``confirmed``: re-probes in a row that showed the ceiling again (each doubles
+    the wait for the next while the oldest job is late).
     """
 
     samples: tuple[ThroughputSample, ...] = ()
@@ -296,6 +298,7 @@ class KneeState:
     waiting_since: float | None = None
     trim: KneeTrim | None = None
     unclear_from: ThroughputSample | None = None
+    confirmed: int = 0
 
 
 class EvidenceReading(NamedTuple):

@@ -589,8 +589,8 @@ def test_small_steps_that_stay_unclear_are_judged_together_until_one_is_clear():
 
 
 def test_a_reprobe_begun_while_the_jobs_look_unlike_is_judged_on_its_count_apart_from_a_step():
-    # Held at 2 (20 jobs/s).  The re-probe to 3 comes while the jobs' durations spread wide (no
-    # step is begun: counts of unlike jobs are not compared as a step), and 3 then complete 30
+    # Held at 2 (20 jobs/s).  The pool is at 3 while the jobs' durations spread wide, with no
+    # fresh count of the knee to begin a step from (a re-probe tried anyway), and 3 then complete 30
     # jobs/s.  Nothing would ever judge that count: the pool stayed at 3 while 20 were wanted
     # (a backlog late by 15 minutes).  Its count beats the knee's own: the knee is forgotten.
     history = ramp(KNEE_POLICY, pace_of(CEILING), end=40.0)[-1][2].history
@@ -603,8 +603,74 @@ def test_a_reprobe_begun_while_the_jobs_look_unlike_is_judged_on_its_count_apart
             busy.metrics, duration_p95=10 * busy.metrics.duration_p50))
         decision = decide(unlike, KNEE_POLICY, history, now)
         history = decision.history
-        assert history.knee.probe is None  # no step: the jobs are unlike
+        assert history.knee.probe is None  # no step: the knee's count is minutes old
         if history.knee.held_at is None:
             released = now
             break
     assert released is not None and decision.desired > 3
+
+
+def ramp_from(history, pace: dict[int, float], start: float, end: float, workers: int, *, age: float = 20.0,
+              spread: float = 1.5):
+    """``ramp`` from ``history`` with the oldest job ``age`` seconds old and the durations' p95
+    ``spread`` times their p50 (ten: the stretch past a ceiling, and a crowd's slow first jobs
+    still in the store's window, look like that)."""
+    decisions, by_second = [], {}
+    for second in range(int(start), int(end) + 1):
+        now = float(second)
+        by_second[second] = pace[min(workers, max(pace))]
+        busy = counted(now, workers, by_second[second], rates=by_second, age=age)
+        spread_out = dataclasses.replace(busy, metrics=dataclasses.replace(
+            busy.metrics, duration_p95=spread * busy.metrics.duration_p50))
+        decision = decide(spread_out, KNEE_POLICY, history, now)
+        history = decision.history
+        decisions.append((now, workers, decision))
+        workers = decision.desired
+    return decisions
+
+
+def test_a_reprobe_is_a_step_judged_against_the_knees_fresh_count_whatever_the_spread():
+    # Held at 2 (20 jobs/s, flat past it).  The re-probe comes while the durations spread wide.
+    # Without a step its count was judged only apart from one, which needs alike jobs: a pool
+    # held at 30 workers re-probed to 38 and sat there four minutes past its capacity.  As a
+    # step from the knee's own count, seconds old, the ceiling shows within the step's count.
+    history = ramp(KNEE_POLICY, pace_of(CEILING), end=40.0)[-1][2].history
+    due = history.knee.held_since + KNEE.reprobe_interval
+    decisions = ramp_from(history, pace_of(CEILING), due - 10, due + 40, workers=2, spread=10.0)
+    probes = {(d.history.knee.probe.start.workers, d.history.knee.probe.to_workers)
+              for _, _, d in decisions if d.history.knee.probe is not None}
+    assert probes == {(2, 3)}
+    confirmed = next(now for now, _, d in decisions if d.history.knee.confirmed)
+    assert confirmed - due <= 20  # the step's count, not minutes
+    assert decisions[-1][2].desired == 2 and decisions[-1][2].history.knee.held_at == 2
+
+
+def test_a_reprobe_waits_for_a_fresh_count_of_the_knee_it_starts_from():
+    # The knee's only count is minutes old (the pool was not saturated since): the re-probe waits
+    # at the knee until the held count is counted again, or, when it cannot be (too few
+    # completions), until a second interval has passed.
+    state = KneeState(samples=(measured_at(1, 10.0, 10.0), measured_at(2, 20.0, 20.0), measured_at(4, 20.0, 40.0)),
+                      backlog_since=300.0, held_at=2, held_since=40.0, held_rate=20.0)
+    due = 40.0 + KNEE.reprobe_interval
+    assert knee_cap(state, KNEE, due + 1, obs=counted(due + 1, 2, 20.0)) == (2, "held")
+    fresh = dataclasses.replace(state, samples=state.samples[:1] + (measured_at(2, 20.0, due),) + state.samples[2:])
+    assert knee_cap(fresh, KNEE, due + 1, obs=counted(due + 1, 2, 20.0)) == (3, "reprobe")
+    overdue = 40.0 + 2 * KNEE.reprobe_interval
+    assert knee_cap(state, KNEE, overdue, obs=counted(overdue, 2, 20.0)) == (3, "reprobe")
+
+
+def test_each_reprobe_that_confirms_the_knee_doubles_the_wait_for_the_next_while_late():
+    # A late backlog at a real ceiling: every re-probe runs a quarter past the capacity for its
+    # count.  Confirmed once, the next waits twice as long (up to the reprobe interval).
+    history = ramp(KNEE_POLICY, pace_of(CEILING), end=40.0)[-1][2].history
+    since = history.knee.held_since
+    late = ramp_from(history, pace_of(CEILING), since + 1, since + 150, workers=2, age=45.0)  # target 30 s
+    reprobes = [now for now, _, d in late if d.binding_cap == ("knee", 3) and d.history.knee.probe is None]
+    confirmations = [(now, d.history.knee.confirmed) for now, _, d in late if d.history.knee.probe is None
+                     and d.history.knee.held_since == now]
+    assert [count for _, count in confirmations] == [1, 2]
+    (first, _), (second, _) = confirmations
+    # Due 30 s after the hold (the age target), then 60 s after the first confirmation.
+    assert reprobes[0] - since == pytest.approx(30, abs=1.5)
+    assert reprobes[1] - first == pytest.approx(60, abs=1.5)
+    assert all(workers <= 3 for _, workers, _ in late)
