@@ -53,7 +53,9 @@ is no sign of a new job mix and no reason to doubt the count.
   once the knee's own count is fresh (or a second interval has passed): the
   re-probe is a step from it, whatever the spread of the durations.  A step that
   pays shows the knee was not there: it is forgotten, and growth goes on in
-  steps; one that does not confirms it.  A re-probe begun with no fresh count of
+  steps; one that does not confirms it.  One whose count stays unclear goes the
+  way it leans: at or above what it must gain, the knee is forgotten; short of
+  it, the knee stands until the next re-probe.  A re-probe begun with no fresh count of
   the knee has no step: its count, once it clearly completes more than the
   knee's own, forgets the knee all the same.  A knee
   with no sample for ``sample_max_age`` is forgotten: whatever was shared may
@@ -398,9 +400,15 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
             confirmed = state.confirmed + 1 if state.held_at is not None else 0
             return replace(_held(state, sample.workers, config, now), confirmed=confirmed)
         if state.held_at is not None:
-            # A re-probe that paid: the knee was not where it was held (or has moved).  Forget
-            # it: growth goes on in steps that may double while they pay.
-            return _forgotten(state)
+            if sample.completion_rate >= wanted_rate(probe.start, sample.workers):
+                # A re-probe that paid (or leans that way, unclear): the knee was not where it
+                # was held (or has moved).  Forget it: growth goes on in steps that may double
+                # while they pay.
+                return _forgotten(state)
+            # Unclear, and short of what it must gain: the knee stands, re-probed again after
+            # the interval.  Forgotten, a ceiling that lies inside the re-probe (one that still
+            # creeps up past its capacity) was grown past again, at times to the pool's maximum.
+            return replace(state, held_since=now)
         if not clearly_paid(sample, probe.start):
             # Unclear: the next step is judged from where this one started, so that the gains
             # of small steps (a tenth more workers each, as the age signal asks) add up until

@@ -674,3 +674,20 @@ def test_each_reprobe_that_confirms_the_knee_doubles_the_wait_for_the_next_while
     assert reprobes[0] - since == pytest.approx(30, abs=1.5)
     assert reprobes[1] - first == pytest.approx(60, abs=1.5)
     assert all(workers <= 3 for _, workers, _ in late)
+
+
+@pytest.mark.parametrize("at_three, knee_after", [(23.0, 2), (27.0, None)])
+def test_a_reprobe_whose_count_stays_unclear_goes_the_way_it_leans(at_three, knee_after):
+    # Held at 2 (20 jobs/s).  The re-probe to 3 must complete 25 jobs/s to pay; its count stays
+    # within the noise of that either way.  Short of it (23), the knee stands: forgotten, a
+    # ceiling inside the re-probe was grown past again.  At or above it (27), the knee goes.
+    history = ramp(KNEE_POLICY, pace_of(CEILING), end=40.0)[-1][2].history
+    due = history.knee.held_since + KNEE.reprobe_interval
+    decisions = ramp_from(history, {**pace_of(CEILING), 3: at_three}, due - 10, due + 40, workers=2)
+    # The first decision after the re-probe's step ends is its verdict.
+    verdict = next(after for (_, _, before), (_, _, after) in zip(decisions, decisions[1:])
+                   if before.history.knee.probe is not None and after.history.knee.probe is None)
+    assert verdict.history.knee.held_at == knee_after
+    assert verdict.history.knee.confirmed == 0  # unclear: no confirmation to space the next re-probe by
+    if knee_after is not None:
+        assert verdict.desired == 2
