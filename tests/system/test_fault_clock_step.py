@@ -7,7 +7,8 @@ units (and, on the SQLite host, the producer too: a step reaches every process o
 NTP step moves the wall clock only, never CLOCK_MONOTONIC or CLOCK_BOOTTIME.  Steps:
 +5 min, then -10 min (5 min behind), then +5 min (back to the true time), each held a while,
 under a steady load of jobs that record each execution on CLOCK_BOOTTIME
-(tests/apps/clock_app.py), a fifth of them delayed by 1-25 s.
+(tests/apps/clock_app.py), a third of them delayed by 1-15 s: longer than a step's hold, so
+delayed jobs wait across every step.
 
 What must hold, and what is measured (printed; ``pytest -s``):
 - no job lost, none run twice, no two executions at once;
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import pytest
 
+from .clock_producer import DELAYED, MAX_DELAY
 from .executions import judge, parse
 from .flexiqd_install import BIN, DAEMON, MARKS, REPO, STORE, install, workers
 from .sandbox import Sandbox
@@ -45,8 +47,10 @@ FAKETIME_ENV = (f"LD_PRELOAD={LIBFAKETIME} FAKETIME_TIMESTAMP_FILE={FAKETIME_FIL
                 f"DONT_FAKE_MONOTONIC=1")
 WORKER_DROPIN = "/etc/systemd/system/flexiq-worker@.service.d/30-faketime.conf"
 # (offset from the true time in seconds, how long it holds): forward 5 min, back 10, forward 5.
-STEPS = ((300, 15.0), (-300, 15.0), (0, 10.0))
-LEAD = 8.0           # load before the first step: delayed jobs waiting across it
+# A hold is twice the time a wrong clock takes to show (a lease or a beat taken for expired:
+# 4 s at most; a run-at made due: the next claim), and shorter than the longest delay.
+STEPS = ((300, 8.0), (-300, 8.0), (0, 6.0))
+LEAD = 6.0           # load before the first step: delayed jobs waiting across it
 CONCURRENCY = 4
 HEARTBEAT = 2.0
 
@@ -348,12 +352,13 @@ def test_a_host_whose_clock_steps_neither_declares_a_live_host_dead_nor_is_decla
             n = 0
             while time.monotonic() < end:
                 ids.extend(queue.enqueue("work", [0.2], max_attempts=1000) for _ in range(4))
-                delay = 1.0 + (n * 7.3) % 24.0
-                due = time.clock_gettime(time.CLOCK_BOOTTIME) + delay
-                job_id = queue.enqueue("work", [0.2, due], delay=delay, max_attempts=1000)
-                ids.append(job_id)
-                delayed[job_id] = due
-                n += 1
+                for _ in range(DELAYED):  # as the producer's batch
+                    delay = 1.0 + (n * 7.3) % (MAX_DELAY - 1.0)
+                    due = time.clock_gettime(time.CLOCK_BOOTTIME) + delay
+                    job_id = queue.enqueue("work", [0.2, due], delay=delay, max_attempts=1000)
+                    ids.append(job_id)
+                    delayed[job_id] = due
+                    n += 1
                 time.sleep(0.5)
 
         load(LEAD)
