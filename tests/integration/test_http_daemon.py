@@ -220,11 +220,21 @@ def test_hostile_clients_get_4xx_and_never_stall_the_control_loop(daemon):
     assert "Traceback" not in daemon.log.read_text()
 
 
-def test_scrapes_are_answered_while_the_tick_is_blocked_on_a_locked_store(daemon, store, app):
+@pytest.fixture
+def quick_to_give_up(tmp_path, store, workers):
+    """The daemon on a store whose busy timeout is 1 s, not the default 5 s: a tick against a
+    locked store waits that out for each statement it tries (the default held it about 40 s)."""
+    started = Daemon(tmp_path, f"{store}?busy_timeout=1", workers.marks)
+    yield started
+    started.stop()
+
+
+def test_scrapes_are_answered_while_the_tick_is_blocked_on_a_locked_store(quick_to_give_up, store, app):
     import sqlite3
 
     from flexiqd.queue.url import sqlite_path
 
+    daemon = quick_to_give_up
     wait_for(lambda: daemon.ticks() > 3, 30, "a few ticks")
     # A job coming due makes the tick's stats read a write (its promotion), which the lock blocks.
     app.backend.enqueue([NewJob(task="count", payload=[0.0], delay=0.5)], now=time.time())
