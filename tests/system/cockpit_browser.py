@@ -314,10 +314,31 @@ class CockpitPage:
         """The text of the first element ``css`` finds ("" when none), read in one script."""
         return self.js("const e = document.querySelector(arguments[0]); return e ? e.textContent : ''", css)
 
+    def attribute(self, css: str, name: str) -> str | None:
+        """An attribute of the first element ``css`` finds (None when there is none, or it has
+        none), read in one script: a part of the page drawn again between a find and a read
+        (the schedules' rows are, every 2 s) cannot leave the read holding a stale element."""
+        return self.js("const e = document.querySelector(arguments[0]); return e ? e.getAttribute(arguments[1]) : null",
+                       css, name)
+
+    def enabled(self, css: str) -> bool | None:
+        """Whether the first control ``css`` finds is enabled (None: there is none), in one script."""
+        return self.js("const e = document.querySelector(arguments[0]); return e ? !e.disabled : null", css)
+
     def click(self, css: str) -> None:
-        element = self.find(css)
-        self.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", element)
-        element.click()
+        from selenium.common.exceptions import StaleElementReferenceException
+
+        for attempt in range(3):
+            element = self.find(css)
+            try:
+                self.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", element)
+                element.click()
+                return
+            except StaleElementReferenceException:
+                # Drawn again between the find and the click (the schedules' rows are, every
+                # 2 s): nothing was clicked; find it again.
+                if attempt == 2:
+                    raise
 
     def wait(self, predicate: Callable[[], Any], timeout: float = 20, *, what: str) -> Any:
         return wait_until(predicate, timeout, what=what)

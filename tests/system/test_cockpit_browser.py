@@ -351,11 +351,11 @@ def test_a_member_sees_the_schedule_its_fires_on_the_charts_pauses_it_and_runs_i
 
     member.click(f'{SCHEDULE_ROW} button[data-action="pause"]')
     member.wait_text("#messages", lambda t: f"Paused the schedule {SCHEDULE}" in t, what="the pause's answer")
-    member.wait(lambda: member.find(SCHEDULE_ROW).get_attribute("data-paused") == "true", what="the row to say paused")
+    member.wait(lambda: member.attribute(SCHEDULE_ROW, "data-paused") == "true", what="the row to say paused")
     assert schedules_doc(sbx)[SCHEDULE]["paused"] is True
     listed = sbx.run([str(BIN / "flexiqctl"), "schedules"]).stdout
     assert f"schedule {SCHEDULE} (paused)" in listed, listed
-    assert not member.find(f'{SCHEDULE_ROW} button[data-action="pause"]').is_enabled()
+    assert member.enabled(f'{SCHEDULE_ROW} button[data-action="pause"]') is False
 
     member.click(f'{SCHEDULE_ROW} button[data-action="run"]')
     said = member.wait_text("#messages", lambda t: f"Ran the schedule {SCHEDULE} now: job #" in t, what="the run's answer")
