@@ -169,6 +169,12 @@ class Walk:
         args = ["flexiq", *(["--url", url] if url else []), "jobs", "show", str(job_id), "--json"]
         return json.loads(self.run(args).stdout)
 
+    def jobs(self, job_ids: list[int]) -> dict[int, dict]:
+        """These jobs, read in one listing of the store (not a process per job)."""
+        out = self.run(["flexiq", "jobs", "list", "--limit", "1000000", "--json"]).stdout
+        wanted = set(job_ids)
+        return {job["id"]: job for job in json.loads(out) if job["id"] in wanted}
+
     def status(self) -> dict:
         return json.loads(self.run(["flexiqctl", "status", "--json"]).stdout)
 
@@ -264,19 +270,23 @@ def _walk(walk: Walk, pg_server) -> None:
     restart = walk.run(["flexiqctl", "restart", "shop", "--wait", "--timeout", "5m"], timeout=330)
     restart_done = time.time()
     walk.run(["flexiqctl", "unpin", "shop"])
-    machine.wait_for(lambda: all(walk.job(j)["state"] == "done" for j in load_ids), 180, interval=1.0,
-                     what="every job of the load to be done")
+
+    def load_done() -> dict[int, dict] | None:
+        found = walk.jobs(load_ids)
+        return found if len(found) == LOAD and all(job["state"] == "done" for job in found.values()) else None
+
+    jobs = machine.wait_for(load_done, 180, interval=1.0, what="every job of the load to be done")
     runs = walk.executions()
     twice = [j for j in load_ids if len(runs.get(j, [])) > 1]
     lost = [j for j in load_ids if not runs.get(j)]
     assert not twice and not lost, (twice, lost)
-    started_after = [j for j in load_ids if walk.job(j)["started_at"] and walk.job(j)["started_at"] > restart_done]
+    started_after = [j for j in load_ids if jobs[j]["started_at"] and jobs[j]["started_at"] > restart_done]
     assert all(runs[j] == ["2"] for j in started_after), {j: runs[j] for j in started_after}
     versions = sorted(v for j in load_ids for v in runs[j])
     assert started_after and "2" in versions, (
         f"the restart ended with no job left for the new version: it took {restart_done - restarted_at:.1f} s, "
-        f"said {restart.stdout!r}; the load's jobs started from {min(walk.job(j)['started_at'] for j in load_ids) - restarted_at:.1f} "
-        f"to {max(walk.job(j)['started_at'] for j in load_ids) - restarted_at:.1f} s after the request")
+        f"said {restart.stdout!r}; the load's jobs started from {min(jobs[j]['started_at'] for j in load_ids) - restarted_at:.1f} "
+        f"to {max(jobs[j]['started_at'] for j in load_ids) - restarted_at:.1f} s after the request")
     walk.step(f"flexiqctl restart --wait under load of {LOAD} jobs: {len(twice)} run twice, {len(lost)} lost; "
               f"{versions.count('1')} ran on version 1, {versions.count('2')} on version 2; every job started "
               f"after the restart ended ({len(started_after)}) ran version 2; took {restart_done - restarted_at:.1f} s "
