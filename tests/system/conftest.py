@@ -7,16 +7,22 @@ The ``sandbox`` fixture skips when the machine cannot boot one (not root, no
 systemd-nspawn) -- on a developer's laptop that is fine -- but fails instead
 when the ``CI`` environment variable is set: CI must run these tests, and a
 skip there would hide a broken runner.
+
+``release_deb`` builds this checkout's .deb once for the session: the package tests and
+the newcomer's path install the same build.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
+from . import debian_rootfs
 from .sandbox import Sandbox, unavailable_reason
 
 HERE = Path(__file__).resolve().parent
@@ -49,3 +55,23 @@ def sandbox() -> Iterator[Sandbox]:
         pytest.skip(reason)
     with Sandbox() as sbx:
         yield sbx
+
+
+@pytest.fixture(scope="session")
+def release_deb() -> Iterator[Path]:
+    """This checkout's .deb, built once for the session (``<dir>/release/``, beside its
+    flexiqd-cockpit .deb and .changes): the package tests and the newcomer's path install
+    the same build.  Not under /tmp: the sandbox of this machine's root has a /tmp of its own.
+
+    Built without the build-time unit tests: this suite runs them itself.
+    """
+    reason = debian_rootfs.unavailable_reason()
+    if reason is not None:
+        if in_ci():
+            pytest.fail(f"the package tests must run in CI, but {reason}", pytrace=False)
+        pytest.skip(reason)
+    out = Path(tempfile.mkdtemp(prefix="flexiq-packages-", dir="/var/tmp"))
+    try:
+        yield debian_rootfs.build_deb(out / "release", check=False)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -31,7 +29,7 @@ from typing import Iterator
 import pytest
 
 from .conftest import in_ci
-from .debian_rootfs import PACKAGES_INSIDE, DebianMachine, build_deb, cached_rootfs, unavailable_reason
+from .debian_rootfs import PACKAGES_INSIDE, DebianMachine, cached_rootfs, unavailable_reason
 from .sandbox import Sandbox
 
 pytestmark = pytest.mark.slow
@@ -126,14 +124,10 @@ def _require_machine() -> None:
 
 
 @pytest.fixture(scope="module")
-def debs() -> Iterator[Path]:
+def debs(release_deb: Path) -> Path:
+    """The folder of the session's .deb (conftest.release_deb), the one the package tests install."""
     _require_machine()
-    out = Path(tempfile.mkdtemp(prefix="flexiq-newcomer-", dir="/var/tmp"))
-    try:
-        build_deb(out, check=False)
-        yield out
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
+    return release_deb.parent
 
 
 class Walk:

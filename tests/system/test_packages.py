@@ -76,18 +76,15 @@ class Packages:
 
 
 @pytest.fixture(scope="module")
-def packages() -> Iterator[Packages]:
+def packages(release_deb: Path) -> Iterator[Packages]:
     _require_machine()
-    # Not under /tmp: the sandbox of this machine's root has a /tmp of its own.
-    out = Path(tempfile.mkdtemp(prefix="flexiq-packages-", dir="/var/tmp"))
+    # The session's build (conftest.release_deb), and beside it the same tree as a newer version.
+    out = release_deb.parent.parent
     try:
-        # Without the build-time unit tests: this suite has run them already.
-        deb = build_deb(out / "release", check=False)
-        # The same tree as a newer version.
         upgrade = build_deb(out / "upgrade", version=UPGRADE_VERSION, check=False)
-        yield Packages(out, deb, upgrade)
+        yield Packages(out, release_deb, upgrade)
     finally:
-        shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(out / "upgrade", ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
