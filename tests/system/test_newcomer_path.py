@@ -198,7 +198,10 @@ def _walk(walk: Walk, pg_server) -> None:
     # 1. Install.
     machine.apt("update")
     deb = next(debs_inside(walk))
-    machine.apt("install", deb, "python3-venv", "python3-pip", "python3-setuptools")
+    machine.apt("install", deb)
+    # The shop's tools, without pip's Recommends (a compiler, Python's headers: 114 packages,
+    # some 12 s here): the shop's code is pure Python, and the .deb's own Recommends came above.
+    machine.apt("install", "--no-install-recommends", "python3-venv", "python3-pip", "python3-setuptools")
     machine.wait_for(lambda: walk.run(["systemctl", "is-active", DAEMON], check=False).stdout.strip() == "active",
                      30, what="flexiqd to be active")
     assert walk.run("dpkg-query -W cockpit-ws cockpit-bridge 2>/dev/null || true").stdout.strip() == ""
