@@ -28,7 +28,7 @@ from pg_server import PostgresServer, unavailable_reason as pg_unavailable
 
 from .conftest import in_ci
 from .flexiqd_install import REPO, install
-from .sandbox import Sandbox, unavailable_reason
+from .sandbox import Sandbox, start_all, unavailable_reason
 
 HOSTS = 3
 CAPACITY = 6        # the global dependency: at most 6 workers in the whole fleet
@@ -99,8 +99,7 @@ def machines(count: int):
     marks.chmod(0o777)
     sandboxes = [Sandbox() for _ in range(count)]
     try:
-        for sbx in sandboxes:
-            sbx.start()
+        start_all(sandboxes)
         yield server, marks, sandboxes
     finally:
         for sbx in sandboxes:
