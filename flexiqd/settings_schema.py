@@ -155,10 +155,14 @@ SETTINGS: tuple[Setting, ...] = (
     _s("pools.<pool>.targets.age", "duration", 30.0,
        "How long the oldest runnable job may wait: the goal every other setting serves."),
     _s("pools.<pool>.targets.drain_time", "duration", None,
-       "How soon the runnable backlog should drain (none: the age target)."),
+       "How soon the runnable backlog should drain (none: the age target alone sizes a backlog, and the "
+       "pool may run up to one worker short of what its arrivals need while every job still starts "
+       "within it)."),
     _s("pools.<pool>.targets.depth_per_worker", "number", None,
        "Runnable jobs per worker (none: off, since depth alone ignores how long jobs take).", unit="jobs"),
-    _s("pools.<pool>.targets.utilisation", "number", 0.9, "Busy slots / slots.", unit="fraction"),
+    _s("pools.<pool>.targets.utilisation", "number", 0.9,
+       "Busy slots / slots (without drain_time, a pool runs busier where fewer workers keep the age "
+       "target).", unit="fraction"),
     _s("pools.<pool>.targets.cpu", "number", 0.9,
        "Mean CPU of the active workers (cpu_bound pools only).", unit="fraction of a core"),
     _s("pools.<pool>.targets.lead_time", "duration", None,

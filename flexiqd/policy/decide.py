@@ -2,7 +2,9 @@
 
 The stages, in order, each its own function:
 
-1. signals  -- every signal's recommendation (``signals``);
+1. signals  -- every signal's recommendation (``signals``), the age, drain
+               and utilisation signals at most the fewest workers that keep
+               the age target (``lean``);
 2. combine  -- the largest recommendation wins, as in the HPA: the raw
                (prenormalized) count;
 3. cap      -- max_workers, dependency shares, dependency latency,
@@ -47,6 +49,7 @@ from .config import PoolPolicy
 from .economics import down_hold, reversal, start_cost
 from .evidence import describe as describe_evidence, evidence_caps, update_evidence
 from .knee import describe, knee_cap, update_knee
+from .lean import cap_to_lean, lean_count
 from .sharing import DependencyCap
 from .signals import backlog_is_late, record_load, recommend_all, signal_inputs, sustained_need
 from .smoothing import rate_limit, record, record_change, stabilize
@@ -117,10 +120,14 @@ def combine_signals(obs: Observation, policy: PoolPolicy, history: History, now:
     """Stages 1 and 2: signals, the largest wins."""
     assert obs.metrics is not None
     load = record_load(history.load, now, obs)
-    history = replace(history, load=load,
-                      knee=update_knee(history.knee, obs, policy.knee, now, load, policy.targets.age))
     inputs = signal_inputs(obs, policy, load)
-    recommendations = recommend_all(inputs)
+    wanted = recommend_all(inputs)
+    lean = lean_count(inputs)
+    recommendations = cap_to_lean(wanted, lean)
+    # Held or shrunk on the lean count: a backlog kept on purpose is no ceiling's evidence.
+    kept = lean is not None and lean <= obs.current and recommendations != wanted
+    history = replace(history, load=load,
+                      knee=update_knee(history.knee, obs, policy.knee, now, load, policy.targets.age, kept))
     raw, winner = combine(recommendations)
     return Combined(
         obs=obs, policy=policy, history=history, now=now, recommendations=recommendations, winner=winner, raw=raw,

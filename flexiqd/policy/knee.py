@@ -64,6 +64,10 @@ is no sign of a new job mix and no reason to doubt the count.
   completing less than half what the held count did (``held_pace_fell``) says
   the jobs changed, not the dependency (at a ceiling the knee's count keeps its
   pace): the knee and its counts are forgotten.
+- A pool **held lean** (``lean``: fewer workers than its arrivals need, its backlog kept
+  within the age target on purpose) is not counted while it holds or shrinks there, and
+  its growth off the lean count (within two ticks) is neither a step nor capped: a kept
+  backlog says nothing of what more workers would add.
 - A pool that **other hosts of a fleet serve too** is not measured: the store
   counts their completions with this host's, against workers this host does not
   run.  Its evidence is forgotten; a fleet's shared ceiling is declared (a
@@ -308,8 +312,9 @@ def best(samples: tuple[ThroughputSample, ...], gain: float) -> ThroughputSample
 
 
 def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: float,
-                load: tuple[LoadSample, ...], target_age: float = 60.0) -> KneeState:
-    """The knee state after observing ``obs`` at ``now``; ``load`` ends with this tick's sample."""
+                load: tuple[LoadSample, ...], target_age: float = 60.0, kept_lean: bool = False) -> KneeState:
+    """The knee state after observing ``obs`` at ``now``; ``load`` ends with this tick's sample.
+    ``kept_lean``: the pool holds or shrinks on the lean count (``lean``) this tick."""
     metrics = obs.metrics
     if obs.other_hosts:
         return KneeState()  # completions of workers this host does not run: nothing to compare
@@ -323,6 +328,11 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         return replace(state, backlog_since=None, probe=None, waiting_since=None, unclear_from=None)
     if state.backlog_since is None:
         state = replace(state, backlog_since=now)
+    if kept_lean:
+        # A backlog kept on purpose: its count shows what the pool chose to run, not what
+        # more workers would add (counted, a heavy tail's noise held a lean pool at a
+        # false knee for three minutes).
+        return replace(state, lean_at=now, probe=None, waiting_since=None)
     wait = _verdict_wait(obs, target_age)
     if state.probe is None:
         # A step begun: more workers asked for than a fresh sample's count.
@@ -338,7 +348,8 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         if (last is not None and last.workers < obs.current <= math.ceil(last.workers * STEP_GROWTH)
                 and (measured is None or state.held_at is not None or obs.current > measured.workers)
                 and now - last.at <= wait and (homogeneous(metrics) or state.held_at is not None)
-                and (state.held_at is None or last.workers >= state.held_at)):
+                and (state.held_at is None or last.workers >= state.held_at)
+                and not lean_recently(state, obs, now)):
             start = step_base(state, last, obs.current)
             state = replace(state, probe=KneeProbe(start=start, to_workers=obs.current, since=now, lag=last.duration))
     probe = state.probe
@@ -427,7 +438,8 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
     # Apart from a step, counts taken minutes apart may straddle a change of job mix (a batch of
     # slow jobs among quick ones cuts completions as a ceiling would): only alike jobs compare.
     smaller = [kept for kept in fresh if kept.workers < sample.workers]
-    if homogeneous(metrics) and any(shows_ceiling(sample, kept) for kept in smaller):
+    if homogeneous(metrics) and not lean_recently(state, obs, now) \
+            and any(shows_ceiling(sample, kept) for kept in smaller):
         return _held(state, sample.workers, config, now)
     held = next((kept for kept in smaller if kept.workers == state.held_at), None)
     if held is not None and clearly_paid(sample, held):
@@ -449,6 +461,12 @@ def homogeneous(metrics) -> bool:
     if not (p50 and p95) or p95 > MAX_SPREAD * p50:
         return False
     return metrics.running_age_mean is None or metrics.running_age_mean <= MAX_SPREAD * p95
+
+
+def lean_recently(state: KneeState, obs: Observation, now: float) -> bool:
+    """Whether the pool was held lean within the last two ticks: growth off a lean count is the
+    age target calling the worker back, not a step into the unknown."""
+    return state.lean_at is not None and now - state.lean_at <= 2 * (obs.tick or 1.0)
 
 
 def _forgotten(state: KneeState) -> KneeState:
@@ -599,7 +617,7 @@ def knee_cap(state: KneeState, config: KneeConfig, now: float, late: bool = Fals
         return state.held_at, "held"
     if state.probe is not None:
         return state.probe.to_workers, "probe"
-    if obs is None or obs.metrics is None or obs.metrics.runnable_depth == 0:
+    if obs is None or obs.metrics is None or obs.metrics.runnable_depth == 0 or lean_recently(state, obs, now):
         return None
     cap = _growth_cap(state, obs, now, target_age)
     measured = proven(state, config, now)

@@ -286,7 +286,8 @@ class KneeState:
     the last step started from when its verdict stayed unclear; the next step is
     judged against it too (None: the last step was clear, or none was taken).
     ``confirmed``: re-probes in a row that showed the ceiling again (each doubles
-    the wait for the next while the oldest job is late).
+    the wait for the next while the oldest job is late).  ``lean_at``: the last
+    decision that held or shrank the pool on the lean count (None: never).
     """
 
     samples: tuple[ThroughputSample, ...] = ()
@@ -299,6 +300,7 @@ class KneeState:
     trim: KneeTrim | None = None
     unclear_from: ThroughputSample | None = None
     confirmed: int = 0
+    lean_at: float | None = None
 
 
 class EvidenceReading(NamedTuple):

@@ -16,6 +16,7 @@ from flexiqd.policy import (
     PoolDemand,
     PoolInput,
     PoolPolicy,
+    Targets,
     decide,
     decide_fleet,
     share_dependencies,
@@ -128,7 +129,10 @@ def test_a_slow_dependency_stops_growth_at_the_current_count():
 # --- the knee ----------------------------------------------------------------------------------
 
 KNEE = KneeConfig(settle_time=30.0, reprobe_interval=300.0)
-KNEE_POLICY = PoolPolicy(max_workers=40, behavior=UNSMOOTHED, knee=KNEE)
+# The knee's own rules: a pool that does not run lean (an explicit drain time, the age target's
+# default), so the counts below are the signals' and the knee's alone (lean pools and the knee:
+# test_policy_lean).
+KNEE_POLICY = PoolPolicy(max_workers=40, behavior=UNSMOOTHED, knee=KNEE, targets=Targets(drain_time=30))
 
 
 def counted(now: float, workers: int, rate: float, *, starting: int = 0, age: float = 20.0,

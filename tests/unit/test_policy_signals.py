@@ -85,12 +85,13 @@ def test_a_saturated_pool_completing_far_less_than_its_estimate_is_sized_on_its_
     burst = dict(running=8, completion_rate=8.0, arrival_rate=8.0, running_age_mean=8.0,
                  recent_completions=3, recent_window=15.0)
     obs = observe(2, runnable_depth=150, oldest_runnable_age=5.0, **burst)
-    decision = decide(obs, policy(targets=Targets(age=60, lead_time=10)), History(load=tuple(quick)), 100.0)
+    # (An explicit drain time: the signal's own count, not the lean one.)
+    targets = Targets(age=60, lead_time=10, drain_time=60)
+    decision = decide(obs, policy(targets=targets), History(load=tuple(quick)), 100.0)
     slow = recommendation(decision, "age")
     # The same pool whose recent completions agree with the estimate: sized on 1 s jobs.
     agreeing = observe(2, runnable_depth=150, oldest_runnable_age=5.0, **{**burst, "recent_completions": 120})
-    fast = recommendation(decide(agreeing, policy(targets=Targets(age=60, lead_time=10)),
-                                 History(load=tuple(quick)), 100.0), "age")
+    fast = recommendation(decide(agreeing, policy(targets=targets), History(load=tuple(quick)), 100.0), "age")
     # The arrivals (8/s of 1 s jobs) keep 8 slots busy: 2 workers.  The 150 waiting start within
     # 60 - 5 / 2 - 10 = 47.5 s: as 1 s jobs 150 / (4 x 48.5) = 0.8 more workers (3 in all); as
     # 8 s jobs 150 / (4 x 6.9) = 5.4 more (8 in all).
@@ -113,7 +114,8 @@ def test_depth_signal_is_off_by_default_and_keda_like_when_set():
 
 
 def test_utilisation_signal_against_its_target():
-    decision = decide(observe(4, **busy(4)), policy(targets=Targets(utilisation=0.8)), None, 0.0)
+    # An explicit drain time: the pool does not run lean (see test_policy_lean).
+    decision = decide(observe(4, **busy(4)), policy(targets=Targets(utilisation=0.8, drain_time=30)), None, 0.0)
     assert recommendation(decision, "util") == 5  # 16 running / (4 slots x 0.8)
     assert decision.reason == "ScaleUpUtilisation"
 
@@ -159,8 +161,9 @@ def test_scale_to_zero_never_stops_the_last_worker_while_jobs_run():
 def test_starting_workers_count_as_capacity_so_a_boot_is_not_answered_with_more_boots():
     # (8 arrivals/s + 120 runnable / 15 s slack) / 4 jobs/s per worker = 4 workers
     backlog = dict(runnable_depth=120, oldest_runnable_age=5.0, **busy(2))
-    assert decide(observe(2, **backlog), policy(), None, 0.0).desired == 4
-    booting = decide(observe(2, starting=2, **backlog), policy(), None, 0.0)
+    sized = policy(targets=Targets(drain_time=30))  # not lean: the signals' own count
+    assert decide(observe(2, **backlog), sized, None, 0.0).desired == 4
+    booting = decide(observe(2, starting=2, **backlog), sized, None, 0.0)
     assert booting.current == 4
     assert booting.desired == 4
     assert booting.reason == "DesiredWithinRange"

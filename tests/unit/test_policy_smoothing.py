@@ -16,7 +16,9 @@ NO_LIMITS = dict(up_limit=None, down_limit=None)
 
 
 # The depth signal answers at once (no averaging), which makes each tick's wish exact.
-BY_DEPTH = Targets(depth_per_worker=10)
+# An explicit drain time (the age target's default, 30 s): a pool that does not run lean, so
+# the windows alone move it.
+BY_DEPTH = Targets(depth_per_worker=10, drain_time=30)
 
 
 def wanting(workers: int, current: int):
