@@ -67,7 +67,7 @@ def lean_count(inputs: SignalInputs) -> int | None:
     module), or None when the pool does not run lean."""
     metrics, policy = inputs.metrics, inputs.policy
     per_worker = inputs.backlog_throughput or inputs.throughput
-    if policy.targets.drain_time is not None or not inputs.throughput or not per_worker or inputs.arrivals <= 0:
+    if policy.targets.drain_time is not None or not inputs.throughput or inputs.arrivals <= 0:
         return None
     rate = max(inputs.arrivals, metrics.arrival_rate or 0.0)
     if rate > RISE * inputs.arrivals:

@@ -40,6 +40,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.system)
 
 
+def require(reason: str | None, what: str) -> None:
+    """Skip when a prerequisite is missing (``reason``), but fail in CI, where ``what`` must run."""
+    if reason is None:
+        return
+    if in_ci():
+        pytest.fail(f"{what} must run in CI, but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="session")
 def sandbox() -> Iterator[Sandbox]:
     """A booted container with systemd as PID 1, shared by the whole session.
@@ -48,11 +57,7 @@ def sandbox() -> Iterator[Sandbox]:
     what it started. A failed boot is an error everywhere (it is cached: the
     session does not retry it for every test); only missing prerequisites skip.
     """
-    reason = unavailable_reason()
-    if reason is not None:
-        if in_ci():
-            pytest.fail(f"system tests must run in CI, but {reason}", pytrace=False)
-        pytest.skip(reason)
+    require(unavailable_reason(), "system tests")
     with Sandbox() as sbx:
         yield sbx
 
@@ -65,11 +70,7 @@ def release_deb() -> Iterator[Path]:
 
     Built without the build-time unit tests: this suite runs them itself.
     """
-    reason = debian_rootfs.unavailable_reason()
-    if reason is not None:
-        if in_ci():
-            pytest.fail(f"the package tests must run in CI, but {reason}", pytrace=False)
-        pytest.skip(reason)
+    require(debian_rootfs.unavailable_reason(), "the package tests")
     out = Path(tempfile.mkdtemp(prefix="flexiq-packages-", dir="/var/tmp"))
     try:
         yield debian_rootfs.build_deb(out / "release", check=False)

@@ -153,14 +153,7 @@ class Sandbox:
         Blocking. On any failure (including KeyboardInterrupt) the container
         is torn down before the exception propagates.
         """
-        if self._proc is not None:
-            raise SandboxError(f"sandbox {self.name} was already started")
-        try:
-            self._launch()
-            self._wait_until_booted()
-        except BaseException:
-            self.stop()
-            raise
+        start_all((self,))
 
     def stop(self) -> None:
         """Shut the container down and remove everything start() created.
