@@ -36,7 +36,7 @@ import pytest
 
 from . import cockpit_browser
 from .cockpit_browser import CockpitPage, add_user, forwarded, install_page, start_cockpit
-from .conftest import in_ci
+from .conftest import require
 from .flexiqd_install import BIN, DAEMON, MARKS, REPO, STORE, flexiq, install, marks, workers
 from .sandbox import Sandbox
 
@@ -147,11 +147,7 @@ class Site:
 
 @pytest.fixture(scope="module")
 def site(sandbox: Sandbox) -> Iterator[Site]:
-    reason = cockpit_browser.unavailable_reason()
-    if reason is not None:
-        if in_ci():
-            pytest.fail(f"the Cockpit browser test must run in CI, but {reason}", pytrace=False)
-        pytest.skip(reason)
+    require(cockpit_browser.unavailable_reason(), "the Cockpit browser test")
     try:
         install(sandbox, CONFIG)
         install_page(sandbox)
@@ -200,7 +196,7 @@ def methods(sbx: Sandbox) -> set[str]:
     return {line.split()[0].lstrip(".") for line in out.splitlines() if " method " in f" {line} "}
 
 
-def require(sbx: Sandbox, *names: str) -> None:
+def require_methods(sbx: Sandbox, *names: str) -> None:
     missing = sorted(set(names) - methods(sbx))
     if missing:
         pytest.skip(f"flexiqd has no {', '.join(missing)} method on D-Bus yet (issue 17, the daemon's side)")
@@ -275,7 +271,7 @@ def test_a_member_sees_the_pools_and_a_jobs_arguments(site: Site, member: Cockpi
     assert "no module named 'no_such_app'" in flags
     assert "Workers cannot run the app" in member.text('#pool-summary tr[data-pool="reports"]')
 
-    require(site.sbx, "Jobs", "Job")
+    require_methods(site.sbx, "Jobs", "Job")
     job = enqueue(site.sbx, "greet", '"Ada Lovelace"')
     site.sbx.wait_for(lambda: job_state(site.sbx, job) == "done", 30, what=f"job {job} to be done")
     task = member.find('#jobs-form input[name="task"]')
@@ -339,7 +335,7 @@ def fires_marked(page: CockpitPage) -> int:
 
 def test_a_member_sees_the_schedule_its_fires_on_the_charts_pauses_it_and_runs_it_now(site: Site, member: CockpitPage):
     sbx = site.sbx
-    require(sbx, "Schedules", "RunSchedule", "PauseSchedule")
+    require_methods(sbx, "Schedules", "RunSchedule", "PauseSchedule")
     row = member.wait_text(SCHEDULE_ROW, lambda t: "fired: job #" in t, what="the schedule's last slot fired")
     assert "* * * * * */3" in row and "default" in row and "active" in row, row
     # The fires the page saw since it opened, marked on the pool's charts at their slots.
@@ -366,7 +362,7 @@ def test_a_member_sees_the_schedule_its_fires_on_the_charts_pauses_it_and_runs_i
 
 
 def test_an_outsider_sees_the_schedule_and_no_button(site: Site, outsider: CockpitPage):
-    require(site.sbx, "Schedules")
+    require_methods(site.sbx, "Schedules")
     row = outsider.wait_text(SCHEDULE_ROW, lambda t: "paused" in t, what="the paused schedule")
     assert "fired: job #" in row or "skipped" in row, row
     assert not outsider.finds("#schedules button"), "a button for a user who may not steer"
@@ -450,7 +446,7 @@ def show_dead(page: CockpitPage, job: int) -> None:
 
 def test_retry_a_dead_letter_from_the_page_and_see_it_run(site: Site, member: CockpitPage):
     sbx = site.sbx
-    require(sbx, "Jobs", "Job", "RetryDead")
+    require_methods(sbx, "Jobs", "Job", "RetryDead")
     job = dead_letter(sbx, "cust-42")
     show_dead(member, job)
     assert "payment provider unreachable" in member.text(f'#dead tr[data-job="{job}"]')
@@ -479,7 +475,7 @@ def test_destructive_actions_ask_first(site: Site, member: CockpitPage):
     assert member.find("#confirm").get_attribute("open") is None
     assert status(sbx)["pools"]["default"]["pinned"] is None, "a cancelled drain pinned the pool"
 
-    require(sbx, "Jobs", "PurgeDead")
+    require_methods(sbx, "Jobs", "PurgeDead")
     job = dead_letter(sbx, "cust-purge")
     show_dead(member, job)
     member.click(f'#dead tr[data-job="{job}"] input[type="checkbox"]')
@@ -497,7 +493,7 @@ def test_destructive_actions_ask_first(site: Site, member: CockpitPage):
 
 def test_a_restart_held_for_room_shows_on_the_card_until_it_is_done(site: Site, outsider: CockpitPage):
     sbx = site.sbx
-    require(sbx, "Restart")
+    require_methods(sbx, "Restart")
     ctl = [str(BIN / "flexiqctl")]
     # Pinned at its max_workers, the pool has no room for a new worker: the restart waits.
     sbx.run([*ctl, "scale", "default", "4", "--for", "10m"])
@@ -517,7 +513,7 @@ def test_a_restart_held_for_room_shows_on_the_card_until_it_is_done(site: Site, 
 
 def test_the_page_loads_20_pools_with_an_hour_of_history(site: Site, record_property):
     sbx = site.sbx
-    require(sbx, "History")
+    require_methods(sbx, "History")
     names = [f"pool_{n:02d}" for n in range(POOLS_FOR_LOAD)]
     install(sbx, many_pools_config(POOLS_FOR_LOAD))
     sbx.systemctl("stop", DAEMON)

@@ -75,7 +75,7 @@ def _outage(sbx: Sandbox, mode: str, seconds: float) -> dict:
     watch = Watch(sbx)
     watch.start()
     stop_at = time.time()
-    sbx.run(["runuser", "-u", "postgres", "--", f"/usr/lib/postgresql/15/bin/pg_ctl", "-D", PG_DATA,
+    sbx.run(["runuser", "-u", "postgres", "--", "/usr/lib/postgresql/15/bin/pg_ctl", "-D", PG_DATA,
              "stop", "-m", mode, "-w", "-t", "60"], timeout=90)
     down_at = time.time()
     time.sleep(seconds)

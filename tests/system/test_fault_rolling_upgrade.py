@@ -27,7 +27,7 @@ import pytest
 import previous_release
 from flexiqd.queue.postgres.schema import SCHEMA_LEVEL, SCHEMA_VERSION
 
-from .conftest import in_ci
+from .conftest import require
 from .faults import Load, journal_entries, start_limit_hits
 from .flexiqd_install import DAEMON, REPO, unit_text, workers
 from .test_fleet_hosts_systemd import fleet_config, machines, read_marks, start_flexiqd, wait
@@ -47,11 +47,7 @@ def upgrade_config(url: str, marks: str, apps) -> str:
 
 @pytest.fixture
 def two_machines():
-    reason = previous_release.unavailable_reason()
-    if reason is not None:
-        if in_ci():
-            pytest.fail(f"the rolling-upgrade test must run in CI, but {reason}", pytrace=False)
-        pytest.skip(reason)
+    require(previous_release.unavailable_reason(), "the rolling-upgrade test")
     yield from machines(2)
 
 

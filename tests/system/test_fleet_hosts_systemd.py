@@ -26,7 +26,7 @@ import pytest
 
 from pg_server import PostgresServer, unavailable_reason as pg_unavailable
 
-from .conftest import in_ci
+from .conftest import require
 from .flexiqd_install import REPO, install
 from .sandbox import Sandbox, start_all, unavailable_reason
 
@@ -90,10 +90,7 @@ def machines(count: int):
     """(server, marks, sandboxes): a PostgreSQL, a shared marks folder and ``count`` booted
     sandboxes, torn down after (a fixture's body)."""
     for reason in (unavailable_reason(), pg_unavailable()):
-        if reason is not None:
-            if in_ci():
-                pytest.fail(f"system tests must run in CI, but {reason}", pytrace=False)
-            pytest.skip(reason)
+        require(reason, "system tests")
     server = SharedServer().start()
     marks = Path(tempfile.mkdtemp(prefix="fleet-marks-", dir=REPO / ".cache"))
     marks.chmod(0o777)

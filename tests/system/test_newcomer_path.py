@@ -28,9 +28,8 @@ from typing import Iterator
 
 import pytest
 
-from .conftest import in_ci
+from .conftest import require
 from .debian_rootfs import PACKAGES_INSIDE, DebianMachine, cached_rootfs, unavailable_reason
-from .sandbox import Sandbox
 
 pytestmark = pytest.mark.slow
 
@@ -116,11 +115,7 @@ TX_SCRIPT = textwrap.dedent("""
 
 
 def _require_machine() -> None:
-    reason = unavailable_reason()
-    if reason is not None:
-        if in_ci():
-            pytest.fail(f"the newcomer's path must run in CI, but {reason}", pytrace=False)
-        pytest.skip(reason)
+    require(unavailable_reason(), "the newcomer's path")
 
 
 @pytest.fixture(scope="module")

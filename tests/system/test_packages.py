@@ -30,7 +30,7 @@ from typing import Iterator
 
 import pytest
 
-from .conftest import in_ci
+from .conftest import require
 from .debian_rootfs import (PACKAGES_INSIDE, REPO, DebianMachine, build_deb, build_rpm, cached_rootfs, cockpit_deb,
                             lintian, unavailable_reason)
 from .sandbox import Sandbox
@@ -58,11 +58,7 @@ EOF"""
 
 
 def _require_machine() -> None:
-    reason = unavailable_reason()
-    if reason is not None:
-        if in_ci():
-            pytest.fail(f"the package tests must run in CI, but {reason}", pytrace=False)
-        pytest.skip(reason)
+    require(unavailable_reason(), "the package tests")
 
 
 @dataclass(frozen=True)
