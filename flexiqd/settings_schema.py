@@ -149,7 +149,8 @@ SETTINGS: tuple[Setting, ...] = (
        "The most workers the pool runs on this machine, stopping ones included (each counts until "
        "its process has exited).", unit="workers"),
     _s("pools.<pool>.scale_to_zero", "boolean", False,
-       "Let an idle pool go down to min_workers even when that is 0."),
+       "Let a pool go down to min_workers even when that is 0: when idle and, without drain_time, "
+       "between jobs while a worker started later still starts every waiting job within the age target."),
     _s("pools.<pool>.cpu_bound", "boolean", False, "Use the workers' CPU as a signal too (CPU-bound jobs only)."),
     _s("pools.<pool>.targets", "section", {}, "What the pool aims for; each target feeds one signal."),
     _s("pools.<pool>.targets.age", "duration", 30.0,

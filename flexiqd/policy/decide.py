@@ -89,6 +89,7 @@ class Combined:
     raw: int
     sustained: int
     late: bool
+    lean: int | None = None  # the lean count (``lean``); None: the pool does not run lean
 
     @property
     def demand(self) -> int:
@@ -122,7 +123,7 @@ def combine_signals(obs: Observation, policy: PoolPolicy, history: History, now:
     load = record_load(history.load, now, obs)
     inputs = signal_inputs(obs, policy, load)
     wanted = recommend_all(inputs)
-    lean = lean_count(inputs)
+    lean = lean_count(inputs, load)
     recommendations = cap_to_lean(wanted, lean)
     # Held or shrunk on the lean count: a backlog kept on purpose is no ceiling's evidence.
     kept = lean is not None and lean <= obs.current and recommendations != wanted
@@ -131,7 +132,7 @@ def combine_signals(obs: Observation, policy: PoolPolicy, history: History, now:
     raw, winner = combine(recommendations)
     return Combined(
         obs=obs, policy=policy, history=history, now=now, recommendations=recommendations, winner=winner, raw=raw,
-        sustained=sustained_need(inputs, raw), late=backlog_is_late(inputs),
+        sustained=sustained_need(inputs, raw), late=backlog_is_late(inputs), lean=lean,
     )
 
 
@@ -168,11 +169,12 @@ def down_window_view(
     return tuple(TimedCount(rec.at, rec.after_drain) for rec in recommendations)
 
 
-def floor_for(obs: Observation, policy: PoolPolicy) -> int:
-    """The fewest workers allowed: the policy's floor, and one while jobs wait or run."""
+def floor_for(obs: Observation, policy: PoolPolicy, lean: int | None = None) -> int:
+    """The fewest workers allowed: the policy's floor, and one while jobs wait or run -- unless
+    none keeps every job within the age target (``lean``: the lean count)."""
     assert obs.metrics is not None
     busy = obs.metrics.runnable_depth > 0 or obs.metrics.running > 0
-    return max(policy.floor, 1 if busy else 0)
+    return max(policy.floor, 1 if busy and lean != 0 else 0)
 
 
 def finish(
@@ -215,7 +217,7 @@ def finish(
     ceiling = tightest(caps)
     desired = min(limited, ceiling.workers)
     hard_cap = ceiling if desired < limited else None
-    floor = floor_for(obs, policy)
+    floor = floor_for(obs, policy, stage.lean)
     raised = desired < floor
     desired = max(desired, floor)
 

@@ -14,18 +14,31 @@ now and the ones that arrive over the next ``HORIZON_LEADS`` lead times (the
 time a worker asked for later takes to claim a job), ``SIGMAS`` Poisson
 deviations more -- still starts within the age target less the lead time, at
 the measured per-worker throughput, first come first served.  The age,
-drain and utilisation signals are capped at it (``cap_to_lean``), so the pool
-may run busier than the utilisation target, and keep a backlog, while the age
-target holds.  Never:
+drain, utilisation and from-zero signals are capped at it (``cap_to_lean``),
+so the pool may run busier than the utilisation target, and keep a backlog,
+while the age target holds.
+
+- A worker is given back only while the fewer would hold a lead time longer:
+  otherwise the pool gives it back at one tick and asks for it again at the
+  next.
+- A pool that may scale to zero pauses with no worker while one asked for a
+  lead time later still starts every job in time (``pause``), and gives its
+  last worker back only for a pause of at least a lead time: a shorter one
+  saves less than the start costs.
+
+Never:
 
 - more than one worker short of what the arrivals need (a pool further short
   falls behind faster than one worker more can catch up once the horizon has
   passed);
-- fewer workers than hold the jobs running now (a worker stopped mid-job keeps
-  its slots until its jobs end: a pool with a few 600 s jobs among quick ones
-  otherwise cycled through a dozen draining workers);
-- while arrivals rise (the last minute's rate ``RISE`` times the base rate:
-  the count a crowd needs is not known yet);
+- fewer workers than hold the jobs running now, once they have run longer than
+  a tick (a worker stopped mid-job keeps its slots until its jobs end: a pool
+  with a few 600 s jobs among quick ones otherwise cycled through a dozen
+  draining workers; quick jobs end before the next tick);
+- while arrivals rise: the last minute's rate ``RISE`` times the base rate and
+  the rate ``RISE_LOOKBACK`` seconds ago (the count a crowd needs is not known
+  yet; a load that stepped up and has stayed there is level again once the last
+  minute has settled);
 - with an explicit ``targets.drain_time``: the operator asked for every backlog
   to drain within it, and a lean pool keeps one on purpose.
 
@@ -39,13 +52,14 @@ Pure.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from .signals import SignalInputs
-from .types import SignalRecommendation
+from .types import LoadSample, SignalRecommendation
 
 # The signals the lean count caps: the ones that size the pool from its arrivals and backlog.
 # The safety net, work coming due and a pool with no workers are not capped.
-CAPPED_SIGNALS = frozenset({"age", "drain", "util"})
+CAPPED_SIGNALS = frozenset({"age", "drain", "util", "zero"})
 
 # Jobs arriving over this many lead times must start in time too: a worker asked for once the
 # lean count no longer holds is claiming within one lead time, and the second is the margin.
@@ -54,38 +68,98 @@ HORIZON_LEADS = 2.0
 # Random arrivals over the horizon: this many standard deviations (Poisson) more of them.
 SIGMAS = 2.0
 
-# Arrivals over the last rate window this many times the base rate are a rise, not noise (a
-# 60 s count of 4 jobs/s spreads by about 6 %).
+# Arrivals over the last rate window this many times the base rate, and the rate this long ago,
+# are a rise, not noise (a 60 s count of 4 jobs/s spreads by about 6 %).
 RISE = 1.25
+RISE_LOOKBACK = 30.0
 
 # The search for the fewest workers stops here: a pool this large is not run lean.
 _MOST = 100_000
 
 
-def lean_count(inputs: SignalInputs) -> int | None:
+@dataclass(frozen=True)
+class _Queue:
+    """The jobs ahead of a worker count: ``rate`` arrivals a second, each worker starting
+    ``per_worker`` of them a second; a job must start within ``start_within`` seconds of
+    becoming runnable; the arrivals over ``horizon`` seconds count, ``more`` of them for chance."""
+
+    rate: float
+    per_worker: float
+    lead: float
+    start_within: float
+    horizon: float
+    more: float
+
+    def in_time(self, workers: int, waited: float, depth: float) -> bool:
+        """Whether ``workers`` start every job in time: ``depth`` waiting, the oldest ``waited``
+        seconds old, and the arrivals over the horizon."""
+        pace = workers * self.per_worker
+        ahead = depth + max(0.0, self.rate - pace) * self.horizon + self.more
+        # The last of them starts once every job ahead of it has: first come, first served.
+        return waited + ahead / pace <= self.start_within
+
+    def pause(self, waited: float, depth: float) -> float:
+        """How long the pool may run no worker before it asks for one that still starts every job
+        in time (the worker claims a lead time after it is asked for; the jobs arriving meanwhile
+        wait too); negative when that is already too late."""
+        pace = self.per_worker
+        late_by = (self.lead + (depth + self.rate * self.lead + max(0.0, self.rate - pace) * self.horizon
+                                + self.more) / pace)
+        return (self.start_within - waited - late_by) / (1 + self.rate / pace)
+
+
+def lean_count(inputs: SignalInputs, load: tuple[LoadSample, ...] = ()) -> int | None:
     """The fewest workers that keep every job within the age target over the horizon (see the
-    module), or None when the pool does not run lean."""
-    metrics, policy = inputs.metrics, inputs.policy
-    per_worker = inputs.backlog_throughput or inputs.throughput
+    module), or None when the pool does not run lean.  ``load`` ends with this tick's sample."""
+    metrics, policy, current = inputs.metrics, inputs.policy, inputs.obs.current
     if policy.targets.drain_time is not None or not inputs.throughput or inputs.arrivals <= 0:
         return None
     rate = max(inputs.arrivals, metrics.arrival_rate or 0.0)
-    if rate > RISE * inputs.arrivals:
+    if rising(rate, inputs.arrivals, load):
         return None
     lead = inputs.lead_time
-    start_within = policy.targets.age - lead
+    queue = _Queue(rate=rate, per_worker=inputs.backlog_throughput or inputs.throughput, lead=lead,
+                   start_within=policy.targets.age - lead, horizon=HORIZON_LEADS * lead,
+                   more=SIGMAS * math.sqrt(rate * HORIZON_LEADS * lead))
     waited = metrics.oldest_runnable_age if metrics.runnable_depth else 0.0
-    horizon = HORIZON_LEADS * lead
-    more = SIGMAS * math.sqrt(rate * horizon)
-    concurrency = inputs.obs.concurrency
-    fewest = max(1, math.ceil(rate / inputs.throughput - 1e-9) - 1, math.ceil(metrics.running / concurrency - 1e-9))
+    depth = metrics.runnable_depth
+    fewest = fewest_lean(inputs, rate)
+    if fewest == 0:
+        # The last worker is given back only for a pause of at least a lead time.
+        if queue.pause(waited, depth) >= (0.0 if current == 0 else lead):
+            return 0
+        fewest = 1
     for workers in range(fewest, _MOST):
-        pace = workers * per_worker
-        ahead = metrics.runnable_depth + max(0.0, rate - pace) * horizon + more
-        # The last of them starts once every job ahead of it has: first come, first served.
-        if waited + ahead / pace <= start_within:
+        if workers < current:
+            # Fewer than run now must hold a lead time longer (the backlog grows meanwhile).
+            grows = max(0.0, rate - workers * queue.per_worker) * lead
+            if queue.in_time(workers, waited + lead, depth + grows):
+                return workers
+        elif queue.in_time(workers, waited, depth):
             return workers
     return None
+
+
+def rising(rate: float, base: float, load: tuple[LoadSample, ...]) -> bool:
+    """Whether the arrivals' ``rate`` is ``RISE`` times both the ``base`` rate and the rate
+    ``RISE_LOOKBACK`` seconds ago (``load``: the recent samples, this tick's last)."""
+    if not load:
+        return rate > RISE * base
+    then = [sample.arrival_rate for sample in load
+            if sample.arrival_rate is not None and sample.at <= load[-1].at - RISE_LOOKBACK]
+    return rate > RISE * max(base, then[-1] if then else 0.0)
+
+
+def fewest_lean(inputs: SignalInputs, rate: float) -> int:
+    """The fewest workers the lean count may be: one short of what ``rate`` arrivals need, and
+    the workers the running jobs fill once they have run longer than a tick."""
+    fewest = max(0, math.ceil(rate / inputs.throughput - 1e-9) - 1)
+    metrics = inputs.metrics
+    if metrics.running_age_mean is None or metrics.running_age_mean > (inputs.obs.tick or 1.0):
+        # Such jobs keep a stopped worker's slots for a while yet; quicker ones free them before
+        # the next tick.
+        fewest = max(fewest, math.ceil(metrics.running / inputs.obs.concurrency - 1e-9))
+    return fewest
 
 
 def cap_to_lean(recommendations: tuple[SignalRecommendation, ...],

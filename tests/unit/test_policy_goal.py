@@ -36,9 +36,6 @@ NOT_YET = {
     "slow_bursts-331185": ("14 s over the age target (oracle 0): a burst of slow jobs is sized on its slots as it "
                            "comes, 2 -> 4 -> 6 -> 11 workers over three 5 s ticks, and with 5 s starts its oldest "
                            "job is late before they are up"),
-    "hidden_ceiling-731807": ("68 s over the undeclared capacity, more than a quarter of KEDA's 86 s: the age signal "
-                              "grows the pool 12-15 % at a time past the capacity (15 workers); steps that small "
-                              "cannot be judged within one count, and the knee holds at 17 only once 19 counts less"),
 }
 
 

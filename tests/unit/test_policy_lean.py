@@ -20,10 +20,11 @@ DRAINING = PoolPolicy(max_workers=20, targets=Targets(age=60, lead_time=5, drain
 TRICKLE = 5.4
 
 
-def trickle(active: int, *, running: int, depth: int = 0, age: float = 0.0, arrivals: float = TRICKLE):
+def trickle(active: int, *, running: int, depth: int = 0, age: float = 0.0, arrivals: float = TRICKLE,
+            **fields):
+    fields = dict(dict(duration_p50=1.0, duration_p95=1.5), **fields)
     return observe(active, running=running, runnable_depth=depth, oldest_runnable_age=age,
-                   arrival_rate=arrivals, completion_rate=min(running, arrivals), duration_p50=1.0,
-                   duration_p95=1.5)
+                   arrival_rate=arrivals, completion_rate=min(running, arrivals), **fields)
 
 
 def steady_history(rate: float = TRICKLE) -> History:
@@ -62,8 +63,21 @@ def test_a_kept_backlog_calls_the_worker_back_before_its_jobs_would_be_late():
 def test_never_fewer_workers_than_hold_the_jobs_running_now():
     # Eight jobs running fill two workers: stopping one would keep its slots busy until its jobs
     # end, and start none of the waiting ones sooner.
-    assert decide(trickle(2, running=8), LEAN, steady_history(), 0.0).desired == 2
+    assert decide(trickle(2, running=8, running_age_mean=20.0), LEAN, steady_history(), 0.0).desired == 2
     assert decide(trickle(2, running=4), LEAN, steady_history(), 0.0).desired == 1
+    # Jobs that have run less than a tick end before the next one: a worker stopped now frees
+    # its slots at once.
+    assert decide(trickle(2, running=8, running_age_mean=0.3), LEAN, steady_history(), 0.0).desired == 1
+
+
+def test_a_worker_is_given_back_only_while_the_fewer_hold_a_lead_time_longer():
+    # 30 jobs waiting, the oldest 40 s, short jobs (no slots to wait for): one worker would still
+    # start every job within the target, but not once the backlog had grown for another lead
+    # time.  Given back at this tick, the worker would be asked for again at the next: two hold.
+    quick = dict(running_age_mean=0.3)
+    assert decide(trickle(2, running=8, depth=30, age=40.0, **quick), LEAN, steady_history(), 0.0).desired == 2
+    # The same backlog 20 s younger holds a lead time longer: one is enough.
+    assert decide(trickle(2, running=8, depth=30, age=20.0, **quick), LEAN, steady_history(), 0.0).desired == 1
 
 
 def test_not_while_arrivals_rise_above_the_base_rate():
@@ -72,6 +86,23 @@ def test_not_while_arrivals_rise_above_the_base_rate():
     rising = decide(trickle(2, running=4, arrivals=1.35 * TRICKLE), LEAN, steady_history(), 0.0)
     assert rising.desired == 2
     assert "keeps every job within the age target" not in rising.message
+
+
+def test_a_step_of_the_load_is_a_rise_only_until_the_last_minute_has_settled():
+    # Five minutes of a low rate, then 5.4 jobs/s: the five minutes' median is still the low rate.
+    # 90 s after the step the rate half a minute ago was the new one too: the load is level again,
+    # and the pool runs lean on it.  20 s after the step it is still rising.
+    def stepped(since_step: float) -> History:
+        return History(load=tuple(LoadSample(float(at), 1 if at < -since_step else 2,
+                                             1 if at < -since_step else 5,
+                                             1.0 if at < -since_step else TRICKLE,
+                                             1.0 if at < -since_step else TRICKLE)
+                                  for at in range(-300, 0, 10)))
+
+    settled = decide(trickle(2, running=4), LEAN, stepped(90.0), 0.0)
+    assert settled.desired == 1 and "1 worker keeps every job" in settled.message
+    rising = decide(trickle(2, running=4), LEAN, stepped(20.0), 0.0)
+    assert rising.desired == 2 and "keeps every job" not in rising.message
 
 
 def test_the_lean_count_caps_the_age_drain_and_utilisation_signals_never_the_safety_net():
@@ -117,3 +148,35 @@ def test_a_backlog_kept_on_purpose_is_not_counted_as_a_ceilings_evidence():
     # The same pool with its drain time set is counted (and grows).
     counted = decide(obs, DRAINING, decision.history, 60.0)
     assert [kept.workers for kept in counted.history.knee.samples] == [1]
+
+
+# A pool that may go down to no worker, on a trickle of a tenth of a worker's slots.
+TO_ZERO = PoolPolicy(min_workers=0, scale_to_zero=True, max_workers=20, targets=Targets(age=60, lead_time=5),
+                     behavior=UNSMOOTHED)
+
+
+def quiet_history() -> History:
+    """Five minutes of 0.5 jobs/s of 2 s jobs on one 4-slot worker (a slot busy)."""
+    return History(load=tuple(LoadSample(float(at), 1, 1, 0.5, 0.5) for at in range(-300, 0, 10)))
+
+
+def test_a_pool_that_may_scale_to_zero_pauses_while_a_worker_started_later_keeps_the_target():
+    sparse = dict(arrivals=0.5, duration_p50=2.0, running_age_mean=0.5)
+    # One job running, two young ones waiting: a worker asked for a lead time from now would
+    # still start them all in time, and for long enough to be worth a start -- the last worker
+    # is given back.
+    paused = decide(trickle(1, running=1, depth=2, age=3.0, **sparse), TO_ZERO, quiet_history(), 0.0)
+    assert paused.desired == 0
+    assert "0 workers keep every job within the age target" in paused.message
+    # With no worker, the young backlog waits...
+    waiting = decide(trickle(0, running=0, depth=5, age=10.0, **sparse), TO_ZERO, quiet_history(), 0.0)
+    assert waiting.desired == 0
+    # A pause shorter than a lead time saves less than a start costs: a worker running keeps
+    # running, where no worker running waits on.
+    assert decide(trickle(1, running=1, depth=15, age=33.0, **sparse), TO_ZERO, quiet_history(), 0.0).desired == 1
+    assert decide(trickle(0, running=0, depth=15, age=33.0, **sparse), TO_ZERO, quiet_history(), 0.0).desired == 0
+    # ...until the oldest job would not start in time with a worker asked for any later.
+    due = decide(trickle(0, running=0, depth=25, age=48.0, **sparse), TO_ZERO, quiet_history(), 0.0)
+    assert due.desired == 1 and due.reason == "ScaleFromZero"
+    # Without scale_to_zero a busy pool keeps its worker.
+    assert decide(trickle(1, running=1, depth=2, age=3.0, **sparse), LEAN, quiet_history(), 0.0).desired == 1
