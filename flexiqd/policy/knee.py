@@ -333,7 +333,6 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # more workers would add (counted, a heavy tail's noise held a lean pool at a
         # false knee for three minutes).
         return replace(state, lean_at=now, probe=None, waiting_since=None)
-    wait = _verdict_wait(obs, target_age)
     if state.probe is None:
         # A step begun: more workers asked for than a fresh sample's count.
         last = _latest(state.samples)
@@ -347,7 +346,7 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         measured = proven(state, config, now)
         if (last is not None and last.workers < obs.current <= math.ceil(last.workers * STEP_GROWTH)
                 and (measured is None or state.held_at is not None or obs.current > measured.workers)
-                and now - last.at <= wait and (homogeneous(metrics) or state.held_at is not None)
+                and fresh_count(last, obs, now, target_age) and (homogeneous(metrics) or state.held_at is not None)
                 and (state.held_at is None or last.workers >= state.held_at)
                 and not lean_recently(state, obs, now)):
             start = step_base(state, last, obs.current)
@@ -498,6 +497,13 @@ def _verdict_wait(obs: Observation, target_age: float) -> float:
     return max(probe_budget(obs, target_age), 2 * (obs.tick or 1.0))
 
 
+def fresh_count(sample: ThroughputSample | None, obs: Observation | None, now: float, target_age: float) -> bool:
+    """Whether ``sample`` was counted within the verdict wait: recent enough for a step to start
+    from (without an observation, only a count taken now)."""
+    wait = _verdict_wait(obs, target_age) if obs is not None else 0.0
+    return sample is not None and now - sample.at <= wait
+
+
 def _latest(samples: tuple[ThroughputSample, ...]) -> ThroughputSample | None:
     return max(samples, key=lambda kept: kept.at, default=None)
 
@@ -575,8 +581,7 @@ def knee_counted(state: KneeState, obs: Observation | None, now: float, target_a
     is then judged against the knee's old, short count apart from any step, and a pool past
     its capacity sat at the re-probe for four minutes, too noisy a comparison to end it."""
     latest = _latest(state.samples)
-    wait = _verdict_wait(obs, target_age) if obs is not None else 0.0
-    return latest is not None and latest.workers == state.held_at and now - latest.at <= wait
+    return fresh_count(latest, obs, now, target_age) and latest.workers == state.held_at
 
 
 def proven(state: KneeState, config: KneeConfig, now: float) -> ThroughputSample | None:
@@ -630,7 +635,7 @@ def _growth_cap(state: KneeState, obs: Observation, now: float, target_age: floa
     """The cap of growth in steps, no knee held and no step under way (see ``knee_cap``)."""
     budget = probe_budget(obs, target_age)
     last = _latest(state.samples)
-    if (last is not None and now - last.at <= _verdict_wait(obs, target_age) and last.workers >= obs.active
+    if (fresh_count(last, obs, now, target_age) and last.workers >= obs.active
             and homogeneous(obs.metrics)):
         base = step_base(state, last)
         step = max(obs.current, math.ceil(base.workers * STEP_GROWTH))
