@@ -38,6 +38,7 @@ def judge(trace):
 
 if __name__ == "__main__":
     traces = sample(int(sys.argv[1]), int(sys.argv[2]))
+    CACHE.mkdir(parents=True, exist_ok=True)
     with Pool(2) as pool:
         rows = pool.map(judge, traces, chunksize=4)
     json.dump(rows, open(sys.argv[4], "w"))
@@ -45,6 +46,11 @@ if __name__ == "__main__":
     print("| policy | " + " | ".join(PARTS) + " | whole goal |")
     for p in policies:
         print(f"| {p} | " + " | ".join(str(sum(r[p][k] for _, r in rows)) for k in PARTS) + f" | {sum(r[p]['met'] for _, r in rows)} |")
+    families = sorted({n.rsplit("-", 1)[0] for n, _ in rows}, key=[n.rsplit("-", 1)[0] for n, _ in rows].index)
+    print("\n| family | " + " | ".join(policies) + " |")
+    for family in families:
+        mine = [r for n, r in rows if n.rsplit("-", 1)[0] == family]
+        print(f"| {family} | " + " | ".join(f"{sum(r[p]['met'] for r in mine)}/{len(mine)}" for p in policies) + " |")
     worst = sorted(((r['flexiqd']['slo_excess'], n) for n, r in rows), reverse=True)[:5]
     print("flexiqd worst seconds over target beyond the oracle:", [(n, round(x)) for x, n in worst])
     costly = sorted(((r['flexiqd']['cost_ratio'], n) for n, r in rows), reverse=True)[:3]
