@@ -124,6 +124,8 @@ def lean_count(inputs: SignalInputs, load: tuple[LoadSample, ...] = ()) -> int |
     waited = metrics.oldest_runnable_age if metrics.runnable_depth else 0.0
     depth = metrics.runnable_depth
     fewest = fewest_lean(inputs, rate)
+    if fewest == 0 and policy.floor > 0:
+        fewest = 1  # a pool that may not scale to zero keeps a worker while jobs wait or run
     if fewest == 0:
         # The last worker is given back only for a pause of at least a lead time.
         if queue.pause(waited, depth) >= (0.0 if current == 0 else lead):
