@@ -46,10 +46,11 @@ if __name__ == "__main__":
     print("| policy | " + " | ".join(PARTS) + " | whole goal |")
     for p in policies:
         print(f"| {p} | " + " | ".join(str(sum(r[p][k] for _, r in rows)) for k in PARTS) + f" | {sum(r[p]['met'] for _, r in rows)} |")
-    families = sorted({n.rsplit("-", 1)[0] for n, _ in rows}, key=[n.rsplit("-", 1)[0] for n, _ in rows].index)
+    by_family = {}
+    for n, r in rows:
+        by_family.setdefault(n.rsplit("-", 1)[0], []).append(r)
     print("\n| family | " + " | ".join(policies) + " |")
-    for family in families:
-        mine = [r for n, r in rows if n.rsplit("-", 1)[0] == family]
+    for family, mine in by_family.items():
         print(f"| {family} | " + " | ".join(f"{sum(r[p]['met'] for r in mine)}/{len(mine)}" for p in policies) + " |")
     worst = sorted(((r['flexiqd']['slo_excess'], n) for n, r in rows), reverse=True)[:5]
     print("flexiqd worst seconds over target beyond the oracle:", [(n, round(x)) for x, n in worst])

@@ -90,22 +90,24 @@ class _Queue:
     horizon: float
     more: float
 
+    def last_start(self, workers: int, depth: float) -> float:
+        """Seconds until ``workers`` have started the ``depth`` jobs waiting and the arrivals over
+        the horizon they fall behind by: first come, first served, the last starts once every
+        job ahead of it has."""
+        pace = workers * self.per_worker
+        return (depth + max(0.0, self.rate - pace) * self.horizon + self.more) / pace
+
     def in_time(self, workers: int, waited: float, depth: float) -> bool:
         """Whether ``workers`` start every job in time: ``depth`` waiting, the oldest ``waited``
         seconds old, and the arrivals over the horizon."""
-        pace = workers * self.per_worker
-        ahead = depth + max(0.0, self.rate - pace) * self.horizon + self.more
-        # The last of them starts once every job ahead of it has: first come, first served.
-        return waited + ahead / pace <= self.start_within
+        return waited + self.last_start(workers, depth) <= self.start_within
 
     def pause(self, waited: float, depth: float) -> float:
         """How long the pool may run no worker before it asks for one that still starts every job
         in time (the worker claims a lead time after it is asked for; the jobs arriving meanwhile
         wait too); negative when that is already too late."""
-        pace = self.per_worker
-        late_by = (self.lead + (depth + self.rate * self.lead + max(0.0, self.rate - pace) * self.horizon
-                                + self.more) / pace)
-        return (self.start_within - waited - late_by) / (1 + self.rate / pace)
+        late_by = self.lead + self.last_start(1, depth + self.rate * self.lead)
+        return (self.start_within - waited - late_by) / (1 + self.rate / self.per_worker)
 
 
 def lean_count(inputs: SignalInputs, load: tuple[LoadSample, ...] = ()) -> int | None:
@@ -124,14 +126,11 @@ def lean_count(inputs: SignalInputs, load: tuple[LoadSample, ...] = ()) -> int |
     waited = metrics.oldest_runnable_age if metrics.runnable_depth else 0.0
     depth = metrics.runnable_depth
     fewest = fewest_lean(inputs, rate)
-    if fewest == 0 and policy.floor > 0:
-        fewest = 1  # a pool that may not scale to zero keeps a worker while jobs wait or run
-    if fewest == 0:
-        # The last worker is given back only for a pause of at least a lead time.
-        if queue.pause(waited, depth) >= (0.0 if current == 0 else lead):
-            return 0
-        fewest = 1
-    for workers in range(fewest, _MOST):
+    # Only a pool that may scale to zero pauses, and it gives its last worker back only for a
+    # pause of at least a lead time.
+    if fewest == 0 and policy.floor == 0 and queue.pause(waited, depth) >= (0.0 if current == 0 else lead):
+        return 0
+    for workers in range(max(1, fewest), _MOST):
         if workers < current:
             # Fewer than run now must hold a lead time longer (the backlog grows meanwhile).
             grows = max(0.0, rate - workers * queue.per_worker) * lead
