@@ -30,6 +30,10 @@ def _settle(future: Any, error: BaseException | None = None) -> None:
             future.set_result(None)
         else:
             future.set_exception(error)
+            # A signal's or a reply's future is awaited by nobody: read the error here, or asyncio
+            # logs every such send as an error when the bus is lost.  The keeper logs the loss once;
+            # a caller that awaits the future still gets the exception.
+            future.exception()
 
 
 if _MessageWriter is not None:
