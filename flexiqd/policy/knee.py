@@ -428,9 +428,10 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         return state
     if state.trim is not None and sample.workers == state.held_at:
         # A count tried below the best: held, and one fewer tried, unless a larger count beats it
-        # -- judged on a count as long as a step's verdict (a worker's difference is a few per
-        # cent: a short count's noise would let the trim walk down past the knee).
-        if sample.completions >= MAX_VERDICT_COMPLETIONS \
+        # -- judged once the count can tell a worker's difference (a few per cent at twenty
+        # workers: a short count's noise would let the trim walk down past the knee), or once it
+        # is as long as a step's verdict.
+        if trim_counted(sample) or sample.completions >= MAX_VERDICT_COMPLETIONS \
                 or counted_seconds(sample) >= min(RECENT_WINDOW_CAP, (metrics.recent_window or 0.0) - 2):
             return _held(state, state.trim.best, config, now, state.trim)
         return state
@@ -540,6 +541,13 @@ def _held(state: KneeState, upto: int, config: KneeConfig, now: float, trim: Kne
     trimming = KneeTrim(top.workers, floor) if held_at != held.workers else None
     return replace(state, held_at=held_at, held_since=now, held_rate=top.completion_rate, probe=None,
                    trim=trimming)
+
+
+def trim_counted(sample: ThroughputSample) -> bool:
+    """Whether a trimmed count's noise is within half a worker's pace at that count: one worker
+    fewer (or more) then shows beyond it.  Four workers of a full pool of connections tell 3 from 4
+    in about a second; twenty need the verdict's longest count."""
+    return noise(sample) <= 0.5 * sample.completion_rate / max(sample.workers, 1)
 
 
 def short_of_pace(sample: ThroughputSample, below: ThroughputSample) -> bool:

@@ -558,6 +558,24 @@ def test_a_trimmed_count_is_judged_on_a_long_count_not_its_first_second():
     assert history.knee.held_at == 22 and history.knee.trim == trim  # not judged on it
 
 
+# A pool of 8 connections under workers of concurrency 2 (bench/ceilings.md): 39 jobs/s a worker,
+# full at 4 workers, whose count reads a little short of 2's pace (154 against 156).
+CONNECTIONS = {1: 39.0, 2: 78.0, 3: 117.0, 4: 154.0, 5: 157.0, 8: 158.0, 40: 158.0}
+
+
+def test_a_trim_at_a_few_workers_is_judged_as_soon_as_its_count_tells_a_worker_apart():
+    # 4 is held short of 2's pace, so 3 is tried.  A worker is a quarter of the throughput there: a
+    # second or two of 117 jobs/s shows 3 clearly short, and 4 is held again -- not after the 13 s
+    # a trim at twenty workers needs (drains on the real pool were 1.25 x a fixed 4's with it).
+    decisions = ramp(KNEE_POLICY, pace_of(CONNECTIONS), end=40.0)
+    trimmed = [now for now, _, d in decisions if d.history.knee.trim is not None]
+    assert trimmed, "the knee is never trimmed: the test no longer covers a trim"
+    at_three = [now for now, workers, _ in decisions if workers == 3]
+    knee = decisions[-1][2].history.knee
+    assert knee.held_at == 4 and knee.trim is None and decisions[-1][2].desired == 4
+    assert len(at_three) <= 4, at_three
+
+
 def test_a_step_that_paid_in_full_or_within_its_noise_is_held_whole():
     from flexiqd.policy.knee import flattened_at
 
