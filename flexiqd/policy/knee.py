@@ -24,7 +24,8 @@ is no sign of a new job mix and no reason to doubt the count.
   noise of both counts) and shrinks back to it.  Steps are coarse, so where
   the step from the count measured below the best fell short of that count's
   pace, the knee is then **trimmed**: the count one fewer is held and measured
-  (a count as long as a step's verdict), and kept while it completes as much
+  (counted until its noise is within half a worker's pace, or as long as a
+  step's verdict), and kept while it completes as much
   as the best within the counting noise; the first that clearly does not ends
   the trim, and the fewest that did is held.  When the step that reached the best
   clearly added less than its workers' share, the ceiling lies inside it, and
