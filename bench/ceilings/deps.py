@@ -54,7 +54,7 @@ for _path in (str(REPO / "tests"), str(APPS)):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
-from ceiling_app import KIND_ENV, MARKS_ENV, OP_ENV, TARGET_ENV, DependencyClient  # noqa: E402
+from ceiling_app import KIND_ENV, MARKS_ENV, OP_ENV, OUTSIDE_ENV, TARGET_ENV, DependencyClient  # noqa: E402
 from pg_server import PostgresServer  # noqa: E402
 
 from .cgroup import CpuCap, find_hierarchy  # noqa: E402
@@ -76,6 +76,7 @@ class Dependency:
     description: str
     details: dict = dataclasses.field(default_factory=dict)
     inside_target: str | None = None   # the same over a unix socket in the share folder, or None
+    outside_ms: float = 0.0            # a job's own work before it calls the dependency (time.sleep)
 
     @property
     def slots(self) -> int:
@@ -94,7 +95,7 @@ class Dependency:
             raise ValueError(f"the {self.kind} ceiling was set up without a share folder")
         target = self.inside_target if inside else self.target
         return {KIND_ENV: self.kind, TARGET_ENV: target, OP_ENV: self.job_op, MARKS_ENV: str(marks),
-                "PYTHONPATH": os.pathsep.join([str(APPS), str(CODE)])}
+                OUTSIDE_ENV: f"{self.outside_ms:g}", "PYTHONPATH": os.pathsep.join([str(APPS), str(CODE)])}
 
     def client(self, op: str | None = None) -> DependencyClient:
         return DependencyClient(self.kind, self.target, op or self.job_op)

@@ -181,11 +181,11 @@ class SharedDependency:
     ``model`` says how load turns into latency (docs/traces.md):
 
     - ``contention`` (the standard traces, the random families): mild
-      contention below capacity, processor sharing and ``overload_penalty``
+      contention below capacity, waiting (``queued``) and ``overload_penalty``
       above it; the request path's latency is ``request_latency`` times the
       same slowdown.
     - ``queue`` (fitted to real ceilings, ``ceiling_fit``): nothing below
-      capacity; above it work waits its turn (x utilisation) and contention
+      capacity; above it work waits its turn (``queued``) and contention
       adds ``overload_penalty`` per unit of excess utilisation.  The request
       path waits ``request_wait`` seconds per unit of load above
       ``request_wait_from``, on top of ``request_latency``: a request queues
@@ -222,19 +222,28 @@ class SharedDependency:
         """Latency multiplier of time inside the dependency at ``utilisation`` = load / capacity.
 
         ``contention``: below capacity, mild contention (1 + 0.1 u^2); above it,
-        requests wait for a free unit (processor sharing: x u) and contention adds
+        work waits for a free unit (``queued``) and contention adds
         ``overload_penalty`` per unit of excess, so throughput falls past the
         ceiling instead of staying flat.  ``queue``: 1 up to capacity, then
-        u (1 + overload_penalty (u - 1)): throughput flat past the ceiling with
+        queued(u) (1 + overload_penalty (u - 1)): throughput flat past the ceiling with
         no penalty, falling with one.
         """
         if self.model == QUEUE:
             if utilisation <= 1.0:
                 return 1.0
-            return utilisation * (1.0 + self.overload_penalty * (utilisation - 1.0))
+            return self.queued(utilisation) * (1.0 + self.overload_penalty * (utilisation - 1.0))
         if utilisation <= 1.0:
             return 1.0 + 0.1 * utilisation * utilisation
-        return 1.1 * utilisation * (1.0 + self.overload_penalty * (utilisation - 1.0))
+        return 1.1 * self.queued(utilisation) * (1.0 + self.overload_penalty * (utilisation - 1.0))
+
+    def queued(self, utilisation: float) -> float:
+        """How much longer the time inside takes at ``utilisation`` > 1 from waiting alone: until the
+        dependency does exactly its capacity's work (the utilisation law: completions x time inside
+        <= capacity).  A job spends only ``share`` of its time inside, so past capacity the jobs
+        pile up there: the excess over the jobs' share of what the request path leaves them.
+        With the whole job inside (share 1), u."""
+        jobs_share = self.share * (self.capacity - self.request_load) / self.capacity
+        return 1.0 + (utilisation - 1.0) / max(jobs_share, 1e-6)
 
     def request_time(self, running_jobs: int) -> float:
         """The request path's latency (s) with ``running_jobs`` jobs running."""

@@ -9,7 +9,10 @@ The dependency comes from the environment:
   urllib);
 - ``FLEXIQ_CEILING_TARGET``: its address (a libpq conninfo, or an http:// base URL, or
   ``unix:<path>`` for the HTTP service's unix socket);
-- ``FLEXIQ_CEILING_OP``: what one job does there (an SQL statement, or a path and query).
+- ``FLEXIQ_CEILING_OP``: what one job does there (an SQL statement, or a path and query);
+- ``FLEXIQ_CEILING_OUTSIDE_MS`` (optional): milliseconds of the job's own work before it
+  calls the dependency, blocked in ``time.sleep`` (a job that spends only a share of its
+  time inside the dependency).
 
 The task blocks the way a real one does: in C, on the dependency's socket (psycopg's
 libpq, or urllib's read), never in an asyncio trick.  Each start appends
@@ -35,6 +38,7 @@ KIND_ENV = "FLEXIQ_CEILING_KIND"
 TARGET_ENV = "FLEXIQ_CEILING_TARGET"
 OP_ENV = "FLEXIQ_CEILING_OP"
 MARKS_ENV = "FLEXIQ_CEILING_MARKS"
+OUTSIDE_ENV = "FLEXIQ_CEILING_OUTSIDE_MS"
 
 queue = Queue()
 
@@ -132,5 +136,8 @@ def _mark(what: str) -> None:
 @queue.task("ceiling_op")
 def ceiling_op(i: int = 0) -> None:
     _mark("start")
+    outside = float(os.environ.get(OUTSIDE_ENV) or 0.0)
+    if outside > 0:
+        time.sleep(outside / 1000.0)
     _dependency().call()
     _mark("end")

@@ -65,14 +65,34 @@ def test_queue_models_request_path_waits_linearly_behind_the_load_past_its_hinge
 
 
 @pytest.mark.parametrize("running", [0, 3, 10, 25, 80])
-def test_the_contention_model_computes_as_it_always_did(running):
+def test_the_contention_model_past_capacity_piles_the_jobs_up_inside(running):
+    # Capacity 20, the request path holding 2, jobs inside 0.6 of their time: past capacity the
+    # excess load stretches the time inside by itself over the jobs' share of the 18 units left.
     dep = SharedDependency("db", 20.0, 1.0, 0.6, 0.5, 2.0, 0.01, True)
     u = (running * 0.6 + 2.0) / 20.0
-    legacy = 1.0 + 0.1 * u * u if u <= 1.0 else 1.1 * u * (1.0 + 0.5 * (u - 1.0))
+    expected = 1.0 + 0.1 * u * u if u <= 1.0 else \
+        1.1 * (1.0 + (u - 1.0) / (0.6 * 18.0 / 20.0)) * (1.0 + 0.5 * (u - 1.0))
     unloaded_u = 2.0 / 20.0
-    assert dep.slowdown(u) == legacy
-    assert dep.request_time(running) == 0.01 * legacy
-    assert dep.inflation(running) == round(legacy / (1.0 + 0.1 * unloaded_u * unloaded_u), 3)
+    assert dep.slowdown(u) == pytest.approx(expected)
+    assert dep.request_time(running) == pytest.approx(0.01 * expected)
+    assert dep.inflation(running) == round(dep.slowdown(u) / (1.0 + 0.1 * unloaded_u * unloaded_u), 3)
+
+
+@pytest.mark.parametrize("share", [1.0, 0.5, 0.25])
+def test_past_capacity_a_dependency_never_does_more_than_its_capacity_whatever_the_jobs_share(share):
+    # The utilisation law: completions x time inside <= capacity.  8 units, jobs 50 ms long of
+    # which ``share`` inside: at most 8 / (share x 50 ms) jobs a second, flat past the knee
+    # however many workers queue -- a job that spends half its time elsewhere piles up inside
+    # (the real 8-thread service with 50 ms outside: bench/ceilings.md).  Stretching the time
+    # inside by the load alone let 32 workers complete a third more than the capacity allows.
+    dep = queue_dep(capacity=8.0, share=share)
+    bound = 8.0 / (share * 0.05)
+    knee = round(8 / share / 2)          # workers of concurrency 2 that fill the 8 units
+    assert closed_loop_throughput(dep, knee) == pytest.approx(bound, rel=0.03)
+    for workers in (2 * knee, 4 * knee):
+        assert closed_loop_throughput(dep, workers, jobs=4000) == pytest.approx(bound, rel=0.03)
+    contention = SharedDependency("db", 8.0, 1.0, share, 0.0, 0.0, 0.002, False)
+    assert closed_loop_throughput(contention, 4 * knee, jobs=4000) <= bound * 1.01
 
 
 def test_a_trace_names_the_queue_model_and_bad_fields_are_named():
