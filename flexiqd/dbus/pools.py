@@ -22,7 +22,6 @@ from dbus_fast import DBusError, Variant
 from dbus_fast.service import PropertyAccess, ServiceInterface, dbus_property, method
 
 from ..busnames import ERROR_ACCESS_DENIED, POOL_INTERFACE, pool_path
-from .emit import emit_while_connected
 
 UNKNOWN_COUNT = -1
 UNKNOWN = math.nan
@@ -299,7 +298,7 @@ class PoolObjects:
             changed = changed_properties(exported.values, values)
             exported.values = values
             if changed:
-                emit_while_connected(self._bus, exported.emit_properties_changed, changed)
+                exported.emit_properties_changed(changed)
 
     def clear(self) -> None:
         for name in self.names():

@@ -44,7 +44,6 @@ from ..busnames import (BUS_NAME, DBUS_INTERFACE, DBUS_NAME, DBUS_PATH, ERROR_AC
                         pool_from_path)
 from ..errors import ControlError, FlexiqdError
 from ..daemon.api_port import ApiPort
-from .emit import emit_while_connected
 from .pools import POOL_MUTATING, PoolInterface, PoolObjects
 from .writer import install_patient_writer
 from ..daemon.job_queries import parse_query
@@ -371,16 +370,16 @@ class ApiService:
         if self._closing:
             return
         if kind == "scale":
-            emit_while_connected(self.bus, self.interface.scale_event, payload.pool, payload.previous,
-                                 payload.desired, payload.reason, payload.seq)
+            self.interface.scale_event(payload.pool, payload.previous, payload.desired, payload.reason,
+                                       payload.seq)
         elif kind == "reload":
             ok, message = payload
-            emit_while_connected(self.bus, self.interface.config_reloaded, bool(ok), str(message))
+            self.interface.config_reloaded(bool(ok), str(message))
             current = self._properties()
             changed = {name: value for name, value in current.items() if self._published.get(name) != value}
             self._published = current
             if changed:
-                emit_while_connected(self.bus, self.interface.emit_properties_changed, changed)
+                self.interface.emit_properties_changed(changed)
             self._refresh_pools()  # a reload may add or remove pools
         elif kind == "tick":
             self._refresh_pools()

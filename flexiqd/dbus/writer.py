@@ -4,8 +4,10 @@ dbus-fast 1.84 (Debian bookworm's) sends on a non-blocking socket and treats a
 full send buffer (``BlockingIOError``) as a broken connection: the bus is closed
 and the daemon is off it until restarted.  A few large replies at once -- twenty
 pools' ``History`` asked for together by a page, which any local user may ask
-for -- fill the buffer.  It also sends queued messages newest first.  This writer
-waits for the socket to be writable instead, and keeps the order.  It replaces
+for -- fill the buffer.  It also sends queued messages newest first, and ends
+the bus inside the write that failed, which breaks the signal being emitted.
+This writer waits for the socket to be writable instead, keeps the order, and
+ends a lost bus on the loop's next turn.  It replaces
 the library's own only where the library is the one it was written against
 (``dbus_fast.aio.message_bus._MessageWriter`` with these members).
 """
@@ -62,7 +64,11 @@ if _MessageWriter is not None:
                     _settle(self.fut)
             except Exception as exc:  # the connection is gone: as the library ends it
                 _settle(self.fut, None if self.bus._user_disconnect else exc)
-                self.bus._finalize(exc)
+                # Ended on the loop's next turn, not inside this write: a write is often part of an
+                # emission, which iterates over the buses the interface is exported on, and ending
+                # the bus unexports it from that very set ("Set changed size during iteration",
+                # raised into the daemon's loop when the bus daemon restarts).
+                self.loop.call_soon(self.bus._finalize, exc)
 
         def _send(self) -> int:
             if self.unix_fds and self.negotiate_unix_fd:

@@ -112,7 +112,6 @@ class FakeBus:
         self.signals: list[tuple[str, str, str, list]] = []   # (path, interface, member, body)
         self.name_reply = RequestNameReply.PRIMARY_OWNER
         self._gone: asyncio.Future | None = None
-        self.connected = True
 
     def add_message_handler(self, handler):
         self.handlers.append(handler)
@@ -147,7 +146,6 @@ class FakeBus:
         return self._gone
 
     def disconnect(self):
-        self.connected = False
         if not self._disconnected().done():
             self._gone.set_result(None)
 
