@@ -33,18 +33,15 @@ REPO = BENCH.parent
 sys.path[:0] = [str(BENCH), str(REPO / "tests"), str(REPO)]
 
 from ceilings import Settings, ceiling, knee_sweep  # noqa: E402
-from flexiqd.sim.trace import QUEUE, SharedDependency  # noqa: E402
+from flexiqd.sim.ceiling_fit import queue_throughput  # noqa: E402
 
 WORK = BENCH / ".work"
 
 
 def modelled(capacity: float, share: float, inside_s: float, workers: int, concurrency: int) -> float:
     """Jobs a second the simulator's queue model gives ``workers`` busy workers (no penalty)."""
-    dep = SharedDependency(name="dep", capacity=capacity, per_job=1.0, share=share, overload_penalty=0.0,
-                           request_load=0.0, request_latency=0.001, declared=False, model=QUEUE)
-    running = workers * concurrency
-    duration = inside_s / share * ((1.0 - share) + share * dep.slowdown(dep.utilisation(running)))
-    return running / duration
+    return queue_throughput(workers * concurrency, base=inside_s / share, hold=inside_s, capacity=capacity,
+                            penalty=0.0, request_load=0.0)
 
 
 def main(argv: list[str] | None = None) -> int:

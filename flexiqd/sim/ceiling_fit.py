@@ -88,7 +88,7 @@ class CeilingFit:
 
     def throughput(self, workers: int) -> float:
         """The model's jobs/s with ``workers`` busy workers (all slots full)."""
-        return _throughput(workers * self.concurrency, self.base, self.hold, self.capacity,
+        return queue_throughput(workers * self.concurrency, self.base, self.hold, self.capacity,
                            self.overload_penalty, self.request_load)
 
     def request_p95(self, workers: int) -> float:
@@ -106,7 +106,7 @@ class CeilingFit:
         return data
 
 
-def _throughput(in_flight: int, base: float, hold: float, capacity: float, penalty: float,
+def queue_throughput(in_flight: int, base: float, hold: float, capacity: float, penalty: float,
                 request_load: float) -> float:
     """Jobs/s of a closed loop of ``in_flight`` jobs, each stretched as the engine stretches it."""
     share = hold / base
@@ -200,7 +200,7 @@ def _fit_throughput(points: tuple[SweepPoint, ...], concurrency: int, base: floa
             penalty = MAX_PENALTY * j / _PENALTY_STEPS
             error = 0.0
             for point in points:
-                model = _throughput(point.workers * concurrency, base, hold, capacity, penalty, request_load)
+                model = queue_throughput(point.workers * concurrency, base, hold, capacity, penalty, request_load)
                 error += (model / point.jobs_per_s - 1.0) ** 2
             if error < least:
                 least, fitted = error, (capacity, penalty)
