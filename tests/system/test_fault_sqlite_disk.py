@@ -140,6 +140,7 @@ def _fault(sbx: Sandbox, name: str, inject, undo) -> dict:
     long until a job completes again, and what the operator saw meanwhile."""
     watch = Watch(sbx)
     watch.start()
+    injecting = time.time()  # the daemon may see the fault while it is being injected (dd filling the disk)
     inject()
     injected = time.time()
     time.sleep(2)  # the load meets it first
@@ -151,7 +152,8 @@ def _fault(sbx: Sandbox, name: str, inject, undo) -> dict:
     undo()
     back = time.time()  # the disk takes writes again (after the operator's repair, if it needed one)
     again = _first_completion_after(sbx, back)
-    return {"fault": name, "injected": injected, "undone": undone, "undo_took": round(back - undone, 1),
+    return {"fault": name, "injecting": injecting, "injected": injected, "undone": undone,
+            "undo_took": round(back - undone, 1),
             "big_enqueue": {"code": big.returncode, "stdout": big.stdout.strip()[:200],
                             "stderr": big.stderr.strip()},
             "seconds_to_complete_again": round(again, 2), "status_seen": watch.status,
@@ -201,8 +203,10 @@ def test_a_full_then_read_only_disk_under_the_sqlite_store_loses_nothing_and_say
         fault["worker_said"] = sorted({e["MESSAGE"].split(": ", 1)[-1][:200] for e in workers_journal
                                        if fault["injected"] <= e["at"] <= fault["undone"]
                                        and e.get("PRIORITY") in ("3", "4")})[:3]
-        fault["daemon_said"] = [e["MESSAGE"] for e in daemon_journal if e.get("MESSAGE_ID") == FULL_MESSAGE_ID
-                                and fault["injected"] <= e["at"] <= fault["undone"]]
+        said = [e for e in daemon_journal if e.get("MESSAGE_ID") == FULL_MESSAGE_ID
+                and fault["injecting"] <= e["at"] <= fault["undone"]]
+        fault["daemon_said"] = [e["MESSAGE"] for e in said]
+        fault["daemon_said_at"] = [round(e["at"] - fault["injected"], 2) for e in said]  # < 0: while injecting
     full, read_only = faults
     report = {
         "jobs": total, "states": states, "executions": verdict.executions,
@@ -212,7 +216,7 @@ def test_a_full_then_read_only_disk_under_the_sqlite_store_loses_nothing_and_say
         "enqueues_failed": len(load.enqueues.failed),
         "enqueue_errors": sorted({text for _, text in load.enqueues.failed})[:4],
         "worker_restarts": worker_restarts(workers_journal),
-        "faults": [{k: v for k, v in f.items() if k not in ("injected", "undone", "flexiqctl_seen")}
+        "faults": [{k: v for k, v in f.items() if k not in ("injecting", "injected", "undone", "flexiqctl_seen")}
                    for f in faults],
     }
     print("sqlite disk:", json.dumps(report, indent=1))
