@@ -46,7 +46,9 @@ is no sign of a new job mix and no reason to doubt the count.
   added nothing.
 - Where a step cannot be judged within the budget (long jobs, few
   completions) growth is not held: the safety net and the signals size the
-  pool, and samples taken later at steady counts still show a ceiling.
+  pool, and samples taken later at steady counts still show a ceiling.  Nor
+  does growth wait for a first count that cannot be had within the budget
+  (``count_fits``: one worker of 3 s jobs needs half a minute for ten).
 - A knee is **re-probed** rarely and in small steps: ``reprobe_interval``
   seconds after it was found or confirmed (sooner, ``2 x settle_time`` and at
   most the age target, while the oldest job is late; twice as long after each
@@ -182,6 +184,20 @@ def probe_budget(obs: Observation, target_age: float) -> float:
     """How long growth may wait for a sample: a share of the age target, 0 when two ticks do not fit."""
     budget = PROBE_BUDGET_SHARE * target_age
     return budget if budget >= 2 * (obs.tick or 1.0) else 0.0
+
+
+def count_fits(obs: Observation, duration: float, budget: float) -> bool:
+    """Whether a count of the pool at its current size can be had within ``budget`` seconds: its
+    jobs (of ``duration``, 0 when unknown) started before the count end first, then its slots
+    complete ``MIN_COMPLETIONS`` at one job a duration each.  One worker of 3 s jobs takes half a
+    minute for its count: a crowd waiting for it waited out the whole budget at one worker."""
+    counting = budget - duration - MIN_SPAN - (obs.tick or 1.0)
+    if counting < 0:
+        return False
+    if duration <= 0:
+        return True
+    slots = max(1, obs.active * obs.concurrency)
+    return slots * counting / duration >= MIN_COMPLETIONS
 
 
 def steady_count(obs: Observation, load: tuple[LoadSample, ...], now: float,
@@ -376,7 +392,7 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         countable = (probe is None and not obs.draining and (metrics.running > 0 or claiming)
                      and metrics.runnable_depth >= metrics.running
                      and (homogeneous(metrics) or metrics.recent_completions < MIN_COMPLETIONS)
-                     and expected + MIN_SPAN + (obs.tick or 1.0) <= probe_budget(obs, target_age))
+                     and count_fits(obs, expected, probe_budget(obs, target_age)))
         if not countable:
             state = replace(state, waiting_since=None)
         elif state.waiting_since is None:
