@@ -29,7 +29,7 @@ from ..policy import Observation, PoolMetrics
 from ..policy.economics import lead_time, start_cost_or_default
 from ..policy.types import DependencyObservation
 from ..queue.store.backend import Backend
-from ..queue.sqlite.disk import disk_problem
+from ..queue.sqlite.disk import disk_problem, same_problem
 from ..queue.types import DependencyStats
 from ..queue.url import sqlite_path
 from ..schedules.forecast import Forecast, jobs_coming_due
@@ -204,7 +204,7 @@ class Observer:
 
     def _check_disk(self) -> None:
         """A SQLite store's disk, full or mounted read-only: said in the status and, when it
-        changes, in the journal.  (Reads go on meanwhile, so the pools are sized as ever.)"""
+        changes (not the free space left on a full one), in the journal.  (Reads go on meanwhile, so the pools are sized as ever.)"""
         if not self.config.store.startswith("sqlite:///"):
             return
         self._doing("looking at the store's disk")
@@ -215,7 +215,7 @@ class Observer:
             problem = self._probe_problem = disk_problem(path, write_probe=True)
         elif problem is None:
             problem = self._probe_problem  # what the last write found: only a write tells it passed
-        if problem != self.store_problem:
+        if not same_problem(problem, self.store_problem):
             if problem is not None:
                 log.warning("Writes to the queue fail: %s. Nothing can be enqueued, and workers claim "
                             "nothing and keep their jobs until it takes writes again.", problem,

@@ -31,6 +31,20 @@ def test_a_full_or_read_only_disk_is_named_with_its_mount_point_and_the_store(tm
     assert disk.disk_problem(path) == f"the file system {mount} holding the queue database {path} is mounted read-only"
 
 
+def test_a_full_disks_last_kilobytes_coming_and_going_are_the_same_problem(tmp_path, monkeypatch):
+    # The daemon journals a problem when it changes: not at every tick of a full disk whose
+    # last kilobytes other writers take and give back.
+    path = str(tmp_path / "queue.db")
+    fake_statvfs(monkeypatch, free=12 * 1024)
+    full = disk.disk_problem(path)
+    fake_statvfs(monkeypatch, free=8 * 1024)
+    fuller = disk.disk_problem(path)
+    assert full != fuller and disk.same_problem(full, fuller)
+    fake_statvfs(monkeypatch, free=1 << 30, read_only=True)
+    assert not disk.same_problem(full, disk.disk_problem(path))
+    assert not disk.same_problem(full, None) and disk.same_problem(None, None)
+
+
 def test_a_store_that_fills_its_disk_commits_nothing_half_done_and_works_once_there_is_room(tmp_path, monkeypatch):
     path = str(tmp_path / "queue.db")
     store = open_backend(f"sqlite:///{path}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 
 # Below this many free bytes the disk counts as full: SQLite needs room for its WAL and
 # a checkpoint, and a few kilobytes left by a filled disk let no transaction through.
@@ -54,6 +55,17 @@ def disk_problem(path: str, *, write_probe: bool = False) -> str | None:
         if refused is not None:
             return f"the file system {mount} holding the queue database {path} takes no writes ({refused})"
     return None
+
+
+_FREE_LEFT = re.compile(r" \(\d+ KiB free\)$")
+
+
+def same_problem(one: str | None, other: str | None) -> bool:
+    """Whether two of ``disk_problem``'s sentences say the same but for the free space left: a
+    full disk's last kilobytes come and go with every write on it, and are not news."""
+    if one is None or other is None:
+        return one is other
+    return _FREE_LEFT.sub("", one) == _FREE_LEFT.sub("", other)
 
 
 def _write_refused(folder: str) -> str | None:
