@@ -173,10 +173,20 @@ def mean_duration(load: tuple[LoadSample, ...], metrics) -> float | None:
     if metrics.recent_completions >= MIN_COMPLETIONS and metrics.recent_window:
         window = metrics.recent_window
         now = load[-1].at
-        running = [s.running for s in load if s.at > now - window]
-        rate = metrics.recent_completions / window
-        if running and rate > 0:
-            return sum(running) / len(running) / rate
+        samples = [s for s in load if s.at > now - window]
+        running = sum(s.running for s in samples) / len(samples)
+        # Each sample stands for a tick; a pool younger than the window (made with its crowd, or
+        # a daemon just restarted) has samples of a few seconds only, and its completions spread
+        # over the whole window read 50 ms jobs as 1.5 s ones: counted over its samples' span.
+        spacing = (now - samples[0].at) / (len(samples) - 1) if len(samples) > 1 else window
+        covered = now - samples[0].at + spacing
+        if covered >= window:
+            rate = metrics.recent_completions / window
+        else:
+            counted = completions_between(metrics.completion_series, now - covered, now)
+            rate = counted[0] / counted[1] if counted is not None and counted[0] >= MIN_COMPLETIONS else 0.0
+        if rate > 0:
+            return running / rate
     return metrics.recent_duration_p50 or metrics.duration_p50
 
 

@@ -306,6 +306,22 @@ def test_growth_is_not_held_for_a_count_that_cannot_be_taken_in_time():
     assert not any("measuring the throughput" in d.message for _, _, d in decisions)
 
 
+def test_a_pool_younger_than_the_stores_window_counts_its_durations_over_its_own_life():
+    # A pool made with its crowd: three samples a second apart (each standing for the second
+    # before it) of 4 jobs running, 60 completions in those 3 s.  Over the store's whole 15 s
+    # window they would read as 1 s jobs -- too long to count at one worker within a 10 s
+    # target, so a real crowd skipped its first count.
+    from flexiqd.policy.knee import mean_duration
+    from flexiqd.policy.types import LoadSample
+
+    load = tuple(LoadSample(at=t, active=1, running=4, completion_rate=None, arrival_rate=None, runnable=1500)
+                 for t in (98.0, 99.0, 100.0))
+    metrics = PoolMetrics(runnable_depth=1500, running=4, recent_completions=60, recent_window=15.0,
+                          completion_series=((97, 20), (98, 20), (99, 20)), series_reported=True,
+                          recent_duration_p50=0.5)
+    assert mean_duration(load, metrics) == pytest.approx(0.2)
+
+
 def test_growth_waits_for_a_count_that_can_be_taken_in_time():
     # Ten times the pace: ten completions in about a second, well within the budget.
     decisions = ramp(KNEE_POLICY, {n: 5.0 * n for n in range(1, 41)}, end=40.0)
