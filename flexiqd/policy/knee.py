@@ -122,6 +122,16 @@ RECENT_WINDOW_CAP = 13.0
 # A step that paid lets the next one go up to this many times the count.
 STEP_GROWTH = 2.0
 
+# ... and from a pool this small, this many times: a doubling's verdict needs 64 completions,
+# a quadrupling's 29, and one or two workers of second-long jobs count 64 in half a minute.
+SMALL_STEP_GROWTH = 4.0
+SMALL_POOL = 2
+
+
+def step_growth(workers: int) -> float:
+    """How many times ``workers`` the next step may reach."""
+    return SMALL_STEP_GROWTH if workers <= SMALL_POOL else STEP_GROWTH
+
 # The count a step starts from needs this share of the completions the step's own count needs
 # for its verdict (the step's count can run longer; a wait for more costs a whole second of
 # a fast pace at every first step).
@@ -371,7 +381,7 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # the durations (past a ceiling they stretch, and the knee's own count is fresh: nothing
         # else compares the re-probe's count as closely).
         measured = proven(state, config, now)
-        if (last is not None and last.workers < obs.current <= math.ceil(last.workers * STEP_GROWTH)
+        if (last is not None and last.workers < obs.current <= math.ceil(last.workers * step_growth(last.workers))
                 and (measured is None or state.held_at is not None or obs.current > measured.workers)
                 and fresh_count(last, obs, now, target_age) and (homogeneous(metrics) or state.held_at is not None)
                 and (state.held_at is None or last.workers >= state.held_at)
@@ -507,7 +517,7 @@ def step_base(state: KneeState, last: ThroughputSample, to_workers: int | None =
     doubling from it), else the latest count."""
     base = state.unclear_from
     to_workers = last.workers + 1 if to_workers is None else to_workers
-    if base is not None and base.workers < last.workers and to_workers <= math.ceil(base.workers * STEP_GROWTH):
+    if base is not None and base.workers < last.workers and to_workers <= math.ceil(base.workers * step_growth(base.workers)):
         return base
     return last
 
@@ -673,7 +683,7 @@ def _growth_cap(state: KneeState, obs: Observation, now: float, target_age: floa
     if (fresh_count(last, obs, now, target_age) and last.workers >= obs.active
             and homogeneous(obs.metrics)):
         base = step_base(state, last)
-        step = max(obs.current, math.ceil(base.workers * STEP_GROWTH))
+        step = max(obs.current, math.ceil(base.workers * step_growth(base.workers)))
         # The step will be judged against this count: a short one (a second of a slow pace) is
         # too noisy to show that the step added nothing.  Count on, while the count can still
         # grow: within the probe budget and the store's recent window.
