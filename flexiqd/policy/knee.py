@@ -16,8 +16,10 @@ is no sign of a new job mix and no reason to doubt the count.
   growth waits for its sample; a step from ``n`` to ``m`` workers is then
   judged on the sample at ``m``: it **pays** when completions rose by at least
   ``EFFICIENCY`` of what the extra workers would add at ``n``'s pace, and then
-  the next step may double the pool.  One that does not (beyond the counting
-  noise: the per-second counts' own spread, at least a Poisson count's) shows
+  the next step may double the pool (from one or two workers, quadruple it:
+  their counts are slow, and a larger step's verdict needs fewer completions).
+  One that does not (beyond the counting noise: the per-second counts' own
+  spread, at least a Poisson count's) shows
   the extra workers only queue on something shared: the pool is held at the
   count of the best measured throughput (the knee: the fewest
   workers that no larger count beats by ``min_throughput_gain`` beyond the
