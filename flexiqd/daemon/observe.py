@@ -204,7 +204,8 @@ class Observer:
 
     def _check_disk(self) -> None:
         """A SQLite store's disk, full or mounted read-only: said in the status and, when it
-        changes (not the free space left on a full one), in the journal.  (Reads go on meanwhile, so the pools are sized as ever.)"""
+        changes (not the free space left on a full one), in the journal.  (Reads go on meanwhile,
+        so the pools are sized as ever.)"""
         if not self.config.store.startswith("sqlite:///"):
             return
         self._doing("looking at the store's disk")

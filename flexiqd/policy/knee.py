@@ -130,9 +130,10 @@ SMALL_STEP_GROWTH = 4.0
 SMALL_POOL = 2
 
 
-def step_growth(workers: int) -> float:
-    """How many times ``workers`` the next step may reach."""
-    return SMALL_STEP_GROWTH if workers <= SMALL_POOL else STEP_GROWTH
+def step_reach(workers: int) -> int:
+    """The most workers a step from ``workers`` may reach."""
+    return math.ceil(workers * (SMALL_STEP_GROWTH if workers <= SMALL_POOL else STEP_GROWTH))
+
 
 # The count a step starts from needs this share of the completions the step's own count needs
 # for its verdict (the step's count can run longer; a wait for more costs a whole second of
@@ -375,7 +376,7 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
     if state.probe is None:
         # A step begun: more workers asked for than a fresh sample's count.
         last = _latest(state.samples)
-        # Only a step the knee let through (at most STEP_GROWTH times the count): a larger jump
+        # Only a step the knee let through (at most ``step_reach`` of the count): a larger jump
         # came from rules that found the jobs unlike (a new mix), and a count at it would be
         # judged against a pace of other jobs.
         # Nor one back to a count measured without a ceiling (``proven``) -- unless it re-probes
@@ -383,7 +384,7 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # the durations (past a ceiling they stretch, and the knee's own count is fresh: nothing
         # else compares the re-probe's count as closely).
         measured = proven(state, config, now)
-        if (last is not None and last.workers < obs.current <= math.ceil(last.workers * step_growth(last.workers))
+        if (last is not None and last.workers < obs.current <= step_reach(last.workers)
                 and (measured is None or state.held_at is not None or obs.current > measured.workers)
                 and fresh_count(last, obs, now, target_age) and (homogeneous(metrics) or state.held_at is not None)
                 and (state.held_at is None or last.workers >= state.held_at)
@@ -519,7 +520,7 @@ def step_base(state: KneeState, last: ThroughputSample, to_workers: int | None =
     doubling from it), else the latest count."""
     base = state.unclear_from
     to_workers = last.workers + 1 if to_workers is None else to_workers
-    if base is not None and base.workers < last.workers and to_workers <= math.ceil(base.workers * step_growth(base.workers)):
+    if base is not None and base.workers < last.workers and to_workers <= step_reach(base.workers):
         return base
     return last
 
@@ -685,7 +686,7 @@ def _growth_cap(state: KneeState, obs: Observation, now: float, target_age: floa
     if (fresh_count(last, obs, now, target_age) and last.workers >= obs.active
             and homogeneous(obs.metrics)):
         base = step_base(state, last)
-        step = max(obs.current, math.ceil(base.workers * step_growth(base.workers)))
+        step = max(obs.current, step_reach(base.workers))
         # The step will be judged against this count: a short one (a second of a slow pace) is
         # too noisy to show that the step added nothing.  Count on, while the count can still
         # grow: within the probe budget and the store's recent window.

@@ -89,7 +89,7 @@ class CeilingFit:
     def throughput(self, workers: int) -> float:
         """The model's jobs/s with ``workers`` busy workers (all slots full)."""
         return queue_throughput(workers * self.concurrency, self.base, self.hold, self.capacity,
-                           self.overload_penalty, self.request_load)
+                                self.overload_penalty, self.request_load)
 
     def request_p95(self, workers: int) -> float:
         """The model's request latency (s) with ``workers`` busy workers."""
@@ -107,7 +107,7 @@ class CeilingFit:
 
 
 def queue_throughput(in_flight: int, base: float, hold: float, capacity: float, penalty: float,
-                request_load: float) -> float:
+                     request_load: float) -> float:
     """Jobs/s of a closed loop of ``in_flight`` jobs, each stretched as the engine stretches it."""
     share = hold / base
     dep = SharedDependency("fit", capacity, 1.0, share, penalty, request_load, 0.001, False, model=QUEUE)
