@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 APT_PACKAGES := python3-venv python3-pip python3-setuptools python3-wheel \
 	python3-yaml python3-sdnotify python3-psutil python3-pystemd python3-dbus-fast \
 	python3-psycopg python3-psycopg-pool python3-prometheus-client python3-pytest python3-hypothesis python3-matplotlib python3-croniter \
+	python3-pytest-xdist \
 	systemd-container dbus
 # Building and testing the packages: the .deb's tools, rpmbuild, and mmdebstrap for
 # the clean Debian the package test installs the .deb into.
@@ -22,6 +23,7 @@ APT_PACKAGES += pgbouncer
 APT_PACKAGES += cockpit-ws cockpit-bridge cockpit-system libjs-dygraphs \
 	chromium chromium-driver python3-selenium
 PYTEST_ARGS ?=
+UNIT_PROCESSES ?= $(shell nproc)
 
 .PHONY: test check deps venv unit system demo bench clean
 
@@ -43,8 +45,12 @@ $(VENV)/.installed: pyproject.toml
 
 venv: deps $(VENV)/.installed
 
+# The unit tests are pure CPU (simulations, the store's contract): they run on every core.
+# The integration and system tests time real processes and run one at a time.  Exit
+# status 5 is "no test selected" (a PYTEST_ARGS filter that leaves one half empty).
 test: venv
-	$(PY) -m pytest $(PYTEST_ARGS) tests
+	$(PY) -m pytest -n $(UNIT_PROCESSES) $(PYTEST_ARGS) tests/unit || [ $$? -eq 5 ]
+	$(PY) -m pytest $(PYTEST_ARGS) tests/integration tests/system || [ $$? -eq 5 ]
 
 # The loop after every edit: the pure tests (policy, config, the store's contract on
 # SQLite, the worker and the CLIs against fakes), without PostgreSQL, systemd or the
@@ -53,7 +59,7 @@ check: venv
 	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" -k "not postgres" $(PYTEST_ARGS) tests/unit
 
 unit: venv
-	$(PY) -m pytest $(PYTEST_ARGS) tests/unit
+	$(PY) -m pytest -n $(UNIT_PROCESSES) $(PYTEST_ARGS) tests/unit
 
 system: venv
 	$(PY) -m pytest $(PYTEST_ARGS) tests/system
