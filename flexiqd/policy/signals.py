@@ -282,7 +282,7 @@ def workers_to_start(inputs: SignalInputs, jobs: int, within: float, throughput:
     """Workers that start ``jobs`` waiting jobs within ``within`` seconds and keep up with arrivals.
 
     The arrivals keep ``arrivals x D`` slots busy (Little's law, D = concurrency / per-worker
-    throughput).  Every other slot starts one waiting job at once if it is free, then one more
+    throughput), at most the jobs running and waiting now.  Every other slot starts one waiting job at once if it is free, then one more
     per duration of the jobs like those waiting; the jobs running beyond the arrivals' share
     still hold theirs.  For quick jobs (D much shorter than ``within``) that is the
     throughput's count, (arrivals + jobs / within) / throughput; for slow ones a worker
@@ -295,7 +295,11 @@ def workers_to_start(inputs: SignalInputs, jobs: int, within: float, throughput:
     if not steady or steady <= 0 or not backlog or backlog <= 0:
         return float(_MOST_WORKERS)
     concurrency = inputs.obs.concurrency
-    flow_slots = inputs.arrivals * concurrency / steady
+    # Never more slots for the arrivals than jobs run and wait now: a mean duration measured
+    # across a burst of slow jobs outlives the burst by a rate window, and the quick jobs
+    # arriving after it would be sized on it (a slot each for jobs that take half a second).
+    # A flow that rises shows as more jobs running and waiting by the next tick.
+    flow_slots = min(inputs.arrivals * concurrency / steady, inputs.metrics.running + jobs)
     waiting_duration = concurrency / backlog
     starts_per_worker = concurrency * (1 + within / waiting_duration)
     others = max(0.0, jobs + inputs.metrics.running - flow_slots)

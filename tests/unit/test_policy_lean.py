@@ -119,10 +119,10 @@ def test_never_more_than_one_worker_short_of_what_the_arrivals_need():
     # 40 jobs/s of 1 s jobs and a young backlog: over the horizon alone, a pool several workers
     # short would still start every job in time; the lean count stops one short of the arrivals'
     # need (a pool further short could not catch up once the horizon had passed).
-    flood = observe(12, running=36, runnable_depth=5, oldest_runnable_age=1.0, arrival_rate=40.0,
+    flood = observe(12, running=40, runnable_depth=5, oldest_runnable_age=1.0, arrival_rate=40.0,
                     completion_rate=36.0, duration_p50=1.0, duration_p95=1.0)
     history = steady_history(40.0)
-    inputs = signal_inputs(flood, LEAN, history.load + (LoadSample(0.0, 12, 36, 36.0, 40.0, 5),))
+    inputs = signal_inputs(flood, LEAN, history.load + (LoadSample(0.0, 12, 40, 36.0, 40.0, 5),))
     need = math.ceil(inputs.arrivals / inputs.throughput)
     assert need >= 10 and lean_count(inputs) == need - 1
     decision = decide(flood, LEAN, history, 0.0)

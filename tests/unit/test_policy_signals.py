@@ -76,6 +76,18 @@ def test_a_backlog_of_slow_jobs_needs_a_slot_each_not_their_throughput():
     assert recommendation(decision, "age") == 42
 
 
+def test_quick_arrivals_after_a_burst_of_slow_jobs_are_not_sized_on_the_bursts_mean():
+    # The last minute held a burst of slow jobs: 40 slots busy while 12 jobs/s completed, a
+    # mean of over 3 s by Little's law.  The burst is done: 8 quick jobs run, 3 wait, 10
+    # arrive a second.  10 jobs/s x 3 s would hold 31 slots; no more than the 11 jobs
+    # running and waiting can use one now.
+    before = History(load=tuple(LoadSample(at, 40, 40, 12.0, 10.0) for at in range(-50, 0, 5)))
+    obs = observe(40, concurrency=1, runnable_depth=3, oldest_runnable_age=0.5, running=8,
+                  completion_rate=12.0, arrival_rate=10.0, duration_p50=0.5, duration_p95=0.8)
+    decision = decide(obs, policy(targets=Targets(age=60, lead_time=10)), before, 0.0)
+    assert recommendation(decision, "age") == 11
+
+
 def test_a_saturated_pool_completing_far_less_than_its_estimate_is_sized_on_its_jobs_in_flight():
     # The estimate says 1 s jobs (4 jobs/s per worker, from the quick jobs of the last minutes);
     # a burst of slow jobs now fills every slot: 8 running for 8 s on average, and the store's
