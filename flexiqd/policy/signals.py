@@ -282,9 +282,9 @@ def workers_to_start(inputs: SignalInputs, jobs: int, within: float, throughput:
     """Workers that start ``jobs`` waiting jobs within ``within`` seconds and keep up with arrivals.
 
     The arrivals keep ``arrivals x D`` slots busy (Little's law, D = concurrency / per-worker
-    throughput), at most the jobs running and waiting now.  Every other slot starts one waiting job at once if it is free, then one more
-    per duration of the jobs like those waiting; the jobs running beyond the arrivals' share
-    still hold theirs.  For quick jobs (D much shorter than ``within``) that is the
+    throughput), at most the jobs running and waiting now.  Every other slot starts one
+    waiting job at once if it is free, then one more per duration of the jobs like those
+    waiting; the jobs running beyond the arrivals' share still hold theirs.  For quick jobs (D much shorter than ``within``) that is the
     throughput's count, (arrivals + jobs / within) / throughput; for slow ones a worker
     started for the backlog is worth its free slots, not the few jobs it would complete in
     the time (a burst of 30 s jobs with 8 s to start in needs a slot each, not four times that).
@@ -299,10 +299,11 @@ def workers_to_start(inputs: SignalInputs, jobs: int, within: float, throughput:
     # across a burst of slow jobs outlives the burst by a rate window, and the quick jobs
     # arriving after it would be sized on it (a slot each for jobs that take half a second).
     # A flow that rises shows as more jobs running and waiting by the next tick.
-    flow_slots = min(inputs.arrivals * concurrency / steady, inputs.metrics.running + jobs)
+    present = inputs.metrics.running + jobs
+    flow_slots = min(inputs.arrivals * concurrency / steady, present)
     waiting_duration = concurrency / backlog
     starts_per_worker = concurrency * (1 + within / waiting_duration)
-    others = max(0.0, jobs + inputs.metrics.running - flow_slots)
+    others = present - flow_slots
     return flow_slots / concurrency + others / starts_per_worker
 
 
