@@ -37,7 +37,9 @@ is no sign of a new job mix and no reason to doubt the count.
   paid nor short) lets growth go on, and the next step is judged against the
   count the unclear one started from: small steps (the tenth more workers the
   age signal asks for) each stay within the counting noise, and their gains
-  add up until one is clear.
+  add up until one is clear.  One that added less than a quarter of its share
+  (``added_nothing``: beyond one standard error, on counts of at least
+  ``FLAT_MIN_COMPLETIONS`` each) shows a ceiling all the same.
 - Growth **up to a count already measured** without a ceiling (within
   ``sample_max_age``: a count that clearly paid over a smaller one, and that no
   smaller one shows a ceiling in) is not probed again: the next backlog of a load
@@ -102,6 +104,10 @@ EFFICIENCY = 0.5
 # A step whose count stays unclear as long as it may be counted, and that added less than this
 # share of what its workers would at the smaller count's pace, shows a ceiling all the same.
 FLAT_SHARE = 0.25
+
+# ... judged only on counts of at least this many completions each (one standard error of 30 is
+# under a fifth of the count).
+FLAT_MIN_COMPLETIONS = 30
 
 # How many standard deviations of the completion counts (Poisson) a shortfall
 # must exceed to count as evidence of a ceiling.
@@ -311,6 +317,18 @@ def held_pace_fell(state: KneeState, obs: Observation, load: tuple[LoadSample, .
     return highest < PACE_FELL_SHARE * state.held_rate
 
 
+def added_nothing(sample: ThroughputSample, start: ThroughputSample) -> bool:
+    """Whether a step from ``start`` whose count stayed unclear as long as it could be counted
+    added less than ``FLAT_SHARE`` of its workers' share, beyond one standard error of both counts
+    -- each of at least ``FLAT_MIN_COMPLETIONS``: two counts of a dozen heavy-tailed jobs differ
+    by a third within their noise, and such a verdict held a pool at 5 workers for ten minutes
+    while its oldest job waited 400 s against a 120 s target."""
+    if min(sample.completions, start.completions) < FLAT_MIN_COMPLETIONS:
+        return False
+    return sample.completion_rate + math.hypot(noise(sample), noise(start)) / NOISE_SIGMAS \
+        < wanted_rate(start, sample.workers, FLAT_SHARE)
+
+
 def clearly_paid(sample: ThroughputSample, smaller: ThroughputSample) -> bool:
     """Whether ``sample`` completes what its step from ``smaller`` must, beyond the counting noise."""
     margin = math.hypot(noise(sample), noise(smaller))
@@ -450,12 +468,7 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
                 and counted_seconds(sample) < window - 2:
             return state  # counting on
         state = replace(state, probe=None, unclear_from=None)
-        # Counted as long as it may be and still unclear: a step that added less than a quarter
-        # of its share (beyond one standard error of both counts) has shown nothing for its
-        # workers either.
-        flat = sample.completion_rate + math.hypot(noise(sample), noise(probe.start)) / NOISE_SIGMAS \
-            < wanted_rate(probe.start, sample.workers, FLAT_SHARE)
-        if ceiling or flat:
+        if ceiling or added_nothing(sample, probe.start):
             confirmed = state.confirmed + 1 if state.held_at is not None else 0
             return replace(_held(state, sample.workers, config, now), confirmed=confirmed)
         if state.held_at is not None:

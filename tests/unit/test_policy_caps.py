@@ -678,6 +678,20 @@ def test_a_step_that_paid_in_full_or_within_its_noise_is_held_whole():
 FLAT_PAST_THIRTY = {n: 1.5 * min(n, 30) for n in range(1, 61)}
 
 
+def test_an_unclear_step_shows_a_ceiling_only_on_counts_long_enough_to_tell():
+    from flexiqd.policy.knee import FLAT_MIN_COMPLETIONS, added_nothing
+    # 7 workers completing a third less than 5 did: on counts of a dozen slow, heavy-tailed
+    # jobs that is within their noise, and a pool held on it waits minutes past its target.
+    short_start, short_step = measured_at(5, 1.5, 100.0, seconds=13.0), measured_at(7, 1.0, 120.0, seconds=13.0)
+    assert short_step.completions < FLAT_MIN_COMPLETIONS
+    assert not added_nothing(short_step, short_start)
+    # The same rates counted ten times as long: the step added nothing, a ceiling.
+    long_start, long_step = measured_at(5, 1.5, 100.0, seconds=130.0), measured_at(7, 1.0, 240.0, seconds=130.0)
+    assert added_nothing(long_step, long_start)
+    # A step that added its share is no ceiling however long it was counted.
+    assert not added_nothing(measured_at(7, 2.1, 240.0, seconds=130.0), long_start)
+
+
 def test_small_steps_that_stay_unclear_are_judged_together_until_one_is_clear():
     # The age signal asks for a tenth more workers at a time.  Each small step alone stays
     # within a count's noise (34 against 30); judged from where the first unclear one started,
