@@ -79,8 +79,8 @@ is no sign of a new job mix and no reason to doubt the count.
   as far as the signals ask, the declared capacity capping them: the operator has said where
   the ceiling is, and a crowd's climb in doublings below it cost the age target (held 18 s at
   6 workers for a count where the declared capacity fitted 16).  Each step is still judged
-  against the count it started from, so a ceiling below the declared one is found as anywhere:
-  inside the step, where the smaller count's pace reaches the larger's rate.
+  against the count it started from, so a ceiling below the declared one is found as anywhere,
+  and the pool is held at the best count measured.
 - A pool that **other hosts of a fleet serve too** is not measured: the store
   counts their completions with this host's, against workers this host does not
   run.  Its evidence is forgotten; a fleet's shared ceiling is declared (a
