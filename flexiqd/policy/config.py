@@ -137,11 +137,9 @@ class KneeConfig:
     """Ceiling discovery: stop adding workers that no longer add throughput (see ``knee``).
 
     While jobs wait, the pool grows in steps judged on the completions the
-    store counts (at most doubling; for a pool that uses a declared
-    dependency, as far as its capacity lets); a step whose workers add less
-    than half their share holds the pool at the count of the best throughput
-    measured, then a worker fewer at a time while the fewer complete as much.
-    Counts that
+    store counts; a step whose workers add less than half their share holds
+    the pool at the count of the best throughput measured, then a worker
+    fewer at a time while the fewer complete as much.  Counts that
     differ by less than ``min_throughput_gain`` are equally good (the fewer
     workers win).  The knee is re-probed a quarter higher after
     ``reprobe_interval`` (after ``2 x settle_time``, at most the age target,

@@ -128,8 +128,7 @@ def combine_signals(obs: Observation, policy: PoolPolicy, history: History, now:
     # Held or shrunk on the lean count: a backlog kept on purpose is no ceiling's evidence.
     kept = lean is not None and lean <= obs.current and recommendations != wanted
     history = replace(history, load=load,
-                      knee=update_knee(history.knee, obs, policy.knee, now, load, policy.targets.age, kept,
-                                       declared=bool(policy.dependencies)))
+                      knee=update_knee(history.knee, obs, policy.knee, now, load, policy.targets.age, kept))
     raw, winner = combine(recommendations)
     return Combined(
         obs=obs, policy=policy, history=history, now=now, recommendations=recommendations, winner=winner, raw=raw,
@@ -188,8 +187,7 @@ def finish(
     current = obs.current
     assert obs.metrics is not None
 
-    knee = knee_cap(history.knee, policy.knee, now, stage.late, obs, policy.targets.age,
-                    declared=bool(policy.dependencies))
+    knee = knee_cap(history.knee, policy.knee, now, stage.late, obs, policy.targets.age)
     step = history.knee.probe
     history = replace(history, evidence=update_evidence(history.evidence, obs, policy.evidence, policy.knee,
                                                         now, stage.late, step.start.workers if step else None))

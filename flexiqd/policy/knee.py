@@ -75,12 +75,6 @@ is no sign of a new job mix and no reason to doubt the count.
   within the age target on purpose) is not counted while it holds or shrinks there, and
   its growth off the lean count (within two ticks) is neither a step nor capped: a kept
   backlog says nothing of what more workers would add.
-- A pool whose ceiling is **declared** (it uses a dependency with a capacity) takes its steps
-  as far as the signals ask, the declared capacity capping them: the operator has said where
-  the ceiling is, and a crowd's climb in doublings below it cost the age target (held 18 s at
-  6 workers for a count where the declared capacity fitted 16).  Each step is still judged
-  against the count it started from, so a ceiling below the declared one is found as anywhere,
-  and the pool is held at the best count measured.
 - A pool that **other hosts of a fleet serve too** is not measured: the store
   counts their completions with this host's, against workers this host does not
   run.  Its evidence is forgotten; a fleet's shared ceiling is declared (a
@@ -376,11 +370,9 @@ def best(samples: tuple[ThroughputSample, ...], gain: float) -> ThroughputSample
 
 
 def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: float,
-                load: tuple[LoadSample, ...], target_age: float = 60.0, kept_lean: bool = False,
-                declared: bool = False) -> KneeState:
+                load: tuple[LoadSample, ...], target_age: float = 60.0, kept_lean: bool = False) -> KneeState:
     """The knee state after observing ``obs`` at ``now``; ``load`` ends with this tick's sample.
-    ``kept_lean``: the pool holds or shrinks on the lean count (``lean``) this tick.
-    ``declared``: the pool's ceiling is declared, and a step may go past ``step_reach``."""
+    ``kept_lean``: the pool holds or shrinks on the lean count (``lean``) this tick."""
     metrics = obs.metrics
     if obs.other_hosts:
         return KneeState()  # completions of workers this host does not run: nothing to compare
@@ -410,8 +402,7 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # the durations (past a ceiling they stretch, and the knee's own count is fresh: nothing
         # else compares the re-probe's count as closely).
         measured = proven(state, config, now)
-        if (last is not None and last.workers < obs.current
-                and (declared or obs.current <= step_reach(last.workers))
+        if (last is not None and last.workers < obs.current <= step_reach(last.workers)
                 and (measured is None or state.held_at is not None or obs.current > measured.workers)
                 and fresh_count(last, obs, now, target_age) and (homogeneous(metrics) or state.held_at is not None)
                 and (state.held_at is None or last.workers >= state.held_at)
@@ -670,12 +661,8 @@ def proven(state: KneeState, config: KneeConfig, now: float) -> ThroughputSample
 
 
 def knee_cap(state: KneeState, config: KneeConfig, now: float, late: bool = False,
-             obs: Observation | None = None, target_age: float = 60.0,
-             declared: bool = False) -> tuple[int, str] | None:
+             obs: Observation | None = None, target_age: float = 60.0) -> tuple[int, str] | None:
     """The knee as a cap and the rule that sets it, or None when nothing holds growth.
-
-    ``declared``: the pool uses a dependency whose capacity the operator declared: a step may go
-    as far as the signals ask (the declared capacity caps it), and is judged all the same.
 
     ``held``: the measured knee; ``reprobe``: a step past it once a re-probe is
     due (``late``: the oldest job is over its target, so sooner); ``probe``: a
@@ -699,8 +686,6 @@ def knee_cap(state: KneeState, config: KneeConfig, now: float, late: bool = Fals
     if obs is None or obs.metrics is None or obs.metrics.runnable_depth == 0 or lean_recently(state, obs, now):
         return None
     cap = _growth_cap(state, obs, now, target_age)
-    if declared and cap is not None and cap[1] == "step":
-        return None
     measured = proven(state, config, now)
     if cap is not None and measured is not None and cap[0] < measured.workers:
         return measured.workers, "proven"

@@ -193,60 +193,6 @@ def test_a_flash_crowd_on_an_undeclared_ceiling_grows_in_steps_and_holds_at_the_
     assert any("measuring the throughput" in d.message for _, _, d in decisions)
 
 
-# The same pool using a database whose capacity the operator declared (32 workers' worth).
-DECLARED_POLICY = dataclasses.replace(KNEE_POLICY, dependencies=(DependencyUse(dependency="db", per_worker=1),))
-DECLARED_DB = Dependency(name="db", capacity=32, start_burst=64)  # all may start at once
-
-
-def fleet_ramp(pace: dict[int, float], end: float, history=None, workers: int = 1, start: float = 0.0):
-    """``ramp`` through ``decide_fleet`` with the declared database: one decision a second."""
-    decisions, by_second = [], {}
-    now = start
-    while now <= end:
-        by_second[int(now)] = pace[min(workers, max(pace))]
-        pool = PoolInput(observation=counted(now, workers, by_second[int(now)], rates=by_second),
-                         policy=DECLARED_POLICY, history=history)
-        decision = decide_fleet([pool], [DECLARED_DB], now)["default"]
-        history = decision.history
-        decisions.append((now, workers, decision))
-        workers = decision.desired
-        now += 1.0
-    return decisions
-
-
-def reached(decisions, workers: int) -> float:
-    return next(now for now, count, _ in decisions if count >= workers)
-
-
-def test_a_declared_ceiling_is_reached_in_one_step_from_the_first_count():
-    # The operator said where the ceiling is: after the first count, a crowd gets the workers
-    # the declared capacity fits in one step, judged like any other -- not 4, 8, 16 workers a
-    # count apart.
-    decisions = fleet_ramp(LINEAR, end=20.0)
-    first_step = next(d for _, _, d in decisions if d.desired > d.current)
-    assert (first_step.current, first_step.desired) == (1, 32)
-    assert first_step.binding_cap.cap == "dependency:db"
-    assert decisions[-1][2].desired == 32 and decisions[-1][2].binding_cap.cap == "dependency:db"
-    assert decisions[-1][2].history.knee.held_at is None  # the step paid
-    undeclared = ramp(KNEE_POLICY, LINEAR, end=20.0)
-    assert {4, 8, 16} <= {workers for _, workers, _ in undeclared}
-    assert reached(decisions, 32) < reached(undeclared, 32)
-
-
-def test_a_ceiling_below_the_declared_one_is_still_found_and_held():
-    # The declared capacity fits 32 workers; something undeclared is full at 2.  The one step
-    # from 1 to 32 workers is judged on its count like any other: 32 complete far less than
-    # their share, and the pool is held at the best count measured, below the declared 32
-    # (re-probed upwards from there as any knee).
-    decisions = fleet_ramp(pace_of(CEILING), end=40.0)
-    assert max(workers for _, workers, _ in decisions) == 32
-    last = decisions[-1][2]
-    assert last.history.knee.held_at == 1
-    assert last.desired == 1 and last.binding_cap.cap == "knee"
-    assert "held at a measured ceiling: 1 workers 10.0 jobs/s; 32 workers 14.0 jobs/s" in last.message
-    assert sum(workers == 32 for _, workers, _ in decisions) <= 4  # the step's count, then back
-
-
 def test_without_a_ceiling_each_step_pays_and_the_pool_doubles():
     decisions = ramp(KNEE_POLICY, LINEAR, end=40.0)
     counts = [workers for _, workers, _ in decisions]
