@@ -284,10 +284,11 @@ def workers_to_start(inputs: SignalInputs, jobs: int, within: float, throughput:
     The arrivals keep ``arrivals x D`` slots busy (Little's law, D = concurrency / per-worker
     throughput), at most the jobs running and waiting now.  Every other slot starts one
     waiting job at once if it is free, then one more per duration of the jobs like those
-    waiting; the jobs running beyond the arrivals' share still hold theirs.  For quick jobs (D much shorter than ``within``) that is the
-    throughput's count, (arrivals + jobs / within) / throughput; for slow ones a worker
-    started for the backlog is worth its free slots, not the few jobs it would complete in
-    the time (a burst of 30 s jobs with 8 s to start in needs a slot each, not four times that).
+    waiting; the jobs running beyond the arrivals' share still hold theirs.  For quick jobs
+    (D much shorter than ``within``) that is the throughput's count, (arrivals + jobs /
+    within) / throughput; for slow ones a worker started for the backlog is worth its free
+    slots, not the few jobs it would complete in the time (a burst of 30 s jobs with 8 s to
+    start in needs a slot each, not four times that).
     ``throughput`` replaces the inputs' estimate for both.
     """
     steady = throughput if throughput is not None else inputs.throughput
