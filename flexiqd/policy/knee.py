@@ -209,6 +209,31 @@ def mean_duration(load: tuple[LoadSample, ...], metrics) -> float | None:
     return metrics.recent_duration_p50 or metrics.duration_p50
 
 
+def own_duration(load: tuple[LoadSample, ...], series: tuple[tuple[int, int], ...], now: float) -> float | None:
+    """The jobs' mean duration at the pool's current count, from its own completions since it
+    began at that count with jobs waiting (Little's law: the slots busy over those seconds per
+    completion, the seconds counted whole from the one it began in); None before one ended or
+    a tick passed.
+
+    The store's durations were read at other counts: right after a crowd's pool of 30 on a
+    half-CPU database, 0.2 s jobs read 2.5 s long at one worker, and its first count looked
+    too slow to wait for -- the pool went straight to 30 and never had a count to compare."""
+    if not load:
+        return None
+    current, since = load[-1].active, None
+    for sample in reversed(load):
+        if sample.active != current or sample.runnable == 0:
+            break
+        since = sample.at
+    if since is None or since >= now:
+        return None
+    completions = sum(count for second, count in series if second >= math.floor(since))
+    if completions <= 0:
+        return None
+    running = [sample.running for sample in load if sample.at >= since]
+    return sum(running) / len(running) * (now - math.floor(since)) / completions
+
+
 def probe_budget(obs: Observation, target_age: float) -> float:
     """How long growth may wait for a sample: a share of the age target, 0 when two ticks do not fit."""
     budget = PROBE_BUDGET_SHARE * target_age
@@ -410,7 +435,10 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
             start = step_base(state, last, obs.current)
             state = replace(state, probe=KneeProbe(start=start, to_workers=obs.current, since=now, lag=last.duration))
     probe = state.probe
-    lag = probe.lag if probe is not None else mean_duration(load, metrics)
+    # Growing, no knee held: the durations read before the count began (at other counts) may
+    # overstate this count's.  (A held count's are read at it.)
+    own = own_duration(load, metrics.completion_series, now) if probe is None and state.held_at is None else None
+    lag = probe.lag if probe is not None else _shorter(mean_duration(load, metrics), own)
     sample = measure(obs, load, now, lag)
     if probe is None and held_pace_fell(state, obs, load, now, lag):
         # The held count itself now completes far less than when the knee was found: what the
@@ -424,16 +452,20 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # for one (within the probe budget), whether or not every slot has claimed yet -- unless
         # the jobs are too long to be counted in time (before one ends: twice what they have run).
         expected = lag if lag is not None else 2 * (metrics.running_age_mean or 0.0)
+        expected = _shorter(expected, own)
         # Nothing running yet while workers are up and jobs have just come (a crowd's first
         # tick, its oldest job at most two ticks old: a busy host claims late): the claims are
         # on their way, and the count at this size is a tick away.  Only that tick: workers that
         # do not claim by the next have something else holding them.
         claiming = (metrics.running == 0 and obs.active > 0 and state.backlog_since == now
                     and metrics.oldest_runnable_age <= 2 * (obs.tick or 1.0))
+        # On the backlog's first look the count's own pace is a tick away, and the durations read
+        # before it may be another count's: growth waits that tick (within the probe budget).
+        first_look = state.backlog_since == now and probe_budget(obs, target_age) > 0
         countable = (probe is None and not obs.draining and (metrics.running > 0 or claiming)
                      and metrics.runnable_depth >= metrics.running
                      and (homogeneous(metrics) or metrics.recent_completions < MIN_COMPLETIONS)
-                     and count_fits(obs, expected, probe_budget(obs, target_age)))
+                     and (first_look or count_fits(obs, expected, probe_budget(obs, target_age))))
         if not countable:
             state = replace(state, waiting_since=None)
         elif state.waiting_since is None:
@@ -556,6 +588,11 @@ def fresh_count(sample: ThroughputSample | None, obs: Observation | None, now: f
     from (without an observation, only a count taken now)."""
     wait = _verdict_wait(obs, target_age) if obs is not None else 0.0
     return sample is not None and now - sample.at <= wait
+
+
+def _shorter(first: float | None, second: float | None) -> float | None:
+    known = [value for value in (first, second) if value is not None]
+    return min(known) if known else None
 
 
 def _latest(samples: tuple[ThroughputSample, ...]) -> ThroughputSample | None:

@@ -299,14 +299,40 @@ def test_no_hold_without_the_stores_per_second_counts():
 
 def test_growth_is_not_held_for_a_count_that_cannot_be_taken_in_time():
     # Half a completion a second per worker (8 s jobs on 4 slots): ten completions take longer
-    # than the probe budget (0.4 x the 30 s target), so growth does not wait for them at all --
-    # waiting out the budget at one worker is a third of the target lost for no count -- and no
-    # ceiling is made up.
+    # than the probe budget (0.4 x the 30 s target), so growth waits only for the backlog's
+    # first look (the count's own pace, a tick away) -- waiting out the budget at one worker is
+    # a third of the target lost for no count -- and no ceiling is made up.
     decisions = ramp(KNEE_POLICY, {n: 0.5 * n for n in range(1, 41)}, end=40.0)
     assert decisions[-1][2].history.knee.held_at is None
     assert decisions[-1][1] > 4
-    assert decisions[0][2].desired > 1
-    assert not any("measuring the throughput" in d.message for _, _, d in decisions)
+    assert decisions[1][2].desired > 1
+    assert not any("measuring the throughput" in d.message for _, _, d in decisions[1:])
+
+
+def test_durations_read_at_other_counts_do_not_skip_the_first_count():
+    # A crowd on a pool of one worker (concurrency 2) right after a larger pool ran on the same
+    # half-CPU database: the store's p50 reads 2.5 s, so ten completions at one worker seem to
+    # need 12 s against a 4 s probe budget.  The jobs take 0.24 s at one worker: the count's own
+    # completions show it within a tick, the first count is taken, and the steps that follow
+    # find that more workers add nothing.
+    policy = PoolPolicy(max_workers=30, targets=Targets(age=10.0))
+    pace = {1: 8.0, 4: 10.0}
+    history, workers, series, depth, seen = None, 1, {}, 374, []
+    for tick in range(12):
+        now = 100.3 + tick
+        if tick:
+            series[int(now) - 1] = pace[min(pace, key=lambda n: abs(n - workers))]
+            depth -= series[int(now) - 1]
+        metrics = PoolMetrics(runnable_depth=depth, running=2 * workers, oldest_runnable_age=0.2 + tick,
+                              recent_completions=sum(series.values()), recent_window=15.0,
+                              completion_series=tuple(sorted(series.items())), series_reported=True,
+                              running_age_mean=0.1, duration_p50=2.5, duration_p95=3.75, recent_duration_p50=2.5)
+        decision = decide(Observation(pool="default", active=workers, starting=0, concurrency=2, tick=1.0,
+                                      metrics=metrics, start_cost=0.4), policy, history, now)
+        history, workers = decision.history, decision.desired
+        seen.append(workers)
+    assert seen[0] == 1 and max(seen) <= 4
+    assert history.knee.held_at == 1 and seen[-1] == 1
 
 
 def test_a_pool_younger_than_the_stores_window_counts_its_durations_over_its_own_life():
