@@ -52,7 +52,10 @@ is no sign of a new job mix and no reason to doubt the count.
   completions) growth is not held: the safety net and the signals size the
   pool, and samples taken later at steady counts still show a ceiling.  Nor
   does growth wait for a first count that cannot be had within the budget
-  (``count_fits``: one worker of 3 s jobs needs half a minute for ten).
+  (``count_fits``: one worker of 3 s jobs needs half a minute for ten) -- judged
+  on the count's own completions once it has some (``own_duration``: the store's
+  durations may be another count's), and not before the backlog's first tick
+  has passed: a pool that jumps uncounted has no smaller count to compare with.
 - A knee is **re-probed** rarely and in small steps: ``reprobe_interval``
   seconds after it was found or confirmed (sooner, ``2 x settle_time`` and at
   most the age target, while the oldest job is late; twice as long after each
