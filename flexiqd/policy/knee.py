@@ -212,6 +212,13 @@ def mean_duration(load: tuple[LoadSample, ...], metrics) -> float | None:
     return metrics.recent_duration_p50 or metrics.duration_p50
 
 
+# A count's own durations stand for the store's only when under this share of them: early in a
+# count the short jobs end first (a heavy tail's first seconds read 0.6 x its mean, and a count
+# taken that early took the claims' rush for a pace, then a ceiling that was not there), so only
+# a wider gap says the store's were read at another count.
+OWN_DURATION_SHARE = 0.5
+
+
 def own_duration(load: tuple[LoadSample, ...], series: tuple[tuple[int, int], ...], now: float) -> float | None:
     """The jobs' mean duration at the pool's current count, from its own completions since it
     began at that count with jobs waiting (Little's law: the slots busy over those seconds per
@@ -441,7 +448,7 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
     # Growing, no knee held: the durations read before the count began (at other counts) may
     # overstate this count's.  (A held count's are read at it.)
     own = own_duration(load, metrics.completion_series, now) if probe is None and state.held_at is None else None
-    lag = probe.lag if probe is not None else _shorter(mean_duration(load, metrics), own)
+    lag = probe.lag if probe is not None else _unless_far_shorter(mean_duration(load, metrics), own)
     sample = measure(obs, load, now, lag)
     if probe is None and held_pace_fell(state, obs, load, now, lag):
         # The held count itself now completes far less than when the knee was found: what the
@@ -455,7 +462,7 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # for one (within the probe budget), whether or not every slot has claimed yet -- unless
         # the jobs are too long to be counted in time (before one ends: twice what they have run).
         expected = lag if lag is not None else 2 * (metrics.running_age_mean or 0.0)
-        expected = _shorter(expected, own)
+        expected = _unless_far_shorter(expected, own)
         # Nothing running yet while workers are up and jobs have just come (a crowd's first
         # tick, its oldest job at most two ticks old: a busy host claims late): the claims are
         # on their way, and the count at this size is a tick away.  Only that tick: workers that
@@ -593,9 +600,12 @@ def fresh_count(sample: ThroughputSample | None, obs: Observation | None, now: f
     return sample is not None and now - sample.at <= wait
 
 
-def _shorter(first: float | None, second: float | None) -> float | None:
-    known = [value for value in (first, second) if value is not None]
-    return min(known) if known else None
+def _unless_far_shorter(read: float | None, own: float | None) -> float | None:
+    """The durations ``read`` from the store, or the count's ``own`` where those are under
+    ``OWN_DURATION_SHARE`` of them (or none were read)."""
+    if own is not None and (read is None or own < OWN_DURATION_SHARE * read):
+        return own
+    return read
 
 
 def _latest(samples: tuple[ThroughputSample, ...]) -> ThroughputSample | None:
