@@ -439,7 +439,7 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         measured = proven(state, config, now)
         if (last is not None and last.workers < obs.current <= step_reach(last.workers)
                 and (measured is None or state.held_at is not None or obs.current > measured.workers)
-                and fresh_count(last, obs, now, target_age) and (homogeneous(metrics) or state.held_at is not None)
+                and fresh_count(last, obs, now, target_age) and (alike_now(metrics) or state.held_at is not None)
                 and (state.held_at is None or last.workers >= state.held_at)
                 and not lean_recently(state, obs, now)):
             start = step_base(state, last, obs.current)
@@ -474,7 +474,7 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         first_look = state.backlog_since == now and probe_budget(obs, target_age) > 0
         countable = (probe is None and not obs.draining and (metrics.running > 0 or claiming)
                      and metrics.runnable_depth >= metrics.running
-                     and (homogeneous(metrics) or metrics.recent_completions < MIN_COMPLETIONS)
+                     and (alike_now(metrics) or metrics.recent_completions < MIN_COMPLETIONS)
                      and (first_look or count_fits(obs, expected, probe_budget(obs, target_age))))
         if not countable:
             state = replace(state, waiting_since=None)
@@ -551,8 +551,24 @@ MAX_SPREAD = 4.0
 
 
 def homogeneous(metrics) -> bool:
-    """Whether the jobs are alike (p95 within ``MAX_SPREAD`` x p50, none in flight far older)."""
-    p50, p95 = metrics.duration_p50, metrics.duration_p95
+    """Whether the jobs of the last minutes are alike (p95 within ``MAX_SPREAD`` x p50, none in
+    flight far older): what counts taken minutes apart need."""
+    return _alike(metrics.duration_p50, metrics.duration_p95, metrics)
+
+
+def alike_now(metrics) -> bool:
+    """Whether the jobs of the store's recent window are alike (as ``homogeneous``), once it saw
+    ``MIN_COMPLETIONS``; before, the last minutes' are judged.  What a first count and a step
+    from a fresh one need: their counts are seconds apart.  The minutes span other counts, and at
+    a ceiling durations stretch with the count -- a crowd right after a pool of 30 had run on a
+    half-CPU database read 0.1 s and 7 s jobs as unlike, and went 1 -> 30 uncounted."""
+    p50, p95 = metrics.recent_duration_p50, metrics.recent_duration_p95
+    if metrics.recent_completions < MIN_COMPLETIONS or not (p50 and p95):
+        return homogeneous(metrics)
+    return _alike(p50, p95, metrics)
+
+
+def _alike(p50: float | None, p95: float | None, metrics) -> bool:
     if not (p50 and p95) or p95 > MAX_SPREAD * p50:
         return False
     return metrics.running_age_mean is None or metrics.running_age_mean <= MAX_SPREAD * p95
@@ -747,7 +763,7 @@ def _growth_cap(state: KneeState, obs: Observation, now: float, target_age: floa
     budget = probe_budget(obs, target_age)
     last = _latest(state.samples)
     if (fresh_count(last, obs, now, target_age) and last.workers >= obs.active
-            and homogeneous(obs.metrics)):
+            and alike_now(obs.metrics)):
         base = step_base(state, last)
         step = max(obs.current, step_reach(base.workers))
         # The step will be judged against this count: a short one (a second of a slow pace) is

@@ -42,9 +42,9 @@ class PoolMetrics:
     ``coming_due_within`` seconds (a forecast the store holds).
     ``running_age_mean``: how long the running jobs have run so far, on average
     (None: none running) -- a lower bound on their duration before any completes.
-    ``recent_duration_p50`` / ``recent_completions``: the jobs that finished in
-    the last ``recent_window`` seconds (None: not reported) -- the durations of
-    now, for the knee.  ``completion_series``: (whole second, jobs completed in it)
+    ``recent_duration_p50`` / ``recent_duration_p95`` / ``recent_completions``:
+    the jobs that finished in the last ``recent_window`` seconds (None: not
+    reported) -- the durations of now, for the knee.  ``completion_series``: (whole second, jobs completed in it)
     over the recent window, oldest first (seconds without completions left
     out): the knee counts completions between any two instants with it;
     ``series_reported``: whether the source reports that series at all (an
@@ -66,6 +66,7 @@ class PoolMetrics:
     coming_due_within: float = 0.0
     running_age_mean: float | None = None
     recent_duration_p50: float | None = None
+    recent_duration_p95: float | None = None
     recent_completions: int = 0
     recent_window: float | None = None
     completion_series: tuple[tuple[int, int], ...] = ()
@@ -106,6 +107,7 @@ class PoolMetrics:
             coming_due_within=stats.coming_due_within,
             running_age_mean=stats.running_age_mean,
             recent_duration_p50=getattr(stats, "recent_duration_p50", None),
+            recent_duration_p95=getattr(stats, "recent_duration_p95", None),
             recent_completions=getattr(stats, "recent_completions", 0),
             recent_window=getattr(stats, "recent_window", None),
             completion_series=tuple(getattr(stats, "completion_series", ())),
@@ -135,7 +137,8 @@ class PoolMetrics:
             coming_due=sum(s.coming_due for s in per_queue),
             coming_due_within=min(s.coming_due_within for s in per_queue),
             running_age_mean=sum(a * n for a, n in ages) / running if running else None,
-            recent_duration_p50=busiest.recent_duration_p50, recent_completions=busiest.recent_completions,
+            recent_duration_p50=busiest.recent_duration_p50, recent_duration_p95=busiest.recent_duration_p95,
+            recent_completions=busiest.recent_completions,
             recent_window=busiest.recent_window, completion_series=merge_series(per_queue),
             series_reported=all(hasattr(s, "completion_series") for s in per_queue))
 

@@ -211,10 +211,10 @@ class Stats:
     ``next_due``: the run-at of the delayed job that comes due first (None:
     none delayed), so a reader can look again then.
     ``running_age_mean``: how long the running jobs have run so far, on average
-    (None: none running).  ``recent_duration_p50`` and ``recent_completions``:
-    the p50 duration and the count of the jobs of the duration sample that
-    finished in the last ``RECENT_WINDOW`` seconds -- the durations of now,
-    where the p50 above spans minutes.  ``completion_series``: (second, jobs
+    (None: none running).  ``recent_duration_p50``, ``recent_duration_p95`` and
+    ``recent_completions``: the p50 and p95 durations and the count of the jobs
+    of the duration sample that finished in the last ``RECENT_WINDOW`` seconds --
+    the durations of now, where the percentiles above span minutes.  ``completion_series``: (second, jobs
     completed in it) over the same seconds, oldest first, seconds without
     completions left out -- what lets a reader count the completions between
     any two instants of the last few seconds (the knee's evidence).  All of
@@ -264,6 +264,7 @@ class Stats:
     waiting_for_dependency: int = 0
     held_by_tenant_cap: int = 0
     completion_series: tuple[tuple[int, int], ...] = ()
+    recent_duration_p95: float | None = None
 
     @property
     def time_to_drain(self) -> float | None:

@@ -93,7 +93,7 @@ class Snapshot:
     ``running_age_mean``: how long the running jobs have run so far, on average
     (None: none running).  ``start_cost``: seconds from a start decision to the
     worker's first claim (the trace's ``cold_start``; 0 for instant starts).
-    ``recent_duration_p50``, ``recent_completions``, ``completion_series``: of the
+    ``recent_duration_p50``, ``recent_duration_p95``, ``recent_completions``, ``completion_series``: of the
     completions in the last ``RECENT_WINDOW`` seconds.
     """
 
@@ -120,6 +120,7 @@ class Snapshot:
     running_age_mean: float | None = None
     start_cost: float | None = None
     recent_duration_p50: float | None = None
+    recent_duration_p95: float | None = None
     recent_completions: int = 0
     completion_series: tuple[tuple[int, int], ...] = ()
 
@@ -350,6 +351,7 @@ class Simulation:
             running_age_mean=self.running_age_mean(),
             start_cost=self.cold_start,
             recent_duration_p50=percentile(recent, 0.50),
+            recent_duration_p95=percentile(recent, 0.95),
             recent_completions=len(recent),
             completion_series=self.completions.series(now, RECENT_WINDOW),
         )

@@ -271,6 +271,7 @@ def observation_from(snapshot: Snapshot, trace: Trace) -> Observation:
         coming_due_within=snapshot.coming_due_within,
         running_age_mean=snapshot.running_age_mean,
         recent_duration_p50=snapshot.recent_duration_p50,
+        recent_duration_p95=snapshot.recent_duration_p95,
         recent_completions=snapshot.recent_completions,
         recent_window=RECENT_WINDOW,
         completion_series=snapshot.completion_series,

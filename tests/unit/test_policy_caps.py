@@ -335,6 +335,26 @@ def test_durations_read_at_other_counts_do_not_skip_the_first_count():
     assert history.knee.held_at == 1 and seen[-1] == 1
 
 
+def test_jobs_alike_now_are_counted_whatever_the_minutes_before_ran():
+    # A crowd right after a pool of 30 ran the same jobs on a half-CPU database: over the store's
+    # minutes they read 0.25 s at the median and 7 s at p95 (stretched at 30 workers), in the
+    # last 15 s 0.12 and 0.2 s.  The first count is waited for, at one worker.
+    policy = PoolPolicy(max_workers=30, targets=Targets(age=10.0))
+    series = tuple((second, 8) for second in range(86, 100))
+    metrics = dict(runnable_depth=355, running=2, oldest_runnable_age=0.2, recent_completions=112,
+                   recent_window=15.0, completion_series=series, series_reported=True, running_age_mean=0.1,
+                   duration_p50=0.25, duration_p95=7.0, recent_duration_p50=0.12)
+    now_alike = PoolMetrics(**metrics, recent_duration_p95=0.2)
+    decision = decide(Observation(pool="default", active=1, starting=0, concurrency=2, tick=1.0, metrics=now_alike,
+                                  start_cost=0.4), policy, None, 100.3)
+    assert decision.desired == 1 and "measuring the throughput of 1 workers" in decision.message
+    # Unlike in the last seconds too: a mix, not counted.
+    now_unlike = PoolMetrics(**metrics, recent_duration_p95=6.0)
+    decision = decide(Observation(pool="default", active=1, starting=0, concurrency=2, tick=1.0, metrics=now_unlike,
+                                  start_cost=0.4), policy, None, 100.3)
+    assert decision.desired > 1
+
+
 def test_a_pool_younger_than_the_stores_window_counts_its_durations_over_its_own_life():
     # A pool made with its crowd: three samples a second apart (each standing for the second
     # before it) of 4 jobs running, 60 completions in those 3 s.  Over the store's whole 15 s

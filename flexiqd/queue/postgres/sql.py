@@ -120,7 +120,8 @@ FROM (SELECT array_agg(state), array_agg(tenant), array_agg(n) FROM counts) AS c
      (SELECT array_agg(tenant), array_agg(p) FROM (
          SELECT tenant, percentile_disc(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY seconds) AS p
          FROM durations WHERE tenant <> '' GROUP BY tenant) AS shares) AS t,
-     (SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY seconds), count(*) FROM durations
+     (SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY seconds), count(*),
+             percentile_disc(0.95) WITHIN GROUP (ORDER BY seconds) FROM durations
       WHERE finished_at >= %(recent)s) AS rd,
      (SELECT array_agg(tenant), array_agg(
          (SELECT min(run_at) FROM flexiq_jobs WHERE {_DUE} AND waiting_for IS NULL
@@ -436,7 +437,7 @@ class PostgresTx(Tx):
             "horizon": now - max(window, DURATION_HORIZON), "recent": now - RECENT_WINDOW,
             "within": float(due_within), "until": now + due_within}, binary=True).fetchone()
         (due, states, tenants, counted, event_tenants, arrivals, completions, failures, overall,
-         share_tenants, shares, recent_p50, recent, first_tenants, firsts, cap_tenants, caps,
+         share_tenants, shares, recent_p50, recent, recent_p95, first_tenants, firsts, cap_tenants, caps,
          running_tenants, running_counts, series_seconds, series_counts, coming, next_due, running,
          unfolded) = row
         if unless_due and due:
@@ -450,7 +451,7 @@ class PostgresTx(Tx):
                 event_tenants or (), arrivals or (), completions or (), failures or ())},
             durations=Durations(overall=tuple(overall) if overall else None,
                                 by_tenant={tenant: tuple(p) for tenant, p in zip(share_tenants or (), shares or ())},
-                                recent_p50=recent_p50, recent=recent),
+                                recent_p50=recent_p50, recent=recent, recent_p95=recent_p95),
             first_run_at={tenant: first for tenant, first in zip(first_tenants or (), firsts or ())
                           if first is not None},
             caps=dict(zip(cap_tenants or (), caps or ())),

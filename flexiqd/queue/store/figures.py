@@ -31,12 +31,13 @@ Percentiles = tuple[float, float, float]  # nearest-rank p50, p95, p99
 @dataclasses.dataclass
 class Durations:
     """What the duration sample says: its percentiles, each named tenant's share's, and the
-    median and number of the completions of the last ``RECENT_WINDOW`` seconds."""
+    median, p95 and number of the completions of the last ``RECENT_WINDOW`` seconds."""
 
     overall: Percentiles | None = None
     by_tenant: dict[str, Percentiles] = dataclasses.field(default_factory=dict)
     recent_p50: float | None = None
     recent: int = 0
+    recent_p95: float | None = None
 
 
 @dataclasses.dataclass
@@ -79,7 +80,8 @@ def durations_of(sample: Sequence[tuple[str, float, float]], *, now: float) -> D
     recent.sort()
     return Durations(overall=_percentiles(everything),
                      by_tenant={tenant: _percentiles(values) for tenant, values in shares.items()},
-                     recent_p50=percentile(recent, 0.50), recent=len(recent))
+                     recent_p50=percentile(recent, 0.50), recent=len(recent),
+                     recent_p95=percentile(recent, 0.95))
 
 
 def _percentiles(values: list[float]) -> Percentiles | None:
@@ -122,6 +124,7 @@ def stats_from_rows(queue: str, rows: StatsRows, *, now: float, window: float, d
                                next_due=rows.next_due,
                                running_age_mean=max(0.0, total / count) if count else None,
                                recent_duration_p50=rows.durations.recent_p50,
+                               recent_duration_p95=rows.durations.recent_p95,
                                recent_completions=rows.durations.recent,
                                completion_series=tuple(sorted(rows.completions_by_second.items())))
 

@@ -148,6 +148,21 @@ def test_the_recent_p50_is_of_the_jobs_finished_in_the_last_seconds(backend):
     assert (later.recent_completions, later.recent_duration_p50) == (0, None)
 
 
+def test_the_recent_p95_is_of_the_jobs_finished_in_the_last_seconds(backend):
+    ids = enqueue(backend, 50)
+    assert len(claim(backend, "w1", limit=50, now=T0)) == 50
+    # 30 quick jobs long ago would make any spread of the whole sample; then 20 of 41..60 s.
+    backend.settle("w1", [Outcome.ack(job_id) for job_id in ids[:30]], now=T0 + 1)
+    for offset, job_id in enumerate(ids[30:]):
+        backend.settle("w1", [Outcome.ack(job_id)], now=T0 + 41 + offset)
+    stats = backend.stats("default", now=T0 + 61)
+    assert stats.recent_completions == 15  # those that finished at T0 + 46 .. 60
+    assert (stats.recent_duration_p50, stats.recent_duration_p95) == (53, 60)
+    assert stats.duration_p95 == 58  # the whole sample's
+    later = backend.stats("default", now=T0 + 60 + RECENT_WINDOW + 1)
+    assert later.recent_duration_p95 is None
+
+
 def test_the_completion_series_counts_each_recent_second(backend):
     ids = enqueue(backend, 12)
     assert len(claim(backend, "w1", limit=12, now=T0)) == 12
