@@ -556,14 +556,22 @@ def homogeneous(metrics) -> bool:
     return _alike(metrics.duration_p50, metrics.duration_p95, metrics)
 
 
+# The recent window speaks for the jobs of now only where its p95 is at most this share of it:
+# a window shorter than a job holds the few that ended first (a burst of 50 s jobs counted on its
+# first completions, then a step counted before its own jobs ended: a ceiling that was not there).
+RECENT_SPAN_SHARE = 0.5
+
+
 def alike_now(metrics) -> bool:
     """Whether the jobs of the store's recent window are alike (as ``homogeneous``), once it saw
-    ``MIN_COMPLETIONS``; before, the last minutes' are judged.  What a first count and a step
+    ``MIN_COMPLETIONS`` and spans a few of them (``RECENT_SPAN_SHARE``); else the last
+    minutes' are judged.  What a first count and a step
     from a fresh one need: their counts are seconds apart.  The minutes span other counts, and at
     a ceiling durations stretch with the count -- a crowd right after a pool of 30 had run on a
     half-CPU database read 0.1 s and 7 s jobs as unlike, and went 1 -> 30 uncounted."""
     p50, p95 = metrics.recent_duration_p50, metrics.recent_duration_p95
-    if metrics.recent_completions < MIN_COMPLETIONS or not (p50 and p95):
+    window = metrics.recent_window or 0.0
+    if metrics.recent_completions < MIN_COMPLETIONS or not (p50 and p95) or p95 > RECENT_SPAN_SHARE * window:
         return homogeneous(metrics)
     return _alike(p50, p95, metrics)
 
