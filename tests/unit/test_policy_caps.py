@@ -355,6 +355,17 @@ def test_jobs_alike_now_are_counted_whatever_the_minutes_before_ran():
     assert decision.desired > 1
 
 
+def test_a_recent_window_shorter_than_its_jobs_does_not_speak_for_them():
+    from flexiqd.policy.knee import alike_now
+
+    # Alike over the last 15 s, but those are the few 9-12 s jobs that ended first: the minutes say.
+    short_lived = PoolMetrics(runnable_depth=50, running=8, recent_completions=12, recent_window=15.0,
+                              recent_duration_p50=9.0, recent_duration_p95=12.0, duration_p50=0.5, duration_p95=40.0)
+    assert not alike_now(short_lived)
+    assert alike_now(dataclasses.replace(short_lived, duration_p95=1.5))
+    assert alike_now(dataclasses.replace(short_lived, recent_duration_p50=0.5, recent_duration_p95=0.7))
+
+
 def test_a_pool_younger_than_the_stores_window_counts_its_durations_over_its_own_life():
     # A pool made with its crowd: three samples a second apart (each standing for the second
     # before it) of 4 jobs running, 60 completions in those 3 s.  Over the store's whole 15 s
