@@ -56,6 +56,11 @@ is no sign of a new job mix and no reason to doubt the count.
   on the count's own completions once it has some (``own_duration``: the store's
   durations may be another count's), and not before the backlog's first tick
   has passed: a pool that jumps uncounted has no smaller count to compare with.
+- Only **alike jobs** are counted: a change of mix cuts completions as a ceiling
+  does.  A first count and a step from a fresh one, seconds apart, need the
+  store's recent window alike (``alike_now``: p95 within ``MAX_SPREAD`` x p50,
+  where the window spans a few jobs); counts compared minutes apart need the
+  last minutes' alike (``homogeneous``), and those minutes span other counts.
 - A knee is **re-probed** rarely and in small steps: ``reprobe_interval``
   seconds after it was found or confirmed (sooner, ``2 x settle_time`` and at
   most the age target, while the oldest job is late; twice as long after each
