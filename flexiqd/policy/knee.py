@@ -570,10 +570,10 @@ RECENT_SPAN_SHARE = 0.5
 def alike_now(metrics) -> bool:
     """Whether the jobs of the store's recent window are alike (as ``homogeneous``), once it saw
     ``MIN_COMPLETIONS`` and spans a few of them (``RECENT_SPAN_SHARE``); else the last
-    minutes' are judged.  What a first count and a step
-    from a fresh one need: their counts are seconds apart.  The minutes span other counts, and at
-    a ceiling durations stretch with the count -- a crowd right after a pool of 30 had run on a
-    half-CPU database read 0.1 s and 7 s jobs as unlike, and went 1 -> 30 uncounted."""
+    minutes' are judged.  What a first count and a step from a fresh one need: their counts
+    are seconds apart.  The minutes span other counts, and at a ceiling durations stretch with
+    the count -- a crowd right after a pool of 30 had run on a half-CPU database read 0.1 s
+    and 7 s jobs as unlike, and went 1 -> 30 uncounted."""
     p50, p95 = metrics.recent_duration_p50, metrics.recent_duration_p95
     window = metrics.recent_window or 0.0
     if metrics.recent_completions < MIN_COMPLETIONS or not (p50 and p95) or p95 > RECENT_SPAN_SHARE * window:
@@ -630,7 +630,7 @@ def fresh_count(sample: ThroughputSample | None, obs: Observation | None, now: f
 
 
 def _unless_far_shorter(read: float | None, own: float | None) -> float | None:
-    """The durations ``read`` from the store, or the count's ``own`` where those are under
+    """The durations ``read`` from the store, or the count's ``own`` where it is under
     ``OWN_DURATION_SHARE`` of them (or none were read)."""
     if own is not None and (read is None or own < OWN_DURATION_SHARE * read):
         return own
