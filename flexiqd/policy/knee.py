@@ -168,11 +168,15 @@ def steady_since(load: tuple[LoadSample, ...], slots_per_worker: int) -> float |
         return (sample.active == current and sample.runnable >= max(1, sample.running)
                 and sample.running >= BUSY_SHARE * current * slots_per_worker)
 
-    if current <= 0 or not saturated(load[-1]):
-        return None
-    since = load[-1].at
-    for sample in reversed(load[:-1]):
-        if not saturated(sample):
+    return trailing_since(load, saturated) if current > 0 else None
+
+
+def trailing_since(load: tuple[LoadSample, ...], holds) -> float | None:
+    """The time of the first of the latest samples for which ``holds`` is true at every one
+    (``load`` ends with this tick's); None when it is not true of this tick's."""
+    since = None
+    for sample in reversed(load):
+        if not holds(sample):
             break
         since = sample.at
     return since
@@ -235,11 +239,8 @@ def own_duration(load: tuple[LoadSample, ...], series: tuple[tuple[int, int], ..
     too slow to wait for -- the pool went straight to 30 and never had a count to compare."""
     if not load:
         return None
-    current, since = load[-1].active, None
-    for sample in reversed(load):
-        if sample.active != current or sample.runnable == 0:
-            break
-        since = sample.at
+    current = load[-1].active
+    since = trailing_since(load, lambda sample: sample.active == current and sample.runnable > 0)
     if since is None or since >= now:
         return None
     completions = sum(count for second, count in series if second >= math.floor(since))
@@ -467,7 +468,6 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # for one (within the probe budget), whether or not every slot has claimed yet -- unless
         # the jobs are too long to be counted in time (before one ends: twice what they have run).
         expected = lag if lag is not None else 2 * (metrics.running_age_mean or 0.0)
-        expected = _unless_far_shorter(expected, own)
         # Nothing running yet while workers are up and jobs have just come (a crowd's first
         # tick, its oldest job at most two ticks old: a busy host claims late): the claims are
         # on their way, and the count at this size is a tick away.  Only that tick: workers that
@@ -476,11 +476,12 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
                     and metrics.oldest_runnable_age <= 2 * (obs.tick or 1.0))
         # On the backlog's first look the count's own pace is a tick away, and the durations read
         # before it may be another count's: growth waits that tick (within the probe budget).
-        first_look = state.backlog_since == now and probe_budget(obs, target_age) > 0
+        budget = probe_budget(obs, target_age)
+        first_look = state.backlog_since == now and budget > 0
         countable = (probe is None and not obs.draining and (metrics.running > 0 or claiming)
                      and metrics.runnable_depth >= metrics.running
                      and (alike_now(metrics) or metrics.recent_completions < MIN_COMPLETIONS)
-                     and (first_look or count_fits(obs, expected, probe_budget(obs, target_age))))
+                     and (first_look or count_fits(obs, expected, budget)))
         if not countable:
             state = replace(state, waiting_since=None)
         elif state.waiting_since is None:
