@@ -44,9 +44,10 @@ class PoolMetrics:
     (None: none running) -- a lower bound on their duration before any completes.
     ``recent_duration_p50`` / ``recent_duration_p95`` / ``recent_completions``:
     the jobs that finished in the last ``recent_window`` seconds (None: not
-    reported) -- the durations of now, for the knee.  ``completion_series``: (whole second, jobs completed in it)
-    over the recent window, oldest first (seconds without completions left
-    out): the knee counts completions between any two instants with it;
+    reported) -- the durations of now, for the knee.  ``completion_series``:
+    (whole second, jobs completed in it) over the recent window, oldest first
+    (seconds without completions left out): the knee counts completions
+    between any two instants with it;
     ``series_reported``: whether the source reports that series at all (an
     empty one then means nothing completed).
     """

@@ -214,11 +214,12 @@ class Stats:
     (None: none running).  ``recent_duration_p50``, ``recent_duration_p95`` and
     ``recent_completions``: the p50 and p95 durations and the count of the jobs
     of the duration sample that finished in the last ``RECENT_WINDOW`` seconds --
-    the durations of now, where the percentiles above span minutes.  ``completion_series``: (second, jobs
-    completed in it) over the same seconds, oldest first, seconds without
-    completions left out -- what lets a reader count the completions between
-    any two instants of the last few seconds (the knee's evidence).  All of
-    the whole queue, not given per tenant.
+    the durations of now, where the percentiles above span minutes.
+    ``completion_series``: (second, jobs completed in it) over the same
+    seconds, oldest first, seconds without completions left out -- what lets a
+    reader count the completions between any two instants of the last few
+    seconds (the knee's evidence).  All of the whole queue, not given per
+    tenant.
 
     ``waiting_for_dependency``: queued jobs a worker deferred because a
     dependency they use was at its limit (``Backend.admit``), until a worker

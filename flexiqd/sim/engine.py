@@ -93,8 +93,9 @@ class Snapshot:
     ``running_age_mean``: how long the running jobs have run so far, on average
     (None: none running).  ``start_cost``: seconds from a start decision to the
     worker's first claim (the trace's ``cold_start``; 0 for instant starts).
-    ``recent_duration_p50``, ``recent_duration_p95``, ``recent_completions``, ``completion_series``: of the
-    completions in the last ``RECENT_WINDOW`` seconds.
+    ``recent_duration_p50``, ``recent_duration_p95``, ``recent_completions``,
+    ``completion_series``: of the completions in the last ``RECENT_WINDOW``
+    seconds.
     """
 
     now: float
