@@ -395,15 +395,20 @@ def utilisation_signal(inputs: SignalInputs) -> SignalRecommendation | None:
     """Workers for the running jobs (the mean over ``UTILISATION_WINDOW``, never more than run now) to fill
     the target share of the slots (the mean slots over the same samples, in the detail)."""
     obs, target = inputs.obs, inputs.policy.targets.utilisation
-    wanted = _workers(inputs.running / (obs.concurrency * target))
+    # Workers that drain run their last jobs out and take no more: those jobs load no slot of the
+    # active workers (counted, every scale-down of busy workers started as many new ones).  A
+    # draining worker still there runs at least one (one with none has exited).
+    draining_jobs = obs.draining
+    running = max(0.0, inputs.running - draining_jobs)
+    wanted = _workers(running / (obs.concurrency * target))
     if inputs.metrics.runnable_depth > 0 and inputs.throughput is not None:
         # Jobs waiting keep every slot busy: utilisation then reads 1.0 at any size and
         # would add a worker per tick.  The age and drain signals size a backlog.
         wanted = min(wanted, obs.current)
     slots = inputs.slots
-    utilisation = inputs.running / slots if slots else 0.0
+    utilisation = running / slots if slots else 0.0
     return SignalRecommendation(
-        "util", wanted, f"utilisation {utilisation:.2f} ({inputs.running:.1f}/{round(slots, 1):g} slots), target {target:.2f}"
+        "util", wanted, f"utilisation {utilisation:.2f} ({running:.1f}/{round(slots, 1):g} slots), target {target:.2f}"
     )
 
 

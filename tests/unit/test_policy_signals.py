@@ -139,6 +139,14 @@ def test_utilisation_signal_averages_running_jobs_over_time():
     assert recommendation(last, "util") == 2
 
 
+def test_workers_already_draining_their_jobs_are_not_replaced_by_the_utilisation_signal():
+    # 10 workers draining their jobs out beside 4 active ones: the running jobs are mostly theirs.
+    ticks = [(float(t), observe(4, draining=10, concurrency=1, running=14, completion_rate=0.1))
+             for t in range(0, 40, 2)]
+    last = run(policy(), ticks)[-1]
+    assert recommendation(last, "util") <= 5
+
+
 def test_cpu_signal_only_for_cpu_bound_pools():
     obs = observe(4, cpu_utilisation=0.9, **busy(4, fraction=0.25))
     assert recommendation(decide(obs, policy(), None, 0.0), "cpu") is None
