@@ -51,7 +51,7 @@ from .evidence import describe as describe_evidence, evidence_caps, update_evide
 from .knee import describe, knee_cap, update_knee
 from .lean import cap_to_lean, lean_count
 from .sharing import DependencyCap
-from .signals import backlog_is_late, record_load, recommend_all, signal_inputs, sustained_need
+from .signals import backlog_is_late, jobs_of_active_workers, record_load, recommend_all, signal_inputs, sustained_need
 from .smoothing import rate_limit, record, record_change, stabilize
 from .types import CapValue, Decision, History, LoadSample, Observation, SignalRecommendation, TimedCount
 
@@ -202,7 +202,7 @@ def finish(
         history = replace(history, seeded=True, recommendations=record((), now, current, 0.0))
     down_view = down_window_view(history.recommendations, history.load, now)
     windowed, window_tag = stabilize(current, capped, history.recommendations, now, behavior, down_view)
-    overloaded = obs.metrics.running > obs.active * obs.concurrency
+    overloaded = jobs_of_active_workers(obs) > obs.active * obs.concurrency
     if cap_bound is not None and windowed > current:
         # The band is for noise in the signals; a cap that holds their wish down is none.  Growth
         # up to it is taken however small: staggered starts end in one step of a few workers

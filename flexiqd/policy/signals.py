@@ -183,6 +183,14 @@ def base_arrival_rate(metrics: PoolMetrics, load: tuple[LoadSample, ...]) -> flo
     return median
 
 
+def jobs_of_active_workers(obs: Observation) -> int:
+    """The jobs running on the active workers: the store's running jobs without those of the
+    draining workers.  Those run their last jobs out and take no more, so they hold no slot of the
+    active ones (each runs at least one: a draining worker with none has exited)."""
+    assert obs.metrics is not None
+    return max(0, obs.metrics.running - obs.draining)
+
+
 def _workers(value: float) -> int:
     # A vanishing throughput estimate must not overflow: any cap is far below this.
     if not value < _MOST_WORKERS:
@@ -300,7 +308,7 @@ def workers_to_start(inputs: SignalInputs, jobs: int, within: float, throughput:
     # across a burst of slow jobs outlives the burst by a rate window, and the quick jobs
     # arriving after it would be sized on it (a slot each for jobs that take half a second).
     # A flow that rises shows as more jobs running and waiting by the next tick.
-    present = inputs.metrics.running + jobs
+    present = jobs_of_active_workers(inputs.obs) + jobs
     flow_slots = min(inputs.arrivals * concurrency / steady, present)
     waiting_duration = concurrency / backlog
     starts_per_worker = concurrency * (1 + within / waiting_duration)
@@ -324,9 +332,10 @@ def pace_contradicts(obs: Observation, throughput: float) -> bool:
     window = metrics.recent_window
     if not window or metrics.runnable_depth == 0 or obs.active == 0:
         return False
-    if metrics.running < obs.active * obs.concurrency:
+    running = jobs_of_active_workers(obs)
+    if running < obs.active * obs.concurrency:
         return False
-    expected = metrics.running / (obs.concurrency / throughput) * window
+    expected = running / (obs.concurrency / throughput) * window
     return expected >= CONTRADICTION_COMPLETIONS and metrics.recent_completions < CONTRADICTION_SHARE * expected
 
 
@@ -395,11 +404,9 @@ def utilisation_signal(inputs: SignalInputs) -> SignalRecommendation | None:
     """Workers for the running jobs (the mean over ``UTILISATION_WINDOW``, never more than run now) to fill
     the target share of the slots (the mean slots over the same samples, in the detail)."""
     obs, target = inputs.obs, inputs.policy.targets.utilisation
-    # Workers that drain run their last jobs out and take no more: those jobs load no slot of the
-    # active workers (counted, every scale-down of busy workers started as many new ones).  A
-    # draining worker still there runs at least one (one with none has exited).
-    draining_jobs = obs.draining
-    running = max(0.0, inputs.running - draining_jobs)
+    # Without the draining workers' jobs (``jobs_of_active_workers``): counted as load on the
+    # active workers, every scale-down of busy workers started as many new ones.
+    running = max(0.0, inputs.running - (inputs.metrics.running - jobs_of_active_workers(obs)))
     wanted = _workers(running / (obs.concurrency * target))
     if inputs.metrics.runnable_depth > 0 and inputs.throughput is not None:
         # Jobs waiting keep every slot busy: utilisation then reads 1.0 at any size and
@@ -444,7 +451,8 @@ def saturation_signal(inputs: SignalInputs) -> SignalRecommendation | None:
     if inputs.throughput is not None or metrics.runnable_depth == 0 or obs.current == 0:
         return None
     slots = obs.active * obs.concurrency
-    if metrics.runnable_depth <= slots - metrics.running:
+    free = max(0, slots - jobs_of_active_workers(obs))
+    if metrics.runnable_depth <= free:
         return None  # the free slots take every waiting job
     # Double what is busy, not what is booting: workers still starting are the capacity
     # already on its way, and doubling them too would answer a boot with more boots.  Nor
@@ -455,7 +463,7 @@ def saturation_signal(inputs: SignalInputs) -> SignalRecommendation | None:
     if obs.active == 0:
         detail = f"{obs.starting} workers starting, {metrics.runnable_depth} runnable, no throughput known yet"
     else:
-        detail = (f"{metrics.runnable_depth} runnable for {max(0, slots - metrics.running)} free slots of {slots}, "
+        detail = (f"{metrics.runnable_depth} runnable for {free} free slots of {slots}, "
                   f"no throughput known yet")
     return SignalRecommendation("saturation", wanted, detail)
 

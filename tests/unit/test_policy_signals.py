@@ -219,6 +219,24 @@ def test_saturation_has_no_opinion_once_throughput_is_known_or_free_slots_take_e
     assert recommendation(decide(free, policy(), None, 0.0), "saturation") is None
 
 
+def test_the_draining_workers_jobs_take_no_free_slot_of_the_active_ones():
+    # 2 active 4-slot workers run 2 jobs; 6 draining workers run their last 6 out.  The 6 free
+    # slots take the 5 waiting jobs: nothing is saturated.
+    draining = observe(2, draining=6, runnable_depth=5, running=8, completion_rate=0.0, duration_p50=None)
+    assert recommendation(decide(draining, policy(), None, 0.0), "saturation") is None
+
+
+def test_a_backlog_is_not_sized_on_the_slots_draining_workers_hold():
+    # A burst of slow jobs given back: 20 draining workers (1 slot each) run them out; 4 active
+    # workers run 4 quick jobs, 8 quick ones wait.  The draining workers' jobs need no slot of the
+    # pool: the age signal sizes the 4 running and 8 waiting.
+    ticks = [(float(t), observe(4, draining=20, concurrency=1, runnable_depth=8, running=24,
+                                oldest_runnable_age=2.0, completion_rate=8.0, arrival_rate=8.0,
+                                duration_p50=0.5, duration_p95=1.0)) for t in range(0, 20, 2)]
+    last = run(policy(targets=Targets(age=30.0)), ticks)[-1]
+    assert recommendation(last, "age") <= 12
+
+
 def test_a_burst_is_saturation_at_its_commit_before_any_worker_claimed():
     # 30 jobs just committed, 8 free slots, nothing running yet: once claimed, 22 still wait.
     burst = observe(2, runnable_depth=30, running=0, completion_rate=0.0, duration_p50=None)
