@@ -425,7 +425,10 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
             state = _forgotten(state)
     if metrics.runnable_depth == 0:
         return replace(state, backlog_since=None, probe=None, waiting_since=None, unclear_from=None)
-    if state.backlog_since is None:
+    if state.backlog_since is None and obs.active > 0:
+        # The backlog's first look is the first tick a worker is up to count it: one that came
+        # while the pool's only worker was still starting had its look then, with nothing to
+        # count, and the next tick grew 1 -> 30 on the CPU-capped server uncounted.
         state = replace(state, backlog_since=now)
     if kept_lean:
         # A backlog kept on purpose: its count shows what the pool chose to run, not what

@@ -335,6 +335,25 @@ def test_durations_read_at_other_counts_do_not_skip_the_first_count():
     assert history.knee.held_at == 1 and seen[-1] == 1
 
 
+def test_a_backlog_that_comes_while_the_only_worker_starts_is_counted_once_it_is_up():
+    # A crowd on a fresh store while the pool's one worker is still starting: that tick has
+    # nothing to count.  The next, the worker is up and has claimed 2 of 381 jobs, nothing has
+    # completed, and the signals want 27.  Growth waits for the count at one worker.
+    policy = PoolPolicy(max_workers=30, targets=Targets(age=10.0))
+    fresh = dict(recent_window=15.0, completion_series=(), series_reported=True, duration_p50=None,
+                 duration_p95=None)
+    ticks = [(51.3, 0, 0, PoolMetrics(runnable_depth=0, running=0, **fresh)),
+             (52.3, 0, 1, PoolMetrics(runnable_depth=381, running=0, oldest_runnable_age=0.1, **fresh)),
+             (53.3, 1, 0, PoolMetrics(runnable_depth=379, running=2, oldest_runnable_age=0.2,
+                                      running_age_mean=0.3, **fresh))]
+    history = None
+    for now, active, starting, metrics in ticks:
+        decision = decide(Observation(pool="default", active=active, starting=starting, concurrency=2, tick=1.0,
+                                      metrics=metrics, start_cost=0.4), policy, history, now)
+        history = decision.history
+    assert decision.desired == 1 and "measuring the throughput of 1 workers" in decision.message
+
+
 def test_jobs_alike_now_are_counted_whatever_the_minutes_before_ran():
     # A crowd right after a pool of 30 ran the same jobs on a half-CPU database: over the store's
     # minutes they read 0.25 s at the median and 7 s at p95 (stretched at 30 workers), in the
