@@ -478,9 +478,13 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         claiming = (metrics.running == 0 and obs.active > 0 and state.backlog_since == now
                     and metrics.oldest_runnable_age <= 2 * (obs.tick or 1.0))
         # On the backlog's first look the count's own pace is a tick away, and the durations read
-        # before it may be another count's: growth waits that tick (within the probe budget).
+        # before it may be another count's: growth waits that tick (within the probe budget) --
+        # the whole tick: new work wakes the loop, and a decision a third of a second after the
+        # first look, two jobs claimed and none ended, read them as too slow to count and grew
+        # 1 -> 30 on the CPU-capped server.
         budget = probe_budget(obs, target_age)
-        first_look = state.backlog_since == now and budget > 0
+        first_look = (state.backlog_since is not None and now - state.backlog_since < (obs.tick or 1.0)
+                      and budget > 0)
         countable = (probe is None and not obs.draining and (metrics.running > 0 or claiming)
                      and metrics.runnable_depth >= metrics.running
                      and (alike_now(metrics) or metrics.recent_completions < MIN_COMPLETIONS)

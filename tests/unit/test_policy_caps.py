@@ -354,6 +354,26 @@ def test_a_backlog_that_comes_while_the_only_worker_starts_is_counted_once_it_is
     assert decision.desired == 1 and "measuring the throughput of 1 workers" in decision.message
 
 
+def test_a_decision_woken_within_the_first_looks_tick_still_waits_for_the_count():
+    # New work wakes the loop: the first look comes as the crowd commits (nothing claimed yet),
+    # the next decision a third of a second later, 2 jobs claimed and none ended.  Sized on what
+    # they have run so far (twice 0.3 s), ten completions at one worker seem out of reach of the
+    # probe budget -- but the first look's tick is not over: growth still waits for the count.
+    policy = PoolPolicy(max_workers=30, targets=Targets(age=10.0))
+    fresh = dict(recent_window=15.0, completion_series=(), series_reported=True, duration_p50=None,
+                 duration_p95=None)
+    ticks = [(27.0, PoolMetrics(runnable_depth=0, running=0, **fresh)),
+             (28.0, PoolMetrics(runnable_depth=381, running=0, oldest_runnable_age=0.0, **fresh)),
+             (28.3, PoolMetrics(runnable_depth=379, running=2, oldest_runnable_age=0.3, running_age_mean=0.3,
+                                **fresh))]
+    history = None
+    for now, metrics in ticks:
+        decision = decide(Observation(pool="default", active=1, starting=0, concurrency=2, tick=1.0,
+                                      metrics=metrics, start_cost=0.4), policy, history, now)
+        history = decision.history
+    assert decision.desired == 1 and "measuring the throughput of 1 workers" in decision.message
+
+
 def test_jobs_alike_now_are_counted_whatever_the_minutes_before_ran():
     # A crowd right after a pool of 30 ran the same jobs on a half-CPU database: over the store's
     # minutes they read 0.25 s at the median and 7 s at p95 (stretched at 30 workers), in the
