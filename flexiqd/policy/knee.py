@@ -55,7 +55,9 @@ is no sign of a new job mix and no reason to doubt the count.
   (``count_fits``: one worker of 3 s jobs needs half a minute for ten) -- judged
   on the count's own completions once it has some (``own_duration``: the store's
   durations may be another count's), and not before the backlog's first tick
-  has passed: a pool that jumps uncounted has no smaller count to compare with.
+  has passed -- a whole tick, from the first decision a worker is up to count
+  it (new work wakes the loop between ticks): a pool that jumps uncounted has no
+  smaller count to compare with.
 - Only **alike jobs** are counted: a change of mix cuts completions as a ceiling
   does.  A first count and a step from a fresh one, seconds apart, need the
   store's recent window alike (``alike_now``: p95 within ``MAX_SPREAD`` x p50,
