@@ -183,12 +183,19 @@ def base_arrival_rate(metrics: PoolMetrics, load: tuple[LoadSample, ...]) -> flo
     return median
 
 
+def jobs_of_draining_workers(obs: Observation) -> int:
+    """The store's running jobs that draining workers run: those run their last jobs out and take
+    no more, so they hold no slot of the active workers.  At least one each (a draining worker
+    with none has exited), at most all that run."""
+    assert obs.metrics is not None
+    return min(obs.metrics.running, obs.draining)
+
+
 def jobs_of_active_workers(obs: Observation) -> int:
     """The jobs running on the active workers: the store's running jobs without those of the
-    draining workers.  Those run their last jobs out and take no more, so they hold no slot of the
-    active ones (each runs at least one: a draining worker with none has exited)."""
+    draining workers (``jobs_of_draining_workers``)."""
     assert obs.metrics is not None
-    return max(0, obs.metrics.running - obs.draining)
+    return obs.metrics.running - jobs_of_draining_workers(obs)
 
 
 def _workers(value: float) -> int:
@@ -203,7 +210,8 @@ class SignalInputs:
     """What every signal reads: the observation (with metrics), the policy, and estimates.
 
     ``throughput``: jobs/s one fully busy worker completes (None: unknown yet).
-    ``running``: mean running jobs over ``UTILISATION_WINDOW``.
+    ``running``: mean running jobs over ``UTILISATION_WINDOW`` (never more than run now), less
+    those the draining workers run now (``jobs_of_draining_workers``).
     ``active``: mean active workers over the rate window (the span a CPU
     utilisation measured over that window is a mean over).
     ``arrivals``: the base arrival rate (jobs/s).
@@ -252,6 +260,9 @@ def signal_inputs(obs: Observation, policy: PoolPolicy, load: tuple[LoadSample, 
         running = min(mean, float(metrics.running))
     else:
         running = float(metrics.running)
+    # The active workers' jobs only: counted as their load, the jobs the draining workers run out
+    # undid every scale-down of busy workers with as many new starts.
+    running = max(0.0, running - jobs_of_draining_workers(obs))
     if over_util_window:
         slots = obs.concurrency * sum(s.active for s in over_util_window) / len(over_util_window)
     else:
@@ -401,12 +412,9 @@ def depth_signal(inputs: SignalInputs) -> SignalRecommendation | None:
 
 
 def utilisation_signal(inputs: SignalInputs) -> SignalRecommendation | None:
-    """Workers for the running jobs (the mean over ``UTILISATION_WINDOW``, never more than run now) to fill
-    the target share of the slots (the mean slots over the same samples, in the detail)."""
-    obs, target = inputs.obs, inputs.policy.targets.utilisation
-    # Without the draining workers' jobs (``jobs_of_active_workers``): counted as load on the
-    # active workers, every scale-down of busy workers started as many new ones.
-    running = max(0.0, inputs.running - (inputs.metrics.running - jobs_of_active_workers(obs)))
+    """Workers for the active workers' running jobs (``SignalInputs.running``) to fill the target
+    share of the slots (the mean slots over the same samples, in the detail)."""
+    obs, target, running = inputs.obs, inputs.policy.targets.utilisation, inputs.running
     wanted = _workers(running / (obs.concurrency * target))
     if inputs.metrics.runnable_depth > 0 and inputs.throughput is not None:
         # Jobs waiting keep every slot busy: utilisation then reads 1.0 at any size and
