@@ -485,16 +485,12 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # first look, two jobs claimed and none ended, read them as too slow to count and grew
         # 1 -> 30 on the CPU-capped server.
         budget = probe_budget(obs, target_age)
-        # Whether the count fits is judged on its own pace once it has one: the store's durations
-        # reach back before the crowd.  Read over those seconds, 0.22 s jobs at one worker read
-        # 0.36 s, a count with eleven completions already seemed out of reach, and growth stopped
-        # waiting for it (the daemon went 1 -> 30 uncounted on the CPU-capped server).
         first_look = (state.backlog_since is not None and now - state.backlog_since < (obs.tick or 1.0)
                       and budget > 0)
         countable = (probe is None and not obs.draining and (metrics.running > 0 or claiming)
                      and metrics.runnable_depth >= metrics.running
                      and (alike_now(metrics) or metrics.recent_completions < MIN_COMPLETIONS)
-                     and (first_look or count_fits(obs, own if own is not None else expected, budget)))
+                     and (first_look or count_fits(obs, expected, budget)))
         if not countable:
             state = replace(state, waiting_since=None)
         elif state.waiting_since is None:
