@@ -233,8 +233,11 @@ OWN_DURATION_SHARE = 0.5
 def own_duration(load: tuple[LoadSample, ...], series: tuple[tuple[int, int], ...], now: float) -> float | None:
     """The jobs' mean duration at the pool's current count, from its own completions since it
     began at that count with jobs waiting (Little's law: the slots busy over those seconds per
-    completion, the seconds counted whole from the one it began in); None before one ended or
-    a tick passed.
+    completion: its completions from the second it began in, over the time since it began);
+    None before one ended or a tick passed.  Not over the whole of that second: a crowd's first
+    look came 0.87 s into it, nothing had run before, and 0.2 s jobs read 0.41 s.  (A pool busy
+    before it began has a few of that second's completions counted in: erring short, which only
+    waits longer for a count, within the probe budget.)
 
     The store's durations were read at other counts: right after a crowd's pool of 30 on a
     half-CPU database, 0.2 s jobs read 2.5 s long at one worker, and its first count looked
@@ -249,7 +252,7 @@ def own_duration(load: tuple[LoadSample, ...], series: tuple[tuple[int, int], ..
     if completions <= 0:
         return None
     running = [sample.running for sample in load if sample.at >= since]
-    return sum(running) / len(running) * (now - math.floor(since)) / completions
+    return sum(running) / len(running) * (now - since) / completions
 
 
 def probe_budget(obs: Observation, target_age: float) -> float:
@@ -485,12 +488,16 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # first look, two jobs claimed and none ended, read them as too slow to count and grew
         # 1 -> 30 on the CPU-capped server.
         budget = probe_budget(obs, target_age)
+        # Whether the count fits is judged on its own pace once it has one: the store's durations
+        # reach back before the crowd (in a reconstruction of a daemon's run that went 1 -> 30
+        # uncounted on the CPU-capped server, 0.22 s jobs at one worker read 0.36 s, and a count
+        # with eleven completions already seemed out of reach).
         first_look = (state.backlog_since is not None and now - state.backlog_since < (obs.tick or 1.0)
                       and budget > 0)
         countable = (probe is None and not obs.draining and (metrics.running > 0 or claiming)
                      and metrics.runnable_depth >= metrics.running
                      and (alike_now(metrics) or metrics.recent_completions < MIN_COMPLETIONS)
-                     and (first_look or count_fits(obs, expected, budget)))
+                     and (first_look or count_fits(obs, own if own is not None else expected, budget)))
         if not countable:
             state = replace(state, waiting_since=None)
         elif state.waiting_since is None:

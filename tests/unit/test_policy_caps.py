@@ -374,6 +374,59 @@ def test_a_decision_woken_within_the_first_looks_tick_still_waits_for_the_count(
     assert decision.desired == 1 and "measuring the throughput of 1 workers" in decision.message
 
 
+def test_a_count_under_way_is_judged_on_its_own_pace_not_on_the_seconds_before_the_crowd():
+    # A crowd of 372 jobs onto one worker (2 slots) of a half-CPU database, decisions 1.2 s
+    # apart (a daemon's tick runs long).  1.2 s after the first look the count has 11 of its own
+    # completions: 0.22 s jobs, ten more well within the probe budget.  The store's durations,
+    # read over samples that reach back before the crowd (nothing running then), say 0.36 s:
+    # out of reach -- and the daemon's pool went 1 -> 7 -> 24 -> 30 uncounted (request p95 15x
+    # one worker's).  Growth keeps waiting for the count.
+    policy = PoolPolicy(max_workers=30, targets=Targets(age=10.0))
+    crowd = 1000.0
+
+    def metrics_at(now: float) -> PoolMetrics:
+        if now < crowd:
+            return PoolMetrics(runnable_depth=0, running=0, recent_window=15.0, series_reported=True)
+        done = int(9 * (now - crowd - 0.3))
+        series = tuple((second, round(9 * (min(second + 1, now) - max(second, crowd + 0.3))))
+                       for second in range(int(crowd), int(now) + 1) if min(second + 1, now) > max(second, crowd + 0.3))
+        return PoolMetrics(runnable_depth=372 - done, running=2, oldest_runnable_age=now - crowd - 0.3,
+                           running_age_mean=0.1, recent_completions=done, recent_window=15.0,
+                           completion_series=series, series_reported=True, recent_duration_p50=0.2,
+                           recent_duration_p95=0.3, duration_p50=0.2, duration_p95=0.3,
+                           completion_rate=done / 60, rate_window=60.0)
+
+    history = None
+    for now in (crowd - 1.1, crowd + 1.0, crowd + 2.2):
+        decision = decide(Observation(pool="default", active=1, starting=0, concurrency=2, tick=1.0,
+                                      metrics=metrics_at(now), start_cost=0.4), policy, history, now)
+        history = decision.history
+    assert decision.desired == 1 and "measuring the throughput of 1 workers" in decision.message
+
+
+def test_a_crowds_first_count_is_paced_from_its_first_look_not_its_whole_second():
+    # `flexiq autoscale` on the CPU-capped server: the crowd's first look came 0.87 s into its
+    # second, its one worker idle before it; 1.2 s later ten 0.2 s jobs had ended (nine in the
+    # next second, one in the one after).  Paced from the second it began in, they read 0.41 s
+    # and the count seemed out of the probe budget's reach: the pool went 1 -> 8 -> 30
+    # uncounted.  Over the 1.2 s since the first look: 0.24 s, and growth waits for the count.
+    policy = PoolPolicy(max_workers=30, targets=Targets(age=10.0))
+    idle = dict(runnable_depth=0, running=0, recent_window=15.0, completion_series=(), series_reported=True)
+    counting = dict(recent_window=15.0, series_reported=True, running_age_mean=0.1, duration_p50=0.18,
+                    duration_p95=0.21, recent_duration_p50=0.18, recent_duration_p95=0.21)
+    ticks = [(15.8, PoolMetrics(**idle)), (16.8, PoolMetrics(**idle)),
+             (17.873, PoolMetrics(runnable_depth=371, running=2, oldest_runnable_age=0.0, **counting)),
+             (18.065, PoolMetrics(runnable_depth=371, running=2, oldest_runnable_age=0.2, **counting)),
+             (19.066, PoolMetrics(runnable_depth=361, running=2, oldest_runnable_age=1.2, recent_completions=10,
+                                  completion_series=((18, 9), (19, 1)), **counting))]
+    history = None
+    for now, metrics in ticks:
+        decision = decide(Observation(pool="default", active=1, starting=0, concurrency=2, tick=1.0,
+                                      metrics=metrics, start_cost=0.4), policy, history, now)
+        history = decision.history
+    assert decision.desired == 1 and "measuring the throughput of 1 workers" in decision.message
+
+
 def test_jobs_alike_now_are_counted_whatever_the_minutes_before_ran():
     # A crowd right after a pool of 30 ran the same jobs on a half-CPU database: over the store's
     # minutes they read 0.25 s at the median and 7 s at p95 (stretched at 30 workers), in the

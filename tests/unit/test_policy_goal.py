@@ -33,9 +33,6 @@ WORKLOADS = {trace.name: trace for trace in sample(len(FAMILIES), SEED)}
 NOT_YET = {
     "square_wave-927330": ("2.14 x the oracle's worker-seconds: a start and a tick (10 s) take the whole 10 s "
                            "target, so the pool holds through each trough; the oracle starts workers for free"),
-    "slow_bursts-331185": ("14 s over the age target (oracle 0): a burst of slow jobs is sized on its slots as it "
-                           "comes, 2 -> 4 -> 6 -> 11 workers over three 5 s ticks, and with 5 s starts its oldest "
-                           "job is late before they are up"),
 }
 
 
