@@ -354,6 +354,17 @@ def test_a_backlog_that_comes_while_the_only_worker_starts_is_counted_once_it_is
     assert decision.desired == 1 and "measuring the throughput of 1 workers" in decision.message
 
 
+def assert_still_counting_one_worker(policy: PoolPolicy, ticks) -> None:
+    """Decide on each (now, metrics) of a pool of one worker (concurrency 2, 1 s ticks) in turn: the
+    last decision still waits for the count at one worker."""
+    history = None
+    for now, metrics in ticks:
+        decision = decide(Observation(pool="default", active=1, starting=0, concurrency=2, tick=1.0,
+                                      metrics=metrics, start_cost=0.4), policy, history, now)
+        history = decision.history
+    assert decision.desired == 1 and "measuring the throughput of 1 workers" in decision.message
+
+
 def test_a_decision_woken_within_the_first_looks_tick_still_waits_for_the_count():
     # New work wakes the loop: the first look comes as the crowd commits (nothing claimed yet),
     # the next decision a third of a second later, 2 jobs claimed and none ended.  Sized on what
@@ -366,12 +377,7 @@ def test_a_decision_woken_within_the_first_looks_tick_still_waits_for_the_count(
              (28.0, PoolMetrics(runnable_depth=381, running=0, oldest_runnable_age=0.0, **fresh)),
              (28.3, PoolMetrics(runnable_depth=379, running=2, oldest_runnable_age=0.3, running_age_mean=0.3,
                                 **fresh))]
-    history = None
-    for now, metrics in ticks:
-        decision = decide(Observation(pool="default", active=1, starting=0, concurrency=2, tick=1.0,
-                                      metrics=metrics, start_cost=0.4), policy, history, now)
-        history = decision.history
-    assert decision.desired == 1 and "measuring the throughput of 1 workers" in decision.message
+    assert_still_counting_one_worker(policy, ticks)
 
 
 def test_a_count_under_way_is_judged_on_its_own_pace_not_on_the_seconds_before_the_crowd():
@@ -419,12 +425,7 @@ def test_a_crowds_first_count_is_paced_from_its_first_look_not_its_whole_second(
              (18.065, PoolMetrics(runnable_depth=371, running=2, oldest_runnable_age=0.2, **counting)),
              (19.066, PoolMetrics(runnable_depth=361, running=2, oldest_runnable_age=1.2, recent_completions=10,
                                   completion_series=((18, 9), (19, 1)), **counting))]
-    history = None
-    for now, metrics in ticks:
-        decision = decide(Observation(pool="default", active=1, starting=0, concurrency=2, tick=1.0,
-                                      metrics=metrics, start_cost=0.4), policy, history, now)
-        history = decision.history
-    assert decision.desired == 1 and "measuring the throughput of 1 workers" in decision.message
+    assert_still_counting_one_worker(policy, ticks)
 
 
 def test_jobs_alike_now_are_counted_whatever_the_minutes_before_ran():
