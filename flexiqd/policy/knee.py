@@ -488,12 +488,12 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # first look, two jobs claimed and none ended, read them as too slow to count and grew
         # 1 -> 30 on the CPU-capped server.
         budget = probe_budget(obs, target_age)
+        first_look = (state.backlog_since is not None and now - state.backlog_since < (obs.tick or 1.0)
+                      and budget > 0)
         # Whether the count fits is judged on its own pace once it has one: the store's durations
         # reach back before the crowd (in a reconstruction of a daemon's run that went 1 -> 30
         # uncounted on the CPU-capped server, 0.22 s jobs at one worker read 0.36 s, and a count
         # with eleven completions already seemed out of reach).
-        first_look = (state.backlog_since is not None and now - state.backlog_since < (obs.tick or 1.0)
-                      and budget > 0)
         countable = (probe is None and not obs.draining and (metrics.running > 0 or claiming)
                      and metrics.runnable_depth >= metrics.running
                      and (alike_now(metrics) or metrics.recent_completions < MIN_COMPLETIONS)

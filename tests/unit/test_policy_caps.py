@@ -402,12 +402,8 @@ def test_a_count_under_way_is_judged_on_its_own_pace_not_on_the_seconds_before_t
                            recent_duration_p95=0.3, duration_p50=0.2, duration_p95=0.3,
                            completion_rate=done / 60, rate_window=60.0)
 
-    history = None
-    for now in (crowd - 1.1, crowd + 1.0, crowd + 2.2):
-        decision = decide(Observation(pool="default", active=1, starting=0, concurrency=2, tick=1.0,
-                                      metrics=metrics_at(now), start_cost=0.4), policy, history, now)
-        history = decision.history
-    assert decision.desired == 1 and "measuring the throughput of 1 workers" in decision.message
+    decisions_at = (crowd - 1.1, crowd + 1.0, crowd + 2.2)
+    assert_still_counting_one_worker(policy, [(now, metrics_at(now)) for now in decisions_at])
 
 
 def test_a_crowds_first_count_is_paced_from_its_first_look_not_its_whole_second():
