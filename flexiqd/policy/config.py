@@ -139,7 +139,9 @@ class KneeConfig:
     While jobs wait, the pool grows in steps judged on the completions the
     store counts; a step whose workers add less than half their share holds
     the pool at the count of the best throughput measured, then a worker
-    fewer at a time while the fewer complete as much.  Counts that
+    fewer at a time while the fewer complete as much (half as many where no smaller
+    count was measured); a pool late at ``max_workers`` with no smaller count is compared
+    with half its workers.  Counts that
     differ by less than ``min_throughput_gain`` are equally good (the fewer
     workers win).  The knee is re-probed a quarter higher after
     ``reprobe_interval`` (after ``2 x settle_time``, at most the age target,

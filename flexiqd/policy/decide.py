@@ -128,7 +128,8 @@ def combine_signals(obs: Observation, policy: PoolPolicy, history: History, now:
     # Held or shrunk on the lean count: a backlog kept on purpose is no ceiling's evidence.
     kept = lean is not None and lean <= obs.current and recommendations != wanted
     history = replace(history, load=load,
-                      knee=update_knee(history.knee, obs, policy.knee, now, load, policy.targets.age, kept))
+                      knee=update_knee(history.knee, obs, policy.knee, now, load, policy.targets.age, kept,
+                                       policy.max_workers))
     raw, winner = combine(recommendations)
     return Combined(
         obs=obs, policy=policy, history=history, now=now, recommendations=recommendations, winner=winner, raw=raw,

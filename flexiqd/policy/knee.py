@@ -25,7 +25,8 @@ is no sign of a new job mix and no reason to doubt the count.
   workers that no larger count beats by ``min_throughput_gain`` beyond the
   noise of both counts) and shrinks back to it.  Steps are coarse, so where
   the step from the count measured below the best fell short of that count's
-  pace, the knee is then **trimmed**: the count one fewer is held and measured
+  pace, the knee is then **trimmed**: the count one fewer (none measured below it: its
+  half, judged on a count as long as the step from it would need) is held and measured
   (counted until its noise is within half a worker's pace, or as long as a
   step's verdict), and kept while it completes as much
   as the best within the counting noise; the first that clearly does not ends
@@ -58,6 +59,16 @@ is no sign of a new job mix and no reason to doubt the count.
   has passed -- a whole tick, from the first decision a worker is up to count
   it (new work wakes the loop between ticks): a pool that jumps uncounted has no
   smaller count to compare with.
+- A pool that reached **the most it may have** without a count (it grew past its
+  first count: jobs too long to count in time, a stalled server, unlike durations)
+  has nothing smaller to compare with, and more workers are not allowed: when its
+  oldest job is late there all the same, it is compared **downwards** (``descent``).  Once its count at the maximum is had, half
+  the workers are counted, from the moment the others have stopped; the pair is
+  judged as a step from the half would be.  When the maximum shows a ceiling over
+  the half, the knee is held as after a step and searched below (a count with none
+  measured under it tries its half); otherwise the pool goes back up (a maximum that
+  clearly paid is not probed again).  Only where the half's count can be had within
+  the probe budget, and once per ``sample_max_age``.
 - Only **alike jobs** are counted: a change of mix cuts completions as a ceiling
   does.  A first count and a step from a fresh one, seconds apart, need the
   store's recent window alike (``alike_now``: p95 within ``MAX_SPREAD`` x p50,
@@ -99,7 +110,7 @@ import math
 from dataclasses import replace
 
 from .config import KneeConfig
-from .types import KneeProbe, KneeState, KneeTrim, LoadSample, Observation, ThroughputSample
+from .types import KneeDescent, KneeProbe, KneeState, KneeTrim, LoadSample, Observation, ThroughputSample
 
 # Extra workers that add less than this share of what they would at a smaller
 # count's pace show a ceiling; at least this share, the step paid.
@@ -155,6 +166,12 @@ def step_reach(workers: int) -> int:
 # for its verdict (the step's count can run longer; a wait for more costs a whole second of
 # a fast pace at every first step).
 START_SHARE = 0.5
+
+# A descent counts this share of the workers (rounded up) ...
+DESCENT_SHARE = 0.5
+
+# ... from when at most this share of that count is still stopping.
+DESCENT_STOPPING_SHARE = 0.25
 
 
 def steady_since(load: tuple[LoadSample, ...], slots_per_worker: int) -> float | None:
@@ -416,9 +433,11 @@ def best(samples: tuple[ThroughputSample, ...], gain: float) -> ThroughputSample
 
 
 def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: float,
-                load: tuple[LoadSample, ...], target_age: float = 60.0, kept_lean: bool = False) -> KneeState:
+                load: tuple[LoadSample, ...], target_age: float = 60.0, kept_lean: bool = False,
+                most: int | None = None) -> KneeState:
     """The knee state after observing ``obs`` at ``now``; ``load`` ends with this tick's sample.
-    ``kept_lean``: the pool holds or shrinks on the lean count (``lean``) this tick."""
+    ``kept_lean``: the pool holds or shrinks on the lean count (``lean``) this tick.
+    ``most``: the most workers the pool may have (None: no descent)."""
     metrics = obs.metrics
     if obs.other_hosts:
         return KneeState()  # completions of workers this host does not run: nothing to compare
@@ -429,7 +448,8 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         if newest is None or now - newest > config.sample_max_age:
             state = _forgotten(state)
     if metrics.runnable_depth == 0:
-        return replace(state, backlog_since=None, probe=None, waiting_since=None, unclear_from=None)
+        return replace(state, backlog_since=None, probe=None, waiting_since=None, unclear_from=None,
+                       descent=None)
     if state.backlog_since is None and obs.active > 0:
         # The backlog's first look is the first tick a worker is up to count it: one that came
         # while the pool's only worker was still starting had its look then, with nothing to
@@ -439,7 +459,9 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # A backlog kept on purpose: its count shows what the pool chose to run, not what
         # more workers would add (counted, a heavy tail's noise held a lean pool at a
         # false knee for three minutes).
-        return replace(state, lean_at=now, probe=None, waiting_since=None)
+        return replace(state, lean_at=now, probe=None, waiting_since=None, descent=None)
+    if state.descent is not None:
+        return _descending(state, obs, config, now, load, target_age)
     if state.probe is None:
         # A step begun: more workers asked for than a fresh sample's count.
         last = _latest(state.samples)
@@ -547,8 +569,11 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # A count tried below the best: held, and one fewer tried, unless a larger count beats it
         # -- judged once the count can tell a worker's difference (a few per cent at twenty
         # workers: a short count's noise would let the trim walk down past the knee), or once it
-        # is as long as a step's verdict.
+        # is as long as a step's verdict.  A half, with nothing measured under it, is judged as
+        # the step from it to the best would be: it need not tell one worker apart.
+        halved = not any(kept.workers < sample.workers for kept in state.samples)
         if trim_counted(sample) or sample.completions >= MAX_VERDICT_COMPLETIONS \
+                or (halved and sample.completions >= step_completions(sample.workers, state.trim.best)) \
                 or counted_seconds(sample) >= min(RECENT_WINDOW_CAP, (metrics.recent_window or 0.0) - 2):
             return _held(state, state.trim.best, config, now, state.trim)
         return state
@@ -564,7 +589,107 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # count would cap the pool for good: a count past the knee that clearly completes more
         # than the knee's own shows the knee was not there, as a re-probe that paid does.
         return _forgotten(state)
+    if not smaller and descent_due(state, sample, obs, config, now, target_age, most):
+        descent = KneeDescent(start=sample, to_workers=descent_count(sample.workers), since=now)
+        return replace(state, descent=descent, descended_at=now)
     return state
+
+
+def descent_count(workers: int) -> int:
+    """The workers a descent from ``workers`` counts."""
+    return max(1, math.ceil(workers * DESCENT_SHARE))
+
+
+def descent_due(state: KneeState, sample: ThroughputSample, obs: Observation, config: KneeConfig,
+                now: float, target_age: float, most: int | None) -> bool:
+    """Whether the pool, counted at ``sample`` with nothing smaller to compare, is compared
+    downwards: at the most it may have and late all the same, no knee held nor step under way, no descent within
+    ``sample_max_age``, its count long enough to judge the half against (as a step's start),
+    and the half's count (at ``sample``'s pace per worker: no ceiling) had within the probe
+    budget.  Short of its maximum the pool steps up instead: a step that pays costs nothing."""
+    if most is None or sample.workers < max(2, most) or state.held_at is not None \
+            or state.probe is not None or state.trim is not None or lean_recently(state, obs, now):
+        return False
+    if obs.metrics is None or obs.metrics.oldest_runnable_age <= target_age:
+        return False  # the maximum keeps the backlog within its target: a half could only cost it
+    if state.descended_at is not None and now - state.descended_at <= config.sample_max_age:
+        return False
+    half = descent_count(sample.workers)
+    budget = probe_budget(obs, target_age)
+    counting = budget - (obs.tick or 1.0)
+    if counting <= 0 or sample.completion_rate * half / sample.workers * counting < MIN_COMPLETIONS:
+        return False
+    window = (obs.metrics.recent_window or 0.0) if obs.metrics is not None else 0.0
+    return (sample.completions >= START_SHARE * step_completions(half, sample.workers)
+            or counted_seconds(sample) >= min(budget, window - 2))
+
+
+def _descending(state: KneeState, obs: Observation, config: KneeConfig, now: float,
+                load: tuple[LoadSample, ...], target_age: float) -> KneeState:
+    """The knee state during a descent (``descent_due``): the half counted from the first tick the
+    pool is down to it, then judged as a step from it to the count it descended from."""
+    descent = state.descent
+    assert descent is not None
+    if descent.counting_from is None and obs.active <= descent.to_workers \
+            and obs.draining <= DESCENT_STOPPING_SHARE * descent.to_workers:
+        # Counted once most of the stopping workers have gone (they hold the dependency while
+        # they finish), not all: at a ceiling their last jobs run stretched, and a pool of 84
+        # of 2 s jobs took half a minute to stop its last ten.  Then, as a step's count, once
+        # the jobs begun at the larger count have had the time to end (one of its mean durations).
+        descent = descent._replace(counting_from=now + descent.start.duration, stopping=obs.draining)
+        state = replace(state, descent=descent)
+    elif descent.counting_from is not None and now <= descent.counting_from:
+        # Each worker still stopping when the count begins ends at most one job among the half's.
+        descent = descent._replace(stopping=obs.draining)
+        state = replace(state, descent=descent)
+    sample = descent_sample(descent, obs, load, now)
+    if sample is None:
+        return replace(state, descent=None) if _descent_overdue(descent, obs, now, target_age) else state
+    fresh = tuple(kept for kept in state.samples
+                  if kept.workers != sample.workers and now - kept.at <= config.sample_max_age)
+    state = replace(state, samples=tuple(sorted(fresh + (sample,))))
+    top = descent.start
+    ceiling = shows_ceiling(top, sample)
+    window = (obs.metrics.recent_window or 0.0) if obs.metrics is not None else 0.0
+    if not ceiling and not clearly_paid(top, sample) and not _descent_overdue(descent, obs, now, target_age) \
+            and sample.completions < step_completions(sample.workers, top.workers) \
+            and counted_seconds(sample) < window - 2:
+        return state  # counting on
+    state = replace(state, descent=None)
+    if ceiling or added_nothing(top, sample):
+        return _held(state, top.workers, config, now)
+    return state  # the maximum paid, or may have: back up (``proven`` when it clearly paid)
+
+
+def descent_sample(descent: KneeDescent, obs: Observation, load: tuple[LoadSample, ...],
+                   now: float) -> ThroughputSample | None:
+    """The half's count since ``counting_from``, less what its stopping workers may have ended (a
+    rate that errs low: a ceiling it shows is there); None before ``MIN_COMPLETIONS``, or
+    when the pool is not saturated at the half."""
+    metrics = obs.metrics
+    since = steady_since(load, obs.concurrency)
+    if descent.counting_from is None or metrics is None or since is None or obs.active != descent.to_workers:
+        return None
+    counted = completions_between(metrics.completion_series, max(since, descent.counting_from), now)
+    if counted is None or counted[0] - descent.stopping < MIN_COMPLETIONS:
+        return None
+    completions, seconds, variance = counted
+    completions -= descent.stopping
+    error = max(math.sqrt(completions), math.sqrt(variance * seconds)) / seconds
+    return ThroughputSample(descent.to_workers, completions / seconds, 0.0, now, completions, error)
+
+
+def _descent_overdue(descent: KneeDescent, obs: Observation, now: float, target_age: float) -> bool:
+    """Whether a descent has waited as long as it may: two ticks to reach the half, then as long as
+    a step's count (the verdict wait, or the half's count at the pace per worker it descended
+    from, at most ``RECENT_WINDOW_CAP``)."""
+    tick = obs.tick or 1.0
+    if descent.counting_from is None:
+        return now - descent.since > 2 * descent.start.duration + tick
+    pace = descent.start.completion_rate * descent.to_workers / descent.start.workers
+    counting = min(step_completions(descent.to_workers, descent.start.workers) / max(pace, 1e-9),
+                   RECENT_WINDOW_CAP)
+    return now - max(descent.counting_from, descent.since) > max(_verdict_wait(obs, target_age), counting)
 
 
 # Jobs whose p95 is more than this many times their p50 are too unlike each other for counts
@@ -667,9 +792,9 @@ def _held(state: KneeState, upto: int, config: KneeConfig, now: float, trim: Kne
     Where the step from the count measured below the best (the floor) fell short of the floor's
     pace, the counts between are tried: each that completes as much as the best (within the
     counting noise) is held instead, and one that clearly does not becomes the floor.  The next
-    count tried is one fewer than the count held, or, where the step from the floor clearly
-    added less than its workers' share, where the floor's pace per worker reaches the held
-    count's rate (``flattened_at``)."""
+    count tried is one fewer than the count held (with no floor measured, its half), or, where
+    the step from the floor clearly added less than its workers' share, where the floor's pace
+    per worker reaches the held count's rate (``flattened_at``)."""
     measured = tuple(kept for kept in state.samples if kept.workers <= upto)
     counts = {kept.workers: kept for kept in measured}
     if trim is not None and trim.best in counts:
@@ -686,7 +811,10 @@ def _held(state: KneeState, upto: int, config: KneeConfig, now: float, trim: Kne
     held_at = held.workers
     below = counts.get(floor)
     if held_at - 1 > floor and (below is None or short_of_pace(held, below)):
-        held_at = held_at - 1 if below is None else min(held_at - 1, flattened_at(held, below))
+        # With nothing measured below, the half is tried (a binary search: a pool of 84 that
+        # reached its maximum uncounted, trimmed a worker at a time, counts for minutes).
+        held_at = max(floor + 1, math.ceil(held_at * DESCENT_SHARE)) if below is None \
+            else min(held_at - 1, flattened_at(held, below))
     trimming = KneeTrim(top.workers, floor) if held_at != held.workers else None
     return replace(state, held_at=held_at, held_since=now, held_rate=top.completion_rate, probe=None,
                    trim=trimming)
@@ -769,6 +897,8 @@ def knee_cap(state: KneeState, config: KneeConfig, now: float, late: bool = Fals
     """
     if not config.enabled or (obs is not None and obs.other_hosts):
         return None
+    if state.descent is not None:
+        return state.descent.to_workers, "descending"
     if state.held_at is not None and state.held_since is not None:
         interval = late_reprobe(config, target_age, state.confirmed) if late else config.reprobe_interval
         if state.probe is not None:
@@ -828,7 +958,7 @@ def describe(state: KneeState, rule: str, workers: int) -> str:
             return (f"held at a measured ceiling: {state.held_at} workers, within the step from "
                     f"{rate(start)} to {rate(end)}")
         if above:
-            return (f"held at a measured ceiling: {state.held_at} workers, one fewer than "
+            return (f"held at a measured ceiling: {state.held_at} workers, fewer than "
                     f"{rate(min(above, key=lambda kept: kept.workers))}, until they are measured")
     if rule in ("probe", "reprobe") and state.probe is not None:
         start = state.probe.start
@@ -845,6 +975,9 @@ def describe(state: KneeState, rule: str, workers: int) -> str:
     if rule == "proven":
         return f"up to {workers} workers, measured without a ceiling ({rate(by_count[workers])})" \
             if workers in by_count else rule
+    if rule == "descending" and state.descent is not None:
+        return (f"measuring {workers} workers against {rate(state.descent.start)}, "
+                f"reached without a smaller count")
     if rule == "measuring":
         return f"measuring the throughput of {workers} workers before adding more"
     return rule

@@ -272,6 +272,19 @@ class KneeTrim(NamedTuple):
     floor: int
 
 
+class KneeDescent(NamedTuple):
+    """A count under way below one reached without a smaller count: ``start`` (that count's sample)
+    compared with ``to_workers``, begun at ``since``; counted from ``counting_from`` (None: not
+    yet, the pool is still above it), less ``stopping`` completions (the workers stopping then
+    end at most one job each, among the others')."""
+
+    start: ThroughputSample
+    to_workers: int
+    since: float
+    counting_from: float | None = None
+    stopping: int = 0
+
+
 @dataclass(frozen=True, kw_only=True)
 class KneeState:
     """Ceiling discovery's memory (see ``knee``).
@@ -292,6 +305,9 @@ class KneeState:
     ``confirmed``: re-probes in a row that showed the ceiling again (each doubles
     the wait for the next while the oldest job is late).  ``lean_at``: the last
     decision that held or shrank the pool on the lean count (None: never).
+    ``descent``: a count under way below a count reached without one (its ``start``: that
+    count's sample; ``to_workers``: the fewer counted), while nothing smaller compares;
+    ``descended_at``: when the last one began (one per ``sample_max_age``).
     """
 
     samples: tuple[ThroughputSample, ...] = ()
@@ -305,6 +321,8 @@ class KneeState:
     unclear_from: ThroughputSample | None = None
     confirmed: int = 0
     lean_at: float | None = None
+    descent: KneeDescent | None = None
+    descended_at: float | None = None
 
 
 class EvidenceReading(NamedTuple):

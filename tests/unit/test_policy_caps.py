@@ -151,18 +151,19 @@ def counted(now: float, workers: int, rate: float, *, starting: int = 0, age: fl
 
 
 def ramp(policy: PoolPolicy, pace: dict[int, float], start: float = 0.0, end: float = 60.0,
-         history=None, follow: bool = True, workers: int = 1, schedule: list[tuple[float, int]] | None = None):
+         history=None, follow: bool = True, workers: int = 1, schedule: list[tuple[float, int]] | None = None,
+         age: float = 20.0):
     """Decide a tick a second; the pool is at whatever the last decision asked for (its workers
     start at once) -- or, with ``schedule``, at the count it gives from each time on (what the
     signals asked for, the knee aside) -- and completes ``pace[workers]`` jobs a second -- each
-    second's count from the count of workers that second."""
+    second's count from the count of workers that second; its oldest job ``age`` seconds old."""
     decisions, by_second = [], {}
     now = start
     while now <= end:
         if schedule:
             workers = max(count for at, count in schedule if at <= now)
         by_second[int(now)] = pace[min(workers, max(pace))]
-        decision = decide(counted(now, workers, by_second[int(now)], rates=by_second), policy, history, now)
+        decision = decide(counted(now, workers, by_second[int(now)], rates=by_second, age=age), policy, history, now)
         history = decision.history
         decisions.append((now, workers, decision))
         if follow:
@@ -904,3 +905,76 @@ def test_a_reprobe_whose_count_stays_unclear_goes_the_way_it_leans(at_three, kne
     assert verdict.history.knee.confirmed == 0  # unclear: no confirmation to space the next re-probe by
     if knee_after is not None:
         assert verdict.desired == 2
+
+
+# --- a count reached without a smaller one: compared downwards ------------------------------------
+
+# Older than KNEE_POLICY's age target: the maximum does not keep the backlog within it.
+LATE = 90.0
+
+
+def test_a_late_pool_at_its_maximum_with_nothing_smaller_counted_descends_to_the_knee():
+    # The pool stands at its maximum of 40 when the count begins (it grew past its first count:
+    # jobs too long to count in time, a stalled server).  Nothing smaller compares, and no step up
+    # is allowed: half the workers are counted, and the ceiling they show is searched below.
+    decisions = ramp(KNEE_POLICY, pace_of(CEILING), end=120.0, workers=40, age=LATE)
+    counts = [workers for _, workers, _ in decisions]
+    assert counts[0] == 40 and max(counts) == 40
+    descending = next(d for _, _, d in decisions if d.reason == "CappedByKnee")
+    assert descending.desired == 20
+    assert "measuring 20 workers against 40 workers 13.0 jobs/s, reached without a smaller count" \
+        in descending.message
+    # With nothing measured under a count, its half is tried, judged on a count as long as the
+    # step from it would need: 20, 10, 5, then 3 and 2 -- 40 a worker at a time, each count long
+    # enough to tell one worker apart, would have counted for minutes.
+    assert [20, 10, 5] == sorted({n for n in counts if n >= 5} - {40}, reverse=True)
+    at_ten = [now for now, workers, _ in decisions if workers == 10]
+    assert len(at_ten) < 13, at_ten  # not the trim's longest count: a half need not tell a worker apart
+    knee = decisions[-1][2].history.knee
+    assert knee.held_at == 2 and decisions[-1][2].desired == 2 and knee.descent is None
+    assert counts[-20:] == [2] * 20
+
+
+def test_a_maximum_that_pays_over_its_half_is_gone_back_to_and_not_descended_from_again():
+    decisions = ramp(KNEE_POLICY, LINEAR, end=200.0, workers=40, age=LATE)
+    counts = [workers for _, workers, _ in decisions]
+    halved = [now for now, workers, _ in decisions if workers == 20]
+    assert halved, "no descent: the test no longer covers one"
+    # Counted at 20 until 40 clearly paid over it (a step's verdict), then back to 40 for good.
+    assert len(halved) <= 8 and halved == list(range(int(halved[0]), int(halved[-1]) + 1))
+    assert counts[-1] == 40 and min(counts[int(halved[-1]) + 1:]) == 40
+    knee = decisions[-1][2].history.knee
+    assert knee.held_at is None and knee.descent is None and knee.descended_at == halved[0] - 1
+
+
+def test_a_maximum_that_keeps_the_backlog_within_its_target_is_not_descended_from():
+    # Slow jobs at their maximum, on time: a half could only make them late.
+    decisions = ramp(KNEE_POLICY, pace_of(CEILING), end=60.0, workers=40)
+    assert all(workers == 40 for _, workers, _ in decisions)
+    assert all(d.history.knee.descended_at is None for _, _, d in decisions)
+
+
+def test_a_pool_short_of_its_maximum_steps_up_rather_than_descending():
+    # At 16 of 40 with nothing smaller counted, a step up (that pays or shows the ceiling) costs
+    # the backlog nothing; a descent would.
+    decisions = ramp(KNEE_POLICY, pace_of(CEILING), end=60.0, workers=16, age=LATE)
+    counts = [workers for _, workers, _ in decisions]
+    assert 32 in counts and 8 not in counts[:counts.index(32)]
+    assert all(d.history.knee.descended_at is None for _, _, d in decisions)
+
+
+def test_a_descent_counts_the_half_less_what_its_stopping_workers_may_end():
+    from flexiqd.policy.knee import descent_sample
+    from flexiqd.policy.types import KneeDescent, LoadSample
+
+    top = ThroughputSample(40, 13.0, 3.0, 100.0, 130)
+    descent = KneeDescent(start=top, to_workers=20, since=100.0, counting_from=103.0, stopping=6)
+    obs = counted(110.0, 20, 16.0)
+    load = tuple(LoadSample(at, 20, 80, 16.0, None, 5000) for at in range(101, 111))
+    sample = descent_sample(descent, obs, load, 110.0)
+    # Seconds 103..109: 7 of 16 completions, of which the 6 stopping workers may have ended 6.
+    assert (sample.workers, sample.completions) == (20, 7 * 16 - 6)
+    assert sample.completion_rate == pytest.approx((7 * 16 - 6) / 7)
+    # Before the count begins, or with workers still above the half: no count.
+    assert descent_sample(descent._replace(counting_from=None), obs, load, 110.0) is None
+    assert descent_sample(descent, counted(110.0, 24, 16.0), load, 110.0) is None

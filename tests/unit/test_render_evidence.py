@@ -35,7 +35,7 @@ def test_a_measured_ceiling_row_says_where_the_pool_is_held_and_what_the_count_a
         in pool_rows(pool, since)
     # None measured (or cleared): no row.
     assert not [row for row in pool_rows(dict(pool, ceiling=None), since) if row[0] == "ceiling"]
-    # While the knee is trimmed, the count held is one fewer than the best, not counted yet.
+    # While the knee is trimmed, the count held is fewer than the best, not counted yet.
     trimmed = dict(ceiling, workers=1, jobs_per_second=None)
     assert ("ceiling", "held at 1 workers (not measured yet) since 12:01:55; 4 workers gave 79.0 jobs/s at 12:03:10") \
         in pool_rows(dict(pool, ceiling=trimmed), since)
