@@ -308,6 +308,8 @@ class KneeState:
     ``descent``: a count under way below a count reached without one (its ``start``: that
     count's sample; ``to_workers``: the fewer counted), while nothing smaller compares;
     ``descended_at``: when the last one began (one per ``sample_max_age``).
+    ``count_at``: while growth waits for a first count, the workers it is taken at where the
+    count now is too slow to be had in time (None: at the count now).
     """
 
     samples: tuple[ThroughputSample, ...] = ()
@@ -322,6 +324,7 @@ class KneeState:
     confirmed: int = 0
     lean_at: float | None = None
     descent: KneeDescent | None = None
+    count_at: int | None = None
     descended_at: float | None = None
 
 
