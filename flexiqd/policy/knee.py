@@ -64,9 +64,11 @@ is no sign of a new job mix and no reason to doubt the count.
 - A pool that reached **the most it may have** without a count (it grew past its
   first count: jobs too long to count in time, a stalled server, unlike durations)
   has nothing smaller to compare with, and more workers are not allowed: when its
-  oldest job is late there all the same, it is compared **downwards** (``descent``).  Once its count at the maximum is had, half
-  the workers are counted, from the moment the others have stopped; the pair is
-  judged as a step from the half would be.  When the maximum shows a ceiling over
+  oldest job is late there all the same, it is compared **downwards** (``descent``).
+  Once its count at the maximum is had, half the workers are counted -- once at most a
+  quarter of the half is still stopping, one of the larger count's mean durations on, less
+  a job for each worker still stopping then -- and the pair is judged as a step from the
+  half would be.  When the maximum shows a ceiling over
   the half, the knee is held as after a step and searched below (a count with none
   measured under it tries its half); otherwise the pool goes back up (a maximum that
   clearly paid is not probed again).  A verdict still unclear when the count has run as
@@ -329,10 +331,18 @@ def measure(obs: Observation, load: tuple[LoadSample, ...], now: float,
     counted = steady_count(obs, load, now, lag)
     if counted is None or counted[0] < MIN_COMPLETIONS:
         return None
+    return counted_sample(load[-1].active, counted, lag, now)
+
+
+def counted_sample(workers: int, counted: tuple[int, int, float], duration: float, now: float,
+                   less: int = 0) -> ThroughputSample:
+    """The sample of ``counted`` (``completions_between``'s completions, seconds and per-second
+    variance) at ``workers``, ``less`` completions taken off."""
     completions, seconds, variance = counted
+    completions -= less
     # Jobs of unlike lengths end in bunches: their counts spread wider than a Poisson count's.
     error = max(math.sqrt(completions), math.sqrt(variance * seconds)) / seconds
-    return ThroughputSample(load[-1].active, completions / seconds, lag, now, completions, error)
+    return ThroughputSample(workers, completions / seconds, duration, now, completions, error)
 
 
 def wanted_rate(smaller: ThroughputSample, workers: int, share: float = EFFICIENCY) -> float:
@@ -625,8 +635,8 @@ def descent_count(workers: int) -> int:
 def descent_due(state: KneeState, sample: ThroughputSample, obs: Observation, config: KneeConfig,
                 now: float, target_age: float, most: int | None) -> bool:
     """Whether the pool, counted at ``sample`` with nothing smaller to compare, is compared
-    downwards: at the most it may have and late all the same, no knee held nor step under way, no descent within
-    ``sample_max_age``, its count long enough to judge the half against (as a step's start),
+    downwards: at the most it may have and late all the same, no knee held nor step under way,
+    no descent within ``sample_max_age``, its count long enough to judge the half against (as a step's start),
     and the half's count (at ``sample``'s pace per worker: no ceiling) had within the probe
     budget.  Short of its maximum the pool steps up instead: a step that pays costs nothing."""
     if most is None or sample.workers < max(2, most) or state.held_at is not None \
@@ -641,7 +651,7 @@ def descent_due(state: KneeState, sample: ThroughputSample, obs: Observation, co
     counting = budget - (obs.tick or 1.0)
     if counting <= 0 or sample.completion_rate * half / sample.workers * counting < MIN_COMPLETIONS:
         return False
-    window = (obs.metrics.recent_window or 0.0) if obs.metrics is not None else 0.0
+    window = obs.metrics.recent_window or 0.0
     return (sample.completions >= START_SHARE * step_completions(half, sample.workers)
             or counted_seconds(sample) >= min(budget, window - 2))
 
@@ -672,7 +682,8 @@ def _descending(state: KneeState, obs: Observation, config: KneeConfig, now: flo
     state = replace(state, samples=tuple(sorted(fresh + (sample,))))
     top = descent.start
     ceiling = shows_ceiling(top, sample)
-    window = (obs.metrics.recent_window or 0.0) if obs.metrics is not None else 0.0
+    assert obs.metrics is not None  # update_knee returns before a descent without metrics
+    window = obs.metrics.recent_window or 0.0
     if not ceiling and not clearly_paid(top, sample) and not _descent_overdue(descent, obs, now, target_age) \
             and sample.completions < step_completions(sample.workers, top.workers) \
             and counted_seconds(sample) < window - 2:
@@ -699,15 +710,12 @@ def descent_sample(descent: KneeDescent, obs: Observation, load: tuple[LoadSampl
     counted = completions_between(metrics.completion_series, max(since, descent.counting_from), now)
     if counted is None or counted[0] - descent.stopping < MIN_COMPLETIONS:
         return None
-    completions, seconds, variance = counted
-    completions -= descent.stopping
-    error = max(math.sqrt(completions), math.sqrt(variance * seconds)) / seconds
-    return ThroughputSample(descent.to_workers, completions / seconds, 0.0, now, completions, error)
+    return counted_sample(descent.to_workers, counted, 0.0, now, less=descent.stopping)
 
 
 def _descent_overdue(descent: KneeDescent, obs: Observation, now: float, target_age: float) -> bool:
-    """Whether a descent has waited as long as it may: two ticks to reach the half, then as long as
-    a step's count (the verdict wait, or the half's count at the pace per worker it descended
+    """Whether a descent has waited as long as it may: for its stopping workers, twice the mean
+    duration it descended from and a tick, then as long as a step's count (the verdict wait, or the half's count at the pace per worker it descended
     from, at most ``RECENT_WINDOW_CAP``)."""
     tick = obs.tick or 1.0
     if descent.counting_from is None:
@@ -715,7 +723,7 @@ def _descent_overdue(descent: KneeDescent, obs: Observation, now: float, target_
     pace = descent.start.completion_rate * descent.to_workers / descent.start.workers
     counting = min(step_completions(descent.to_workers, descent.start.workers) / max(pace, 1e-9),
                    RECENT_WINDOW_CAP)
-    return now - max(descent.counting_from, descent.since) > max(_verdict_wait(obs, target_age), counting)
+    return now - descent.counting_from > max(_verdict_wait(obs, target_age), counting)
 
 
 # Jobs whose p95 is more than this many times their p50 are too unlike each other for counts
