@@ -58,9 +58,12 @@ is no sign of a new job mix and no reason to doubt the count.
   durations may be another count's), and not before the backlog's first tick
   has passed -- a whole tick, from the first decision a worker is up to count
   it (new work wakes the loop between ticks).  The first count is then taken at
-  the fewest workers whose count fits once they have started (``fitting_count``);
-  only where none does (jobs as long as the budget) does growth go on uncounted:
-  a pool that jumps uncounted has no smaller count to compare with.
+  the fewest workers whose count fits once they have started (``fitting_count``).
+  Where none does (jobs as long as the budget), a backlog that would outlast the
+  age target even at the most workers the pool may have gives its first count a
+  share of that time instead (``crowd_budget``): a pool that jumps uncounted has
+  no smaller count to compare with.  Only where that does not fit either does
+  growth go on uncounted.
 - A pool that reached **the most it may have** without a count (it grew past its
   first count: jobs too long to count in time, a stalled server, unlike durations)
   has nothing smaller to compare with, and more workers are not allowed: when its
@@ -281,6 +284,22 @@ def probe_budget(obs: Observation, target_age: float) -> float:
     """How long growth may wait for a sample: a share of the age target, 0 when two ticks do not fit."""
     budget = PROBE_BUDGET_SHARE * target_age
     return budget if budget >= 2 * (obs.tick or 1.0) else 0.0
+
+
+def crowd_budget(obs: Observation, target_age: float, duration: float, most: int | None) -> float:
+    """``PROBE_BUDGET_SHARE`` of the time the backlog needs even at the most workers the pool may
+    have (``duration`` a job, no ceiling); 0 where the probe budget is (two ticks do not fit)
+    or the most is not known."""
+    metrics = obs.metrics
+    if not probe_budget(obs, target_age) or most is None or duration <= 0 or metrics is None:
+        return 0.0
+    drain = (metrics.runnable_depth + metrics.running) * duration / max(1, most * obs.concurrency)
+    return PROBE_BUDGET_SHARE * drain
+
+
+def counted_since(state: KneeState, since: float | None) -> bool:
+    """Whether a count was taken since ``since`` (None: never)."""
+    return since is not None and any(kept.at >= since for kept in state.samples)
 
 
 def count_fits(obs: Observation, duration: float, budget: float) -> bool:
@@ -550,16 +569,22 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # taken at the fewest workers whose count fits, not skipped -- a pool that grew 1 -> 30
         # uncounted on a pool of 8 connections held the request path at 9 s for its first 20 s.
         count_at = None if fits or not countable else fitting_count(obs, duration, budget)
+        if countable and not fits and count_at is None and not counted_since(state, state.backlog_since):
+            # None fits: a first count may take a share of the time the backlog needs at the
+            # most workers, when that is longer -- a pool that jumps uncounted stays uncounted.
+            budget = max(budget, crowd_budget(obs, target_age, duration, most))
+            fits = count_fits(obs, duration, budget)
+            count_at = None if fits else fitting_count(obs, duration, budget)
         if not countable or not (fits or count_at is not None):
-            state = replace(state, waiting_since=None, count_at=None)
+            state = replace(state, waiting_since=None, count_at=None, waiting_budget=None)
         elif state.waiting_since is None:
-            state = replace(state, waiting_since=now, count_at=count_at)
+            state = replace(state, waiting_since=now, count_at=count_at, waiting_budget=budget)
         else:
-            state = replace(state, count_at=count_at)
+            state = replace(state, count_at=count_at, waiting_budget=max(budget, state.waiting_budget or 0.0))
         return state
-    fresh = tuple(kept for kept in state.samples
-                  if kept.workers != sample.workers and now - kept.at <= config.sample_max_age)
-    state = replace(state, samples=tuple(sorted(fresh + (sample,))), waiting_since=None, count_at=None)
+    fresh = kept_besides(state, sample, config, now)
+    state = replace(state, samples=tuple(sorted(fresh + (sample,))), waiting_since=None, count_at=None,
+                    waiting_budget=None)
     if probe is not None:
         if sample.workers < probe.to_workers:
             if sample.workers == probe.start.workers and sample.completions > probe.start.completions:
@@ -677,9 +702,7 @@ def _descending(state: KneeState, obs: Observation, config: KneeConfig, now: flo
     sample = descent_sample(descent, obs, load, now)
     if sample is None:
         return replace(state, descent=None) if _descent_overdue(descent, obs, now, target_age) else state
-    fresh = tuple(kept for kept in state.samples
-                  if kept.workers != sample.workers and now - kept.at <= config.sample_max_age)
-    state = replace(state, samples=tuple(sorted(fresh + (sample,))))
+    state = replace(state, samples=tuple(sorted(kept_besides(state, sample, config, now) + (sample,))))
     top = descent.start
     ceiling = shows_ceiling(top, sample)
     assert obs.metrics is not None  # update_knee returns before a descent without metrics
@@ -811,6 +834,12 @@ def _unless_far_shorter(read: float | None, own: float | None) -> float | None:
     if own is not None and (read is None or own < OWN_DURATION_SHARE * read):
         return own
     return read
+
+
+def kept_besides(state: KneeState, sample: ThroughputSample, config: KneeConfig, now: float) -> tuple[ThroughputSample, ...]:
+    """The counts kept beside ``sample``: those of other worker counts within ``sample_max_age``."""
+    return tuple(kept for kept in state.samples
+                 if kept.workers != sample.workers and now - kept.at <= config.sample_max_age)
 
 
 def _latest(samples: tuple[ThroughputSample, ...]) -> ThroughputSample | None:
@@ -968,7 +997,8 @@ def _growth_cap(state: KneeState, obs: Observation, now: float, target_age: floa
                 and counted_seconds(last) < min(budget, (obs.metrics.recent_window or 0.0) - 2)):
             return obs.current, "measuring"
         return step, "step"
-    if budget and state.waiting_since is not None and now - state.waiting_since < budget:
+    if budget and state.waiting_since is not None \
+            and now - state.waiting_since < max(budget, state.waiting_budget or 0.0):
         return max(obs.current, state.count_at or 0), "measuring"
     return None
 
@@ -1005,6 +1035,8 @@ def describe(state: KneeState, rule: str, workers: int) -> str:
         if base is not last:
             return (f"the step to {last.workers} workers is unclear ({rate(last)}; {rate(base)}): "
                     f"up to {workers} next, judged against {base.workers}")
+        if not any(kept.workers < last.workers for kept in state.samples):
+            return f"counted {rate(last)}: up to {workers} next"
         return f"the step to {last.workers} paid ({rate(last)}): up to {workers} next"
     if rule == "proven":
         return f"up to {workers} workers, measured without a ceiling ({rate(by_count[workers])})" \

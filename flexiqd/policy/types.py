@@ -310,6 +310,8 @@ class KneeState:
     ``descended_at``: when the last one began (one per ``sample_max_age``).
     ``count_at``: while growth waits for a first count, the workers it is taken at where the
     count now is too slow to be had in time (None: at the count now).
+    ``waiting_budget``: while growth waits for a first count, how long it may (the probe budget,
+    or a share of the backlog's drain at the most workers where no count fits in that).
     """
 
     samples: tuple[ThroughputSample, ...] = ()
@@ -326,6 +328,7 @@ class KneeState:
     descent: KneeDescent | None = None
     count_at: int | None = None
     descended_at: float | None = None
+    waiting_budget: float | None = None
 
 
 class EvidenceReading(NamedTuple):

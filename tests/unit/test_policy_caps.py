@@ -314,6 +314,33 @@ def test_a_first_count_too_slow_at_one_worker_is_taken_where_it_fits():
     assert [kept.workers for kept in knee.samples] == [20, 40]  # counted, then a step that paid
 
 
+def test_a_crowd_whose_first_count_fits_nowhere_within_the_probe_budget_is_counted_within_a_share_of_its_drain():
+    # Four slots of 2 s jobs, a 10 s target: the jobs in flight, a second's span and a tick fill
+    # the 4 s probe budget before a completion is counted, at any count.  Before, the pool then
+    # grew uncounted to its maximum (1 -> 30 on a real pool of 8 connections: requests waited
+    # 9 s).  The crowd of 5,000 needs a minute even at the 40 workers the pool may have: its
+    # first count may take 0.4 of that, and the steps from it find the dependency full at 4.
+    policy = PoolPolicy(max_workers=40, behavior=UNSMOOTHED, knee=KNEE, targets=Targets(age=10.0, drain_time=30))
+    decisions = ramp(policy, {n: 2.0 * min(n, 4) for n in range(1, 41)}, end=30.0)
+    counts = [workers for _, workers, _ in decisions]
+    assert counts[:5] == [1] * 5
+    assert "measuring the throughput of 1 workers" in decisions[1][2].message
+    assert any("counted 1 workers 2.0 jobs/s: up to 4 next" in d.message for _, _, d in decisions)
+    assert max(counts) <= 8
+    assert decisions[-1][2].history.knee.held_at == 4 and counts[-1] == 4
+
+
+def test_a_crowd_the_maximum_drains_in_time_is_not_held_for_a_count_that_fits_nowhere():
+    # The same jobs, 40 of them: the maximum drains them within a second and a half, so no
+    # first count is waited for beyond the probe budget -- the pool grows as the signals ask.
+    policy = PoolPolicy(max_workers=40, behavior=UNSMOOTHED, knee=KNEE, targets=Targets(age=10.0, drain_time=30))
+    obs = dataclasses.replace(counted(1.0, 1, 2.0), metrics=dataclasses.replace(
+        counted(1.0, 1, 2.0).metrics, runnable_depth=40))
+    history = decide(dataclasses.replace(obs, metrics=dataclasses.replace(obs.metrics, completion_series=())),
+                     policy, None, 0.0).history
+    assert decide(obs, policy, history, 1.0).desired > 1
+
+
 def test_durations_read_at_other_counts_do_not_skip_the_first_count():
     # A crowd on a pool of one worker (concurrency 2) right after a larger pool ran on the same
     # half-CPU database: the store's p50 reads 2.5 s, so ten completions at one worker seem to
