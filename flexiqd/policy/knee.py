@@ -58,12 +58,12 @@ is no sign of a new job mix and no reason to doubt the count.
   durations may be another count's), and not before the backlog's first tick
   has passed -- a whole tick, from the first decision a worker is up to count
   it (new work wakes the loop between ticks).  The first count is then taken at
-  the fewest workers whose count fits once they have started (``fitting_count``).
-  Where none does (jobs as long as the budget), a backlog that would outlast the
-  age target even at the most workers the pool may have gives its first count a
-  share of that time instead (``crowd_budget``): a pool that jumps uncounted has
-  no smaller count to compare with.  Only where that does not fit either does
-  growth go on uncounted.
+  the fewest workers whose count fits once they have started (``fitting_count``);
+  only where none does (jobs as long as the budget) does growth go on uncounted:
+  a pool that jumps uncounted has no smaller count to compare with.  A backlog
+  that would outlast the age target even at the most workers the pool may have
+  gives its first count the same share of that time instead (``crowd_budget``):
+  a count at fewer workers, before they queue on whatever is shared.
 - A pool that reached **the most it may have** without a count (it grew past its
   first count: jobs too long to count in time, a stalled server, unlike durations)
   has nothing smaller to compare with, and more workers are not allowed: when its
@@ -564,17 +564,17 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
                      and metrics.runnable_depth >= metrics.running
                      and (alike_now(metrics) or metrics.recent_completions < MIN_COMPLETIONS))
         duration = own if own is not None else expected
+        if countable and not counted_since(state, state.backlog_since):
+            # A backlog's first count may take a share of the time the backlog needs even at the
+            # most workers, when that is longer: two slots of 0.6 s jobs at a 10 s target fit no
+            # count within 4 s at any size but 21 workers on a pool of 8 connections, whose
+            # jobs then queued past the count's wait (1 -> 21 -> 30 uncounted, requests 68 s).
+            budget = max(budget, crowd_budget(obs, target_age, duration, most))
         fits = first_look or count_fits(obs, duration, budget)
-        # Too slow to count here (two slots of 0.6 s jobs, a 4 s budget): the first count is
+        # Too slow to count here even so (8 s jobs on 4 slots, a 12 s budget): the first count is
         # taken at the fewest workers whose count fits, not skipped -- a pool that grew 1 -> 30
         # uncounted on a pool of 8 connections held the request path at 9 s for its first 20 s.
         count_at = None if fits or not countable else fitting_count(obs, duration, budget)
-        if countable and not fits and count_at is None and not counted_since(state, state.backlog_since):
-            # None fits: a first count may take a share of the time the backlog needs at the
-            # most workers, when that is longer -- a pool that jumps uncounted stays uncounted.
-            budget = max(budget, crowd_budget(obs, target_age, duration, most))
-            fits = count_fits(obs, duration, budget)
-            count_at = None if fits else fitting_count(obs, duration, budget)
         if not countable or not (fits or count_at is not None):
             state = replace(state, waiting_since=None, count_at=None, waiting_budget=None)
         elif state.waiting_since is None:

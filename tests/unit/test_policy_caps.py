@@ -136,15 +136,15 @@ KNEE_POLICY = PoolPolicy(max_workers=40, behavior=UNSMOOTHED, knee=KNEE, targets
 
 
 def counted(now: float, workers: int, rate: float, *, starting: int = 0, age: float = 20.0,
-            rates: dict[int, float] | None = None, arriving: float = 1000.0):
-    """A pool at ``now`` whose ``workers`` (concurrency 4) are all busy with a backlog, the store
+            rates: dict[int, float] | None = None, arriving: float = 1000.0, depth: int = 5000):
+    """A pool at ``now`` whose ``workers`` (concurrency 4) are all busy with a backlog of ``depth``, the store
     reporting ``rate`` completions a second over the recent 15 s (``rates``: per second instead,
     for the seconds it names) -- durations as long as the rate makes them (Little's law)."""
     second = int(now)
     series = tuple((s, round((rates or {}).get(s, rate))) for s in range(second - 14, second + 1))
     running = workers * 4
     return Observation(pool="default", active=workers, starting=starting, concurrency=4, tick=1.0, metrics=PoolMetrics(
-        runnable_depth=5000, running=running, oldest_runnable_age=age, arrival_rate=arriving,
+        runnable_depth=depth, running=running, oldest_runnable_age=age, arrival_rate=arriving,
         completion_rate=rate, rate_window=60.0, duration_p50=running / rate, duration_p95=1.5 * running / rate,
         recent_duration_p50=running / rate, recent_completions=round(15 * rate), recent_window=15.0,
         completion_series=series, series_reported=True))
@@ -152,18 +152,19 @@ def counted(now: float, workers: int, rate: float, *, starting: int = 0, age: fl
 
 def ramp(policy: PoolPolicy, pace: dict[int, float], start: float = 0.0, end: float = 60.0,
          history=None, follow: bool = True, workers: int = 1, schedule: list[tuple[float, int]] | None = None,
-         age: float = 20.0):
+         age: float = 20.0, depth: int = 5000):
     """Decide a tick a second; the pool is at whatever the last decision asked for (its workers
     start at once) -- or, with ``schedule``, at the count it gives from each time on (what the
     signals asked for, the knee aside) -- and completes ``pace[workers]`` jobs a second -- each
-    second's count from the count of workers that second; its oldest job ``age`` seconds old."""
+    second's count from the count of workers that second; its oldest job ``age`` seconds old, ``depth`` waiting."""
     decisions, by_second = [], {}
     now = start
     while now <= end:
         if schedule:
             workers = max(count for at, count in schedule if at <= now)
         by_second[int(now)] = pace[min(workers, max(pace))]
-        decision = decide(counted(now, workers, by_second[int(now)], rates=by_second, age=age), policy, history, now)
+        decision = decide(counted(now, workers, by_second[int(now)], rates=by_second, age=age, depth=depth),
+                          policy, history, now)
         history = decision.history
         decisions.append((now, workers, decision))
         if follow:
@@ -305,7 +306,8 @@ def test_a_first_count_too_slow_at_one_worker_is_taken_where_it_fits():
     # that jumps uncounted has nothing to compare with): the first count is taken at the fewest
     # workers whose count fits once they have started -- 20: ten completions within the 12 s
     # budget less the jobs' 8 s, a second's span, a tick and a start.  No ceiling is made up.
-    decisions = ramp(KNEE_POLICY, {n: 0.5 * n for n in range(1, 41)}, end=40.0)
+    # (The 300 jobs waiting need 15 s at the 40 workers the pool may have: the budget stands.)
+    decisions = ramp(KNEE_POLICY, {n: 0.5 * n for n in range(1, 41)}, end=40.0, depth=300)
     counts = [workers for _, workers, _ in decisions]
     assert counts[:3] == [1, 1, 20]
     assert "knee caps at 20 (measuring the throughput of 20 workers before adding more)" in decisions[1][2].message
@@ -328,6 +330,28 @@ def test_a_crowd_whose_first_count_fits_nowhere_within_the_probe_budget_is_count
     assert any("counted 1 workers 2.0 jobs/s: up to 4 next" in d.message for _, _, d in decisions)
     assert max(counts) <= 8
     assert decisions[-1][2].history.knee.held_at == 4 and counts[-1] == 4
+
+
+def test_a_crowds_first_count_is_taken_at_the_fewest_workers_its_longer_budget_fits():
+    # Four slots of 2 s jobs, a 14 s target, workers that start in 0.2 s: within the 5.6 s probe
+    # budget a count fits at 2 workers, not at 1.  100 jobs waiting, the first count is taken
+    # there.  5,000 need two minutes even at the 40 workers the pool may have: their first count
+    # may take 0.4 of that, and is taken at the one worker the pool has -- a count taken at more
+    # may already be past what is shared, whose jobs then queue and stretch past the count's
+    # wait (on a real pool of 8 connections: 1 -> 21 -> 30 uncounted).
+    policy = PoolPolicy(max_workers=40, behavior=UNSMOOTHED, knee=KNEE, targets=Targets(age=14.0, drain_time=30))
+
+    def third_decision(depth):
+        history = None
+        for now in (0.0, 1.0, 2.0):
+            decision = decide(dataclasses.replace(counted(now, 1, 2.0, depth=depth), start_cost=0.2),
+                              policy, history, now)
+            history = decision.history
+        return decision
+
+    shallow, deep = third_decision(100), third_decision(5000)
+    assert shallow.desired == 2 and "measuring the throughput of 2 workers" in shallow.message
+    assert deep.desired == 1 and "measuring the throughput of 1 workers" in deep.message
 
 
 def test_a_crowd_the_maximum_drains_in_time_is_not_held_for_a_count_that_fits_nowhere():
