@@ -836,7 +836,8 @@ def _unless_far_shorter(read: float | None, own: float | None) -> float | None:
     return read
 
 
-def kept_besides(state: KneeState, sample: ThroughputSample, config: KneeConfig, now: float) -> tuple[ThroughputSample, ...]:
+def kept_besides(state: KneeState, sample: ThroughputSample, config: KneeConfig,
+                 now: float) -> tuple[ThroughputSample, ...]:
     """The counts kept beside ``sample``: those of other worker counts within ``sample_max_age``."""
     return tuple(kept for kept in state.samples
                  if kept.workers != sample.workers and now - kept.at <= config.sample_max_age)
