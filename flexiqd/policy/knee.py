@@ -302,6 +302,11 @@ def counted_since(state: KneeState, since: float | None) -> bool:
     return since is not None and any(kept.at >= since for kept in state.samples)
 
 
+def counted_below(state: KneeState, workers: int) -> bool:
+    """Whether a count of fewer than ``workers`` workers is kept."""
+    return any(kept.workers < workers for kept in state.samples)
+
+
 def count_fits(obs: Observation, duration: float, budget: float) -> bool:
     """Whether a count of the pool at its current size can be had within ``budget`` seconds: its
     jobs (of ``duration``, 0 when unknown) started before the count end first, then its slots
@@ -628,7 +633,7 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # workers: a short count's noise would let the trim walk down past the knee), or once it
         # is as long as a step's verdict.  A half, with nothing measured under it, is judged as
         # the step from it to the best would be: it need not tell one worker apart.
-        halved = not any(kept.workers < sample.workers for kept in state.samples)
+        halved = not counted_below(state, sample.workers)
         if trim_counted(sample) or sample.completions >= MAX_VERDICT_COMPLETIONS \
                 or (halved and sample.completions >= step_completions(sample.workers, state.trim.best)) \
                 or counted_seconds(sample) >= min(RECENT_WINDOW_CAP, (metrics.recent_window or 0.0) - 2):
@@ -661,8 +666,8 @@ def descent_due(state: KneeState, sample: ThroughputSample, obs: Observation, co
                 now: float, target_age: float, most: int | None) -> bool:
     """Whether the pool, counted at ``sample`` with nothing smaller to compare, is compared
     downwards: at the most it may have and late all the same, no knee held nor step under way,
-    no descent within ``sample_max_age``, its count long enough to judge the half against (as a step's start),
-    and the half's count (at ``sample``'s pace per worker: no ceiling) had within the probe
+    no descent within ``sample_max_age``, its count long enough to judge the half against (as a
+    step's start), and the half's count (at ``sample``'s pace per worker: no ceiling) had within the probe
     budget.  Short of its maximum the pool steps up instead: a step that pays costs nothing."""
     if most is None or sample.workers < max(2, most) or state.held_at is not None \
             or state.probe is not None or state.trim is not None or lean_recently(state, obs, now):
@@ -738,8 +743,8 @@ def descent_sample(descent: KneeDescent, obs: Observation, load: tuple[LoadSampl
 
 def _descent_overdue(descent: KneeDescent, obs: Observation, now: float, target_age: float) -> bool:
     """Whether a descent has waited as long as it may: for its stopping workers, twice the mean
-    duration it descended from and a tick, then as long as a step's count (the verdict wait, or the half's count at the pace per worker it descended
-    from, at most ``RECENT_WINDOW_CAP``)."""
+    duration it descended from and a tick, then as long as a step's count (the verdict wait, or
+    the half's count at the pace per worker it descended from, at most ``RECENT_WINDOW_CAP``)."""
     tick = obs.tick or 1.0
     if descent.counting_from is None:
         return now - descent.since > 2 * descent.start.duration + tick
@@ -1036,7 +1041,7 @@ def describe(state: KneeState, rule: str, workers: int) -> str:
         if base is not last:
             return (f"the step to {last.workers} workers is unclear ({rate(last)}; {rate(base)}): "
                     f"up to {workers} next, judged against {base.workers}")
-        if not any(kept.workers < last.workers for kept in state.samples):
+        if not counted_below(state, last.workers):
             return f"counted {rate(last)}: up to {workers} next"
         return f"the step to {last.workers} paid ({rate(last)}): up to {workers} next"
     if rule == "proven":
