@@ -62,8 +62,8 @@ is no sign of a new job mix and no reason to doubt the count.
   only where none does (jobs as long as the budget) does growth go on uncounted:
   a pool that jumps uncounted has no smaller count to compare with.  A backlog
   that would outlast the age target even at the most workers the pool may have
-  gives its first count the same share of that time instead (``crowd_budget``):
-  a count at fewer workers, before they queue on whatever is shared.
+  gives its first count the same share of that time instead (``crowd_budget``), up
+  to the age target: a count at fewer workers, before they queue on whatever is shared.
 - A pool that reached **the most it may have** without a count (it grew past its
   first count: jobs too long to count in time, a stalled server, unlike durations)
   has nothing smaller to compare with, and more workers are not allowed: when its
@@ -288,13 +288,14 @@ def probe_budget(obs: Observation, target_age: float) -> float:
 
 def crowd_budget(obs: Observation, target_age: float, duration: float, most: int | None) -> float:
     """``PROBE_BUDGET_SHARE`` of the time the backlog needs even at the most workers the pool may
-    have (``duration`` a job, no ceiling); 0 where the probe budget is (two ticks do not fit)
-    or the most is not known."""
+    have (``duration`` a job, no ceiling), at most the age target itself; 0 where the probe
+    budget is (two ticks do not fit) or the most is not known.  (Unbounded, 400 jobs of 10 s
+    at a 10 s target waited 40 s for a count at 8 workers of 40.)"""
     metrics = obs.metrics
     if not probe_budget(obs, target_age) or most is None or duration <= 0 or metrics is None:
         return 0.0
     drain = (metrics.runnable_depth + metrics.running) * duration / max(1, most * obs.concurrency)
-    return PROBE_BUDGET_SHARE * drain
+    return min(target_age, PROBE_BUDGET_SHARE * drain)
 
 
 def counted_since(state: KneeState, since: float | None) -> bool:

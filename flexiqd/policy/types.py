@@ -311,7 +311,7 @@ class KneeState:
     ``count_at``: while growth waits for a first count, the workers it is taken at where the
     count now is too slow to be had in time (None: at the count now).
     ``waiting_budget``: while growth waits for a first count, how long it may (the probe budget,
-    or a share of the backlog's drain at the most workers when that is longer).
+    or a share of the backlog's drain at the most workers when that is longer, up to the age target).
     """
 
     samples: tuple[ThroughputSample, ...] = ()

@@ -354,6 +354,20 @@ def test_a_crowds_first_count_is_taken_at_the_fewest_workers_its_longer_budget_f
     assert deep.desired == 1 and "measuring the throughput of 1 workers" in deep.message
 
 
+def test_a_crowds_first_count_waits_no_longer_than_the_age_target():
+    # Eight workers of 10 s jobs on 32 slots, a 10 s target, 2,000 jobs waiting: two minutes even
+    # at the 40 workers the pool may have, whose share would be 50 s.  A count of jobs as long as
+    # the target fits in no budget the target allows: the pool grows as the signals ask, not held
+    # at 8 for most of a minute (400 jobs of 10 s on a real daemon were still at 23 of 40 workers
+    # when the start-burst test's window ended).
+    policy = PoolPolicy(max_workers=40, behavior=UNSMOOTHED, knee=KNEE, targets=Targets(age=10.0, drain_time=30))
+    history = None
+    for now in (0.0, 1.0, 2.0):
+        decision = decide(counted(now, 8, 3.2, depth=2000), policy, history, now)
+        history = decision.history
+    assert decision.desired > 8, decision.message
+
+
 def test_a_crowd_the_maximum_drains_in_time_is_not_held_for_a_count_that_fits_nowhere():
     # The same jobs, 40 of them: the maximum drains them within a second and a half, so no
     # first count is waited for beyond the probe budget -- the pool grows as the signals ask.
