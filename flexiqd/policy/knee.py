@@ -55,7 +55,8 @@ is no sign of a new job mix and no reason to doubt the count.
   does growth wait at a count whose first count cannot be had within the budget
   (``count_fits``: one worker of 3 s jobs needs half a minute for ten) -- judged
   on the count's own completions once it has some (``own_duration``: the store's
-  durations may be another count's), and not before the backlog's first tick
+  durations may be another count's), before that on jobs lasting at least what
+  those in flight have run, and not before the backlog's first tick
   has passed -- a whole tick, from the first decision a worker is up to count
   it (new work wakes the loop between ticks).  The first count is then taken at
   the fewest workers whose count fits once they have started (``fitting_count``);
@@ -99,7 +100,11 @@ is no sign of a new job mix and no reason to doubt the count.
 - A knee whose **own pace falls**: the pool saturated at the held count or above
   completing less than half what the held count did (``held_pace_fell``) says
   the jobs changed, not the dependency (at a ceiling the knee's count keeps its
-  pace): the knee and its counts are forgotten.
+  pace): the knee and its counts are forgotten.  So are they when a **step's jobs in
+  flight age** past ``MIX_AGE_FACTOR`` x the step's growth x their age when it began
+  (``jobs_changed``): a ceiling stretches each job by at most the step's growth, and
+  jobs that age further are other jobs (a burst of slow ones among quick ones), whose
+  count would read as a ceiling.  The step is not judged.
 - A pool **held lean** (``lean``: fewer workers than its arrivals need, its backlog kept
   within the age target on purpose) is not counted while it holds or shrinks there, and
   its growth off the lean count (within two ticks) is neither a step nor capped: a kept
@@ -449,6 +454,24 @@ def shows_ceiling(sample: ThroughputSample, smaller: ThroughputSample) -> bool:
     return sample.completion_rate + margin < wanted_rate(smaller, sample.workers)
 
 
+# A step's jobs in flight may age this many times the step's own share of workers past those in
+# flight when it began, before the step is read as counting other jobs.  A ceiling stretches each
+# job by at most the step's share (the same completions, that many more slots holding them);
+# twice that leaves room for the noise of a mean age.
+MIX_AGE_FACTOR = 2.0
+
+
+def jobs_changed(probe: KneeProbe, metrics) -> bool:
+    """Whether the jobs in flight are far older than a ceiling would make those the step began on:
+    ``MIX_AGE_FACTOR`` x the step's growth x their mean age then -- at least half their mean
+    duration (two jobs just claimed read younger than the jobs they stand for)."""
+    if probe.start_age is None or not metrics.running or metrics.running_age_mean is None:
+        return False
+    then = max(probe.start_age, probe.start.duration / 2)
+    growth = probe.to_workers / max(probe.start.workers, 1)
+    return then > 0 and metrics.running_age_mean > MIX_AGE_FACTOR * growth * then
+
+
 def verdict_completions(probe: KneeProbe) -> int:
     """Completions a step's sample should count for its verdict: enough that the counting noise is
     well inside the gain it must show (a small step needs more)."""
@@ -529,8 +552,15 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
                 and (state.held_at is None or last.workers >= state.held_at)
                 and not lean_recently(state, obs, now)):
             start = step_base(state, last, obs.current)
-            state = replace(state, probe=KneeProbe(start=start, to_workers=obs.current, since=now, lag=last.duration))
+            state = replace(state, probe=KneeProbe(start=start, to_workers=obs.current, since=now, lag=last.duration,
+                                                   start_age=metrics.running_age_mean if metrics.running else None))
     probe = state.probe
+    if probe is not None and jobs_changed(probe, metrics):
+        # Other jobs than the step began on: its count would be of them, not of more workers (a
+        # burst of 40 s jobs on a trickle of 0.5 s ones read as a ceiling at one worker, and
+        # held the burst there a minute past its target), and so is every count kept.  Counted
+        # afresh from here, as when a held count's pace falls.
+        state, probe = replace(_forgotten(state), samples=(), probe=None, unclear_from=None), None
     # Growing, no knee held: the durations read before the count began (at other counts) may
     # overstate this count's.  (A held count's are read at it.)
     own = own_duration(load, metrics.completion_series, now) if probe is None and state.held_at is None else None
@@ -547,7 +577,11 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # Jobs running, a backlog at least as deep, and no sample yet at this count: growth waits
         # for one (within the probe budget), whether or not every slot has claimed yet -- unless
         # the jobs are too long to be counted in time (before one ends: twice what they have run).
-        expected = lag if lag is not None else 2 * (metrics.running_age_mean or 0.0)
+        # The jobs in flight last at least what they have run: a burst of 37 s jobs on a trickle
+        # of 0.5 s ones read the trickle's durations, waited to count 68 workers that nothing
+        # would end on in time, and its oldest job went 7 s past the target.
+        in_flight = metrics.running_age_mean or 0.0
+        expected = max(lag, in_flight) if lag is not None else 2 * in_flight
         # Nothing running yet while workers are up and jobs have just come (a crowd's first
         # tick, its oldest job at most two ticks old: a busy host claims late): the claims are
         # on their way, and the count at this size is a tick away.  Only that tick: workers that

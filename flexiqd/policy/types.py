@@ -256,12 +256,14 @@ class ThroughputSample(NamedTuple):
 
 class KneeProbe(NamedTuple):
     """A step under way: from ``start`` (the sample before it) to ``to_workers``, begun at ``since``;
-    its sample is counted from ``lag`` seconds after the new count settles."""
+    its sample is counted from ``lag`` seconds after the new count settles.  ``start_age``: the
+    mean age of the jobs in flight when it began (None: not reported)."""
 
     start: ThroughputSample
     to_workers: int
     since: float
     lag: float
+    start_age: float | None = None
 
 
 class KneeTrim(NamedTuple):

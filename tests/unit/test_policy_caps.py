@@ -541,6 +541,68 @@ def test_a_pool_younger_than_the_stores_window_counts_its_durations_over_its_own
     assert mean_duration(load, metrics) == pytest.approx(0.2)
 
 
+def test_a_count_does_not_wait_on_jobs_in_flight_that_have_run_longer_than_it_could_wait():
+    # A burst of slow jobs (37 s) on a trickle of quick ones (0.5 s): the pool went to 68 for
+    # it, every worker is busy with a slow job, nothing ends, and the store's durations are the
+    # trickle's.  Read as 0.5 s jobs, a count at 68 fits the probe budget, and growth waited
+    # for one while the jobs in flight ran on -- in the simulator the oldest job went 7 s past
+    # its 30 s target.  The jobs in flight last at least what they have run: growth goes on.
+    policy = PoolPolicy(max_workers=305, targets=Targets(age=30.0))
+    history, seen = None, []
+    for tick in range(12):
+        now = 100.0 + tick
+        metrics = PoolMetrics(runnable_depth=220 + 8 * tick, running=68, oldest_runnable_age=20.0 + tick,
+                              running_age_mean=5.0 + tick, recent_completions=3, recent_window=15.0,
+                              completion_series=((96, 1), (97, 1), (98, 1)), series_reported=True,
+                              duration_p50=0.5, duration_p95=1.2, recent_duration_p50=0.5)
+        decision = decide(Observation(pool="default", active=68, starting=0, concurrency=1, tick=1.0,
+                                      metrics=metrics, start_cost=1.0), policy, history, now)
+        history = decision.history
+        seen.append((tick, decision.desired, decision.binding_cap))
+    # Once the jobs in flight have run as long as a count could wait (the 12 s budget less a
+    # tick, a start and a second's span), the knee holds nothing.
+    late = [(tick, desired, cap) for tick, desired, cap in seen if tick >= 6]
+    assert all(cap is None or cap[0] != "knee" for _, _, cap in late), seen
+    assert all(desired > 68 for _, desired, _ in late), seen
+
+
+def step_on(pace_at_two: float, age_at_two, ticks: int = 25):
+    """A pool of one worker (concurrency 4) counting 10 quick jobs a second, their jobs in flight
+    0.2 s old on average, then a step to two whose count completes ``pace_at_two`` a second
+    while its jobs in flight are ``age_at_two(seconds since the step began)`` old: the decisions."""
+    history, workers, series, seen = None, 1, {}, []
+    stepped = None
+    for tick in range(ticks):
+        now = 100.0 + tick
+        if stepped is None and workers > 1:
+            stepped = now
+        rate = 10.0 if stepped is None else pace_at_two
+        series[int(now)] = rate
+        obs = counted(now, workers, rate, rates=series, age=10.0)
+        age = 0.2 if stepped is None else age_at_two(now - stepped)
+        obs = dataclasses.replace(obs, metrics=dataclasses.replace(obs.metrics, running_age_mean=age))
+        decision = decide(obs, KNEE_POLICY, history, now)
+        history, workers = decision.history, min(decision.desired, 2)
+        seen.append(decision)
+    return seen
+
+
+def test_a_step_whose_jobs_in_flight_age_past_what_a_ceiling_makes_is_not_judged_as_one():
+    # Slow jobs came as the step began: the step's count is of them, a fifth of the quick jobs'
+    # pace, and its jobs in flight age a second a second -- far past the step's doubling of 0.2 s.
+    # Nor are the counts kept compared with the new ones apart from the step.
+    seen = step_on(2.0, lambda since: 0.2 + since)
+    assert any("probing 2 workers" in decision.message for decision in seen)
+    assert all(decision.history.knee.held_at is None for decision in seen)
+
+
+def test_a_ceiling_that_stretches_the_jobs_by_the_steps_share_is_still_one():
+    # The same step at a ceiling: the same 10 jobs a second from twice the slots, each job
+    # twice as long, its jobs in flight twice as old.
+    seen = step_on(10.0, lambda since: 0.4)
+    assert seen[-1].history.knee.held_at == 1
+
+
 def test_growth_waits_for_a_count_that_can_be_taken_in_time():
     # Ten times the pace: ten completions in about a second, well within the budget.
     decisions = ramp(KNEE_POLICY, {n: 5.0 * n for n in range(1, 41)}, end=40.0)
