@@ -136,7 +136,10 @@ def test_a_store_a_producer_opened_first_stays_writable_for_the_daemon_and_the_w
     roles.run(["systemd-run", "--unit=flexiq-test-producer", f"--uid={PRODUCER}", "-p", "UMask=0022",
                "-p", "StandardOutput=file:/run/flexiq-test-producer.out", str(BIN / "python"), "-c", hold])
     try:
-        ids = roles.wait_for(lambda: [int(n) for n in roles.run("cat /run/flexiq-test-producer.out").stdout.split()],
+        # systemd-run returns once the producer is forked, before its output file is opened: a
+        # file not there yet is read as nothing printed yet.
+        printed = "cat /run/flexiq-test-producer.out 2>/dev/null; true"
+        ids = roles.wait_for(lambda: [int(n) for n in roles.run(printed).stdout.split()],
                              30, what="the producer's enqueue")
         owners = roles.run(["stat", "-c", "%U:%G %a", f"{DATABASE_FILE}-wal", f"{DATABASE_FILE}-shm"]).stdout
         assert owners.split("\n")[:2] == [f"{PRODUCER}:flexiq 660"] * 2, owners
@@ -144,6 +147,7 @@ def test_a_store_a_producer_opened_first_stays_writable_for_the_daemon_and_the_w
         run_once(roles, ids, "the producer's jobs to run once the daemon is back")
     finally:
         roles.run("systemctl stop flexiq-test-producer; rm -f /run/flexiq-test-producer.out; true")
+        roles.systemctl("start", DAEMON)  # the tests after this one need it, whatever happened here
 
 
 # -- D-Bus: steering and the jobs ---------------------------------------------------------------
