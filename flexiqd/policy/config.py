@@ -145,7 +145,9 @@ class KneeConfig:
     differ by less than ``min_throughput_gain`` are equally good (the fewer
     workers win).  The knee is re-probed a quarter higher after
     ``reprobe_interval`` (after ``2 x settle_time``, at most the age target,
-    while the oldest job is late) and forgotten after ``sample_max_age`` without a sample.
+    while the oldest job is late); one that pays moves it up there when a count of
+    more workers within ``settle_time`` showed the ceiling over it, else forgets it.
+    It is forgotten after ``sample_max_age`` without a sample.
     ``max_duration_rise`` is not used: durations stretch at a ceiling, so a
     rise of durations alone decides nothing.
     """

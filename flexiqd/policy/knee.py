@@ -90,7 +90,9 @@ is no sign of a new job mix and no reason to doubt the count.
   once the knee's own count is fresh (or a second interval has passed): the
   re-probe is a step from it, whatever the spread of the durations.  A step that
   pays shows the knee was not there: it is forgotten, and growth goes on in
-  steps; one that does not confirms it.  One whose count stays unclear goes the
+  steps -- unless a count of more workers taken within ``settle_time`` shows the
+  ceiling over the re-probe's count (``ceiling_above``): the knee is then held
+  there.  One that does not pay confirms it.  One whose count stays unclear goes the
   way it leans: at or above what it must gain, the knee is forgotten; short of
   it, the knee stands until the next re-probe.  A re-probe begun with no fresh count of
   the knee has no step: its count, once it clearly completes more than the
@@ -472,6 +474,17 @@ def jobs_changed(probe: KneeProbe, metrics) -> bool:
     return then > 0 and metrics.running_age_mean > MIX_AGE_FACTOR * growth * then
 
 
+def ceiling_above(state: KneeState, sample: ThroughputSample, config: KneeConfig,
+                  now: float) -> ThroughputSample | None:
+    """The count of the fewest workers more than ``sample``'s, counted within ``settle_time``,
+    that shows a ceiling over it; None when none does (an older count may describe a
+    dependency that has changed since)."""
+    above = [kept for kept in state.samples
+             if kept.workers > sample.workers and now - kept.at <= config.settle_time
+             and shows_ceiling(kept, sample)]
+    return min(above, key=lambda kept: kept.workers, default=None)
+
+
 def verdict_completions(probe: KneeProbe) -> int:
     """Completions a step's sample should count for its verdict: enough that the counting noise is
     well inside the gain it must show (a small step needs more)."""
@@ -649,7 +662,14 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
             if sample.completion_rate >= wanted_rate(probe.start, sample.workers):
                 # A re-probe that paid (or leans that way, unclear): the knee was not where it
                 # was held (or has moved).  Forget it: growth goes on in steps that may double
-                # while they pay.
+                # while they pay -- unless a count of more workers, taken within settle_time,
+                # shows the ceiling over the re-probe's: the knee moved up to the re-probe, no
+                # further (a re-probe from a trimmed 3 that paid at 4 stepped on to 8, where a
+                # count 26 s before had shown the ceiling over 4: six seconds past a real pool
+                # of connections, a request p95 1.6 x the fixed fleet's).
+                above = ceiling_above(state, sample, config, now)
+                if above is not None:
+                    return replace(_held(state, above.workers, config, now), confirmed=0)
                 return _forgotten(state)
             # Unclear, and short of what it must gain: the knee stands, re-probed again after
             # the interval.  Forgotten, a ceiling that lies inside the re-probe (one that still

@@ -631,6 +631,31 @@ def test_a_reprobe_that_pays_forgets_the_knee_and_the_steps_go_on():
     assert steps[:3] == [2, 3, 6]
 
 
+def test_a_reprobe_that_pays_stops_where_a_recent_count_of_more_workers_showed_the_ceiling():
+    # Held at 3 (a trim whose count read 22 jobs/s), 8 workers counted ten seconds before the
+    # hold at 30 jobs/s, as 4 complete.  The late re-probe to 4 pays; the knee moves up to 4,
+    # not on to 8 again.  With the count at 8 older than settle_time, the steps go on.
+    config = KneeConfig(settle_time=60.0, reprobe_interval=300.0)
+    policy = dataclasses.replace(KNEE_POLICY, knee=config)
+    pace = {n: (22.0 if n <= 3 else 30.0) for n in range(1, 41)}
+    base = ramp(policy, pace_of(CEILING), end=40.0)[-1][2].history
+
+    def after(count_at_8: float):
+        knee = KneeState(samples=(ThroughputSample(1, 8.0, 0.5, 20.0, 80),
+                                  ThroughputSample(3, 22.0, 0.5, 60.0, 300),
+                                  ThroughputSample(8, 30.0, 0.5, count_at_8, 400)),
+                         backlog_since=0.0, held_at=3, held_since=60.0, held_rate=22.0)
+        history = dataclasses.replace(base, knee=knee)
+        return ramp(policy, pace, start=61.0, end=120.0, history=history, workers=3, age=45.0)
+
+    recent = after(50.0)
+    counts = [workers for _, workers, _ in recent]
+    assert 4 in counts and max(counts) == 4, counts
+    assert recent[-1][2].history.knee.held_at == 4
+    stale = after(-30.0)
+    assert max(workers for _, workers, _ in stale) > 4
+
+
 def test_completions_that_end_in_bunches_count_as_noisier_than_a_poisson_count():
     from flexiqd.policy.knee import completions_between, noise
 
