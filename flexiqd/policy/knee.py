@@ -467,11 +467,12 @@ def jobs_changed(probe: KneeProbe, metrics) -> bool:
     """Whether the jobs in flight are far older than a ceiling would make those the step began on:
     ``MIX_AGE_FACTOR`` x the step's growth x their mean age then -- at least half their mean
     duration (two jobs just claimed read younger than the jobs they stand for)."""
-    if probe.start_age is None or not metrics.running or metrics.running_age_mean is None:
+    age = metrics.in_flight_age
+    if probe.start_age is None or age is None:
         return False
     then = max(probe.start_age, probe.start.duration / 2)
     growth = probe.to_workers / max(probe.start.workers, 1)
-    return then > 0 and metrics.running_age_mean > MIX_AGE_FACTOR * growth * then
+    return then > 0 and age > MIX_AGE_FACTOR * growth * then
 
 
 def ceiling_above(state: KneeState, sample: ThroughputSample, config: KneeConfig,
@@ -566,14 +567,14 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
                 and not lean_recently(state, obs, now)):
             start = step_base(state, last, obs.current)
             state = replace(state, probe=KneeProbe(start=start, to_workers=obs.current, since=now, lag=last.duration,
-                                                   start_age=metrics.running_age_mean if metrics.running else None))
+                                                   start_age=metrics.in_flight_age))
     probe = state.probe
     if probe is not None and jobs_changed(probe, metrics):
         # Other jobs than the step began on: its count would be of them, not of more workers (a
         # burst of 40 s jobs on a trickle of 0.5 s ones read as a ceiling at one worker, and
         # held the burst there a minute past its target), and so is every count kept.  Counted
         # afresh from here, as when a held count's pace falls.
-        state, probe = replace(_forgotten(state), samples=(), probe=None, unclear_from=None), None
+        state, probe = _counted_afresh(state), None
     # Growing, no knee held: the durations read before the count began (at other counts) may
     # overstate this count's.  (A held count's are read at it.)
     own = own_duration(load, metrics.completion_series, now) if probe is None and state.held_at is None else None
@@ -583,7 +584,7 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # The held count itself now completes far less than when the knee was found: what the
         # jobs do has changed since (a batch of slow jobs among quick ones), and every count kept
         # describes other jobs.  Counted afresh from here, growth in steps again.
-        return replace(_forgotten(state), samples=(), waiting_since=None, unclear_from=None, count_at=None)
+        return _counted_afresh(state)
     if sample is None:
         if probe is not None and _overdue(probe, obs, now, target_age):
             return replace(state, probe=None)  # no verdict in time: growth is not held for it
@@ -855,6 +856,13 @@ def lean_recently(state: KneeState, obs: Observation, now: float) -> bool:
 def _forgotten(state: KneeState) -> KneeState:
     """``state`` without its knee (and the trim under way): growth goes on in steps."""
     return replace(state, held_at=None, held_since=None, trim=None, confirmed=0)
+
+
+def _counted_afresh(state: KneeState) -> KneeState:
+    """``state`` without its knee, its counts, a step under way or a wait for a first count: the
+    jobs changed, and every count describes other jobs."""
+    return replace(_forgotten(state), samples=(), probe=None, unclear_from=None, waiting_since=None,
+                   count_at=None)
 
 
 def step_base(state: KneeState, last: ThroughputSample, to_workers: int | None = None) -> ThroughputSample:

@@ -128,7 +128,7 @@ def job_duration(metrics: PoolMetrics, load: tuple[LoadSample, ...], floor: floa
         busy, rate, covered = measured
         if busy > 0 and rate > 0 and rate * covered >= MIN_LITTLE_COMPLETIONS:
             return busy / rate
-    in_flight = metrics.running_age_mean if metrics.running else None
+    in_flight = metrics.in_flight_age
     finished = finished_mean(metrics)
     if finished is not None and finished > 0:
         return max(finished, in_flight or 0.0)
@@ -269,7 +269,7 @@ def signal_inputs(obs: Observation, policy: PoolPolicy, load: tuple[LoadSample, 
         slots = float(obs.active * obs.concurrency)
     lead = lead_time(policy.targets, start_cost(obs, policy.behavior), tick(obs))
     throughput = per_worker_throughput(metrics, obs.concurrency, load, lead)
-    in_flight = metrics.running_age_mean if metrics.running else None
+    in_flight = metrics.in_flight_age
     backlog_throughput = None
     if throughput is not None and in_flight and obs.concurrency / throughput < in_flight:
         if late_backlog(metrics, lead, policy.targets.age):

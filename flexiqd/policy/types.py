@@ -79,6 +79,11 @@ class PoolMetrics:
         if self.oldest_runnable_age < 0:
             raise ValueError(f"oldest_runnable_age must not be negative, got {self.oldest_runnable_age}")
 
+    @property
+    def in_flight_age(self) -> float | None:
+        """``running_age_mean`` while jobs run; None when none does or it is not reported."""
+        return self.running_age_mean if self.running else None
+
     @classmethod
     def from_queue_stats(
         cls,
