@@ -40,7 +40,10 @@ is no sign of a new job mix and no reason to doubt the count.
   age signal asks for) each stay within the counting noise, and their gains
   add up until one is clear.  One that added less than a quarter of its share
   (``added_nothing``: beyond one standard error, on counts of at least
-  ``FLAT_MIN_COMPLETIONS`` each) shows a ceiling all the same.
+  ``FLAT_MIN_COMPLETIONS`` each) shows a ceiling all the same.  A step past the
+  reach of that count (judged against its own start) shows a ceiling too when it
+  clearly falls short of that count (``shows_ceiling_since_unclear``): shortfalls
+  add up as gains do.
 - Growth **up to a count already measured** without a ceiling (within
   ``sample_max_age``: a count that clearly paid over a smaller one, and that no
   smaller one shows a ceiling in) is not probed again: the next backlog of a load
@@ -94,7 +97,8 @@ is no sign of a new job mix and no reason to doubt the count.
   ceiling over the re-probe's count (``ceiling_above``): the knee is then held
   there.  One that does not pay confirms it.  One whose count stays unclear goes the
   way it leans: at or above what it must gain, the knee is forgotten; short of
-  it, the knee stands until the next re-probe.  A re-probe begun with no fresh count of
+  it, the knee stands until the next re-probe -- spaced as after a confirmation when
+  the count leans flat (``leans_flat``: under ``FLAT_SHARE`` of its workers' share).  A re-probe begun with no fresh count of
   the knee has no step: its count, once it clearly completes more than the
   knee's own, forgets the knee all the same.  A knee
   with no sample for ``sample_max_age`` is forgotten: whatever was shared may
@@ -443,6 +447,13 @@ def added_nothing(sample: ThroughputSample, start: ThroughputSample) -> bool:
         < wanted_rate(start, sample.workers, FLAT_SHARE)
 
 
+def leans_flat(sample: ThroughputSample, start: ThroughputSample) -> bool:
+    """Whether a step from ``start`` whose count stayed unclear added less than ``FLAT_SHARE`` of its
+    workers' share by its counts alone, within their noise: not a verdict (``added_nothing``
+    is), only the way it leans."""
+    return sample.completion_rate < wanted_rate(start, sample.workers, FLAT_SHARE)
+
+
 def clearly_paid(sample: ThroughputSample, smaller: ThroughputSample) -> bool:
     """Whether ``sample`` completes what its step from ``smaller`` must, beyond the counting noise."""
     margin = math.hypot(noise(sample), noise(smaller))
@@ -473,6 +484,18 @@ def jobs_changed(probe: KneeProbe, metrics) -> bool:
     then = max(probe.start_age, probe.start.duration / 2)
     growth = probe.to_workers / max(probe.start.workers, 1)
     return then > 0 and age > MIX_AGE_FACTOR * growth * then
+
+
+def shows_ceiling_since_unclear(state: KneeState, sample: ThroughputSample, probe: KneeProbe) -> bool:
+    """Whether ``sample`` shows a ceiling over the count the unclear step before ``probe`` started
+    from (a step past that one's reach is judged from its own start): the gains of unclear steps
+    add up, and so do their shortfalls -- three steps of slow jobs from 12 workers to 37, each
+    within its noise of the one before, completed 6.3 jobs/s against 12's 5.6.  Only on counts
+    of at least ``FLAT_MIN_COMPLETIONS`` each, as ``added_nothing``: a step six times a lucky
+    count of a dozen heavy-tailed jobs held a pool at one worker past its age target."""
+    earlier = state.unclear_from
+    return earlier is not None and earlier.workers < probe.start.workers \
+        and min(sample.completions, earlier.completions) >= FLAT_MIN_COMPLETIONS and shows_ceiling(sample, earlier)
 
 
 def ceiling_above(state: KneeState, sample: ThroughputSample, config: KneeConfig,
@@ -650,7 +673,7 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
         # stand (holding a pool that lacks no capacity costs the age target; a ceiling missed
         # here is found by the next step or re-probe).
         window = metrics.recent_window or 0.0
-        ceiling = shows_ceiling(sample, probe.start)
+        ceiling = shows_ceiling(sample, probe.start) or shows_ceiling_since_unclear(state, sample, probe)
         if not ceiling and not clearly_paid(sample, probe.start) and not _overdue(probe, obs, now, target_age) \
                 and sample.completions < verdict_completions(probe) \
                 and counted_seconds(sample) < window - 2:
@@ -675,7 +698,11 @@ def update_knee(state: KneeState, obs: Observation, config: KneeConfig, now: flo
             # Unclear, and short of what it must gain: the knee stands, re-probed again after
             # the interval.  Forgotten, a ceiling that lies inside the re-probe (one that still
             # creeps up past its capacity) was grown past again, at times to the pool's maximum.
-            return replace(state, held_since=now)
+            # One that leans flat spaces the next as a confirmation does: a late backlog at a
+            # real ceiling re-probed every 30 s, each count unclear, spent 18 s of every 48
+            # a quarter past the capacity.
+            confirmed = state.confirmed + 1 if leans_flat(sample, probe.start) else state.confirmed
+            return replace(state, held_since=now, confirmed=confirmed)
         if not clearly_paid(sample, probe.start):
             # Unclear: the next step is judged from where this one started, so that the gains
             # of small steps (a tenth more workers each, as the age signal asks) add up until

@@ -309,8 +309,8 @@ class KneeState:
     completes as much, and a count fewer is tried.  ``unclear_from``: the count
     the last step started from when its verdict stayed unclear; the next step is
     judged against it too (None: the last step was clear, or none was taken).
-    ``confirmed``: re-probes in a row that showed the ceiling again (each doubles
-    the wait for the next while the oldest job is late).  ``lean_at``: the last
+    ``confirmed``: re-probes in a row that showed the ceiling again, or whose unclear
+    count leaned flat (each doubles the wait for the next while the oldest job is late).  ``lean_at``: the last
     decision that held or shrank the pool on the lean count (None: never).
     ``descent``: a count under way below a count reached without one (its ``start``: that
     count's sample; ``to_workers``: the fewer counted), while nothing smaller compares;

@@ -23,7 +23,7 @@ from flexiqd.policy import (
     water_fill,
 )
 from flexiqd.policy.knee import describe, knee_cap
-from flexiqd.policy.types import DependencyObservation, KneeState, KneeTrim, PoolMetrics, ThroughputSample
+from flexiqd.policy.types import DependencyObservation, KneeProbe, KneeState, KneeTrim, PoolMetrics, ThroughputSample
 
 from test_policy_support import busy, observe
 
@@ -656,6 +656,46 @@ def test_a_reprobe_that_pays_stops_where_a_recent_count_of_more_workers_showed_t
     assert max(workers for _, workers, _ in stale) > 4
 
 
+def step_after_unclear_ones(pace_at_29: float, completions_at_12: int = 39):
+    """A backlog of slow jobs: 12 workers counted 5.6 jobs/s (``completions_at_12`` jobs), a step
+    to 20 and one to 24 stayed unclear (judged against 12: 6.7, 7.3 jobs/s, each count short),
+    and a step from 24 to 29 -- past a doubling of 12, so judged against 24 -- completes
+    ``pace_at_29``: the decisions until its verdict."""
+    history = ramp(KNEE_POLICY, pace_of(CEILING), end=5.0)[-1][2].history
+    twelve, twenty, twenty_four = (ThroughputSample(12, 5.6, 2.0, 80.0, completions_at_12),
+                                   ThroughputSample(20, 6.7, 2.0, 90.0, 87),
+                                   ThroughputSample(24, 7.3, 2.0, 99.0, 66))
+    knee = dataclasses.replace(history.knee, samples=(twelve, twenty, twenty_four), unclear_from=twelve,
+                               held_at=None, held_since=None, backlog_since=60.0,
+                               probe=KneeProbe(start=twenty_four, to_workers=29, since=100.0, lag=2.0))
+    history, series, seen = dataclasses.replace(history, knee=knee), {}, []
+    for tick in range(30):
+        now = 101.0 + tick
+        series[int(now)] = pace_at_29
+        decision = decide(counted(now, 29, pace_at_29, rates=series, age=40.0), KNEE_POLICY, history, now)
+        history = decision.history
+        seen.append(decision)
+        if history.knee.probe is None:
+            break
+    return seen
+
+
+@pytest.mark.parametrize("pace_at_29, completions_at_12, held", [(6.9, 39, True), (9.0, 39, False), (7.0, 29, False)])
+def test_a_step_after_unclear_ones_is_judged_against_where_they_started_too(pace_at_29, completions_at_12, held):
+    # 29 workers at 6.9 jobs/s are within the noise of 24's 7.3, but clearly short of what 29
+    # should complete over 12's 5.6: the shortfalls of unclear steps add up as their gains do
+    # (the pool went on to 37, twice past an undeclared capacity).  At 9.0 they are not short.
+    # Nor against a count of fewer than 30 jobs (7.0 would be short of 12's 5.6 over 29 jobs):
+    # of heavy-tailed jobs, too few to be far from luck.
+    verdict = step_after_unclear_ones(pace_at_29, completions_at_12)[-1]
+    assert verdict.history.knee.probe is None
+    assert (verdict.history.knee.held_at is not None) == held
+    if held:
+        assert verdict.desired < 24
+    else:
+        assert verdict.desired > 29
+
+
 def test_completions_that_end_in_bunches_count_as_noisier_than_a_poisson_count():
     from flexiqd.policy.knee import completions_between, noise
 
@@ -1046,11 +1086,14 @@ def test_each_reprobe_that_confirms_the_knee_doubles_the_wait_for_the_next_while
     assert all(workers <= 3 for _, workers, _ in late)
 
 
-@pytest.mark.parametrize("at_three, knee_after", [(23.0, 2), (27.0, None)])
-def test_a_reprobe_whose_count_stays_unclear_goes_the_way_it_leans(at_three, knee_after):
+@pytest.mark.parametrize("at_three, knee_after, confirmed", [(22.0, 2, 1), (23.0, 2, 0), (27.0, None, 0)])
+def test_a_reprobe_whose_count_stays_unclear_goes_the_way_it_leans(at_three, knee_after, confirmed):
     # Held at 2 (20 jobs/s).  The re-probe to 3 must complete 25 jobs/s to pay; its count stays
-    # within the noise of that either way.  Short of it (23), the knee stands: forgotten, a
+    # within the noise of that either way.  Short of it (22, 23), the knee stands: forgotten, a
     # ceiling inside the re-probe was grown past again.  At or above it (27), the knee goes.
+    # Leaning flat (22: under a quarter of its worker's share, 22.5), it spaces the next re-probe
+    # as a confirmation would; a real ceiling re-probed every 30 s while late, each count
+    # unclear, was over its capacity for 18 s of every 48.
     history = ramp(KNEE_POLICY, pace_of(CEILING), end=40.0)[-1][2].history
     due = history.knee.held_since + KNEE.reprobe_interval
     decisions = ramp_from(history, {**pace_of(CEILING), 3: at_three}, due - 10, due + 40, workers=2)
@@ -1058,7 +1101,7 @@ def test_a_reprobe_whose_count_stays_unclear_goes_the_way_it_leans(at_three, kne
     verdict = next(after for (_, _, before), (_, _, after) in zip(decisions, decisions[1:])
                    if before.history.knee.probe is not None and after.history.knee.probe is None)
     assert verdict.history.knee.held_at == knee_after
-    assert verdict.history.knee.confirmed == 0  # unclear: no confirmation to space the next re-probe by
+    assert verdict.history.knee.confirmed == confirmed
     if knee_after is not None:
         assert verdict.desired == 2
 
