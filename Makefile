@@ -46,11 +46,12 @@ $(VENV)/.installed: pyproject.toml
 venv: deps $(VENV)/.installed
 
 # The unit tests are pure CPU (simulations, the store's contract): they run on every core.
-# The integration and system tests time real processes and run one at a time.  Exit
-# status 5 is "no test selected" (a PYTEST_ARGS filter that leaves one half empty).
+# The integration and system tests time real processes and run one at a time; the
+# slowest are listed, to keep the whole run well inside CI's limit.  Exit status 5 is
+# "no test selected" (a PYTEST_ARGS filter that leaves one half empty).
 test: venv
 	$(PY) -m pytest -n $(UNIT_PROCESSES) $(PYTEST_ARGS) tests/unit || [ $$? -eq 5 ]
-	$(PY) -m pytest $(PYTEST_ARGS) tests/integration tests/system || [ $$? -eq 5 ]
+	$(PY) -m pytest --durations=20 $(PYTEST_ARGS) tests/integration tests/system || [ $$? -eq 5 ]
 
 # The loop after every edit: the pure tests (policy, config, the store's contract on
 # SQLite, the worker and the CLIs against fakes), without PostgreSQL, systemd or the
