@@ -98,9 +98,9 @@ is no sign of a new job mix and no reason to doubt the count.
   there.  One that does not pay confirms it.  One whose count stays unclear goes the
   way it leans: at or above what it must gain, the knee is forgotten; short of
   it, the knee stands until the next re-probe -- spaced as after a confirmation when
-  the count leans flat (``leans_flat``: under ``FLAT_SHARE`` of its workers' share).  A re-probe begun with no fresh count of
-  the knee has no step: its count, once it clearly completes more than the
-  knee's own, forgets the knee all the same.  A knee
+  the count leans flat (``leans_flat``: under ``FLAT_SHARE`` of its workers' share).
+  A re-probe begun with no fresh count of the knee has no step: its count, once it
+  clearly completes more than the knee's own, forgets the knee all the same.  A knee
   with no sample for ``sample_max_age`` is forgotten: whatever was shared may
   have changed since.
 - A knee whose **own pace falls**: the pool saturated at the held count or above
@@ -441,10 +441,15 @@ def added_nothing(sample: ThroughputSample, start: ThroughputSample) -> bool:
     -- each of at least ``FLAT_MIN_COMPLETIONS``: two counts of a dozen heavy-tailed jobs differ
     by a third within their noise, and such a verdict held a pool at 5 workers for ten minutes
     while its oldest job waited 400 s against a 120 s target."""
-    if min(sample.completions, start.completions) < FLAT_MIN_COMPLETIONS:
+    if not counted_enough(sample, start):
         return False
     return sample.completion_rate + math.hypot(noise(sample), noise(start)) / NOISE_SIGMAS \
         < wanted_rate(start, sample.workers, FLAT_SHARE)
+
+
+def counted_enough(sample: ThroughputSample, start: ThroughputSample) -> bool:
+    """Whether both counts hold at least ``FLAT_MIN_COMPLETIONS`` jobs: enough to be far from luck."""
+    return min(sample.completions, start.completions) >= FLAT_MIN_COMPLETIONS
 
 
 def leans_flat(sample: ThroughputSample, start: ThroughputSample) -> bool:
@@ -495,7 +500,7 @@ def shows_ceiling_since_unclear(state: KneeState, sample: ThroughputSample, prob
     count of a dozen heavy-tailed jobs held a pool at one worker past its age target."""
     earlier = state.unclear_from
     return earlier is not None and earlier.workers < probe.start.workers \
-        and min(sample.completions, earlier.completions) >= FLAT_MIN_COMPLETIONS and shows_ceiling(sample, earlier)
+        and counted_enough(sample, earlier) and shows_ceiling(sample, earlier)
 
 
 def ceiling_above(state: KneeState, sample: ThroughputSample, config: KneeConfig,

@@ -310,8 +310,8 @@ class KneeState:
     the last step started from when its verdict stayed unclear; the next step is
     judged against it too (None: the last step was clear, or none was taken).
     ``confirmed``: re-probes in a row that showed the ceiling again, or whose unclear
-    count leaned flat (each doubles the wait for the next while the oldest job is late).  ``lean_at``: the last
-    decision that held or shrank the pool on the lean count (None: never).
+    count leaned flat (each doubles the wait for the next while the oldest job is late).
+    ``lean_at``: the last decision that held or shrank the pool on the lean count (None: never).
     ``descent``: a count under way below a count reached without one (its ``start``: that
     count's sample; ``to_workers``: the fewer counted), while nothing smaller compares;
     ``descended_at``: when the last one began (one per ``sample_max_age``).
