@@ -38,20 +38,18 @@ def break_even_hold(cost: float, age_target: float, tick: float = DEFAULT_TICK) 
     Holding an idle worker for as long as one start costs and then giving it
     back is never worse than twice the offline optimum (Karlin et al., 1988).
     A start is only that cheap while a restarted worker still claims the
-    oldest job within its target.  A job that arrives after the worker left
-    waits for the next decision (up to a ``tick``) and then a start: the less
-    slack the age target leaves that reaction time, the more a restart risks,
-    so the hold grows as ``cost * age / (age - (cost + tick))`` (about
-    ``cost`` for a reaction well inside the target, twice it at half the
-    target) up to ``LONGEST_HOLD`` when the reaction does not fit in the
-    target at all.
+    oldest job within its target: a job that arrives after the worker left
+    waits for the next decision (up to a ``tick``) and then a start.  Where
+    that reaction fits in the age target, the hold is the start cost; the age
+    signal's lead time already asks for workers that long before a job is due.
+    Where it does not fit at all, every restart makes a job late, and the idle
+    worker is held for ``LONGEST_HOLD``.
     """
     if cost <= 0:
         return 0.0
-    slack = age_target - (cost + tick)
-    if slack <= 0:
+    if age_target - (cost + tick) <= 0:
         return LONGEST_HOLD
-    return min(LONGEST_HOLD, cost * age_target / slack)
+    return cost
 
 
 def tick(obs: Observation) -> float:

@@ -42,9 +42,9 @@ def costing(active: int, cost: float | None, **fields) -> Observation:
 
 @pytest.mark.parametrize("cost, age, tick, hold", [
     (0.0, 30.0, 5.0, 0.0),             # free starts: give idle workers back at once
-    (0.5, 5.0, 1.0, 0.5 * 5 / 3.5),    # a measured systemd start, a 5 s target, 1 s ticks
-    (5.0, 60.0, 5.0, 5.0 * 60 / 50),   # the simulator's cold start
-    (5.0, 20.0, 5.0, 10.0),            # a reaction of half the target: twice the cost
+    (0.5, 5.0, 1.0, 0.5),              # a measured systemd start, a 5 s target, 1 s ticks
+    (5.0, 60.0, 5.0, 5.0),             # the simulator's cold start
+    (5.0, 10.0, 2.0, 5.0),             # a reaction that leaves 3 s of a 10 s target: still the cost
     (5.0, 10.0, 5.0, LONGEST_HOLD),    # a reaction that does not fit in the target at all
     (20.0, 10.0, 1.0, LONGEST_HOLD),
 ])
@@ -53,20 +53,24 @@ def test_an_idle_worker_is_held_for_the_break_even_time(cost, age, tick, hold):
 
 
 def test_the_hold_allows_for_the_wait_until_the_next_decision():
-    # The same start cost: with slower decisions a restart eats more of the target.
-    assert break_even_hold(1.0, 10.0, 0.5) < break_even_hold(1.0, 10.0, 5.0)
+    # The same start cost and target: a restart that fits with quick decisions does not with
+    # slow ones, and then the idle worker is held.
+    assert break_even_hold(1.0, 10.0, 5.0) == pytest.approx(1.0)
+    assert break_even_hold(1.0, 10.0, 9.0) == LONGEST_HOLD
 
 
 def test_the_operators_down_window_overrides_the_break_even_hold():
     targets = Targets(age=60)
     obs = costing(4, 5.0)
-    assert down_hold(obs, Behavior(), targets) == pytest.approx(5.0 * 60 / 50)  # the default 5 s tick
+    assert down_hold(obs, Behavior(), targets) == pytest.approx(5.0)
     assert down_hold(obs, Behavior(down_window=120.0), targets) == 120.0
     # Not measured yet: the configured fallback.
-    assert down_hold(costing(4, None), Behavior(start_cost=2.0), targets) == pytest.approx(2.0 * 60 / 53)
-    # The daemon's own tick when the observation carries it.
-    ticking = replace(costing(4, 5.0), tick=1.0)
-    assert down_hold(ticking, Behavior(), targets) == pytest.approx(5.0 * 60 / 54)
+    assert down_hold(costing(4, None), Behavior(start_cost=2.0), targets) == pytest.approx(2.0)
+    # The daemon's own tick when the observation carries it: the default 5 s tick leaves no
+    # room in a 9 s target for a 5 s start, a 1 s tick does.
+    tight = Targets(age=9)
+    assert down_hold(obs, Behavior(), tight) == LONGEST_HOLD
+    assert down_hold(replace(obs, tick=1.0), Behavior(), tight) == pytest.approx(5.0)
 
 
 def idle_after_busy(policy: PoolPolicy, cost: float):
