@@ -1136,6 +1136,11 @@ def describe(state: KneeState, rule: str, workers: int) -> str:
         if base is not last:
             return (f"the step to {last.workers} workers is unclear ({rate(last)}; {rate(base)}): "
                     f"up to {workers} next, judged against {base.workers}")
+        unclear = state.unclear_from
+        if unclear is not None and unclear.workers < last.workers:
+            # Unclear, and the next step is past its start's reach: judged against the last count.
+            return (f"the step to {last.workers} workers is unclear ({rate(last)}; {rate(unclear)}): "
+                    f"up to {workers} next")
         if not counted_below(state, last.workers):
             return f"counted {rate(last)}: up to {workers} next"
         return f"the step to {last.workers} paid ({rate(last)}): up to {workers} next"

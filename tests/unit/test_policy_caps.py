@@ -998,6 +998,18 @@ def test_small_steps_that_stay_unclear_are_judged_together_until_one_is_clear():
         "the step to 34 workers is unclear (34 workers 45.0 jobs/s; 30 workers 45.0 jobs/s): up to 60 next, judged against 30"
 
 
+def test_a_step_past_an_unclear_ones_reach_is_not_called_paid():
+    # A real pool of connections: 4 workers counted 13.3 jobs/s, the step to 8 stayed unclear at
+    # 14.4 (within the noise of a few seconds' counts), and growth went on to 16 -- past a
+    # doubling of 4, so judged against 8.  The log called the step to 8 paid.
+    four, eight = ThroughputSample(4, 13.3, 2.0, 10.0, 60), ThroughputSample(8, 14.4, 2.0, 17.0, 50)
+    unclear = KneeState(samples=(four, eight), unclear_from=four)
+    assert describe(unclear, "step", 16) == \
+        "the step to 8 workers is unclear (8 workers 14.4 jobs/s; 4 workers 13.3 jobs/s): up to 16 next"
+    paid = KneeState(samples=(four, ThroughputSample(8, 26.0, 2.0, 17.0, 90)))
+    assert describe(paid, "step", 16) == "the step to 8 paid (8 workers 26.0 jobs/s): up to 16 next"
+
+
 def test_a_reprobe_begun_while_the_jobs_look_unlike_is_judged_on_its_count_apart_from_a_step():
     # Held at 2 (20 jobs/s).  The pool is at 3 while the jobs' durations spread wide, with no
     # fresh count of the knee to begin a step from (a re-probe tried anyway), and 3 then complete 30
