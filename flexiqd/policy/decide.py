@@ -62,8 +62,9 @@ _EPSILON = 1e-9
 
 # How long the pool keeps what it grew to for a backlog once the backlog is
 # gone, before the down window counts only what keeping up with arrivals takes.
-# It matters only with an operator's long ``behavior.down_window``; the
-# default (break-even) hold is shorter than this.
+# It matters only with a long down window: an operator's ``behavior.down_window``,
+# or the longest hold, where a restart does not fit in the age target; the
+# break-even hold is otherwise one start's cost.
 DRAINED_BACKLOG_HOLD = 120.0
 
 # Changes are remembered this long to report reversals (a scale-up that

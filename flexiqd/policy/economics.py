@@ -47,7 +47,7 @@ def break_even_hold(cost: float, age_target: float, tick: float = DEFAULT_TICK) 
     """
     if cost <= 0:
         return 0.0
-    if age_target - (cost + tick) <= 0:
+    if cost + tick >= age_target:
         return LONGEST_HOLD
     return cost
 

@@ -1132,15 +1132,12 @@ def describe(state: KneeState, rule: str, workers: int) -> str:
         return f"re-probing past the ceiling at {state.held_at} workers"
     if rule == "step" and state.samples:
         last = max(state.samples, key=lambda kept: kept.at)
-        base = step_base(state, last)
-        if base is not last:
-            return (f"the step to {last.workers} workers is unclear ({rate(last)}; {rate(base)}): "
-                    f"up to {workers} next, judged against {base.workers}")
         unclear = state.unclear_from
         if unclear is not None and unclear.workers < last.workers:
-            # Unclear, and the next step is past its start's reach: judged against the last count.
+            # Past the unclear step's start's reach, the next step is judged against the last count.
+            judged = "" if step_base(state, last) is last else f", judged against {unclear.workers}"
             return (f"the step to {last.workers} workers is unclear ({rate(last)}; {rate(unclear)}): "
-                    f"up to {workers} next")
+                    f"up to {workers} next{judged}")
         if not counted_below(state, last.workers):
             return f"counted {rate(last)}: up to {workers} next"
         return f"the step to {last.workers} paid ({rate(last)}): up to {workers} next"
