@@ -23,17 +23,20 @@ is no sign of a new job mix and no reason to doubt the count.
   the extra workers only queue on something shared: the pool is held at the
   count of the best measured throughput (the knee: the fewest
   workers that no larger count beats by ``min_throughput_gain`` beyond the
-  noise of both counts) and shrinks back to it.  Steps are coarse, so where
-  the step from the count measured below the best fell short of that count's
-  pace, the knee is then **trimmed**: the count one fewer (none measured below it: its
-  half, judged on a count as long as the step from it would need) is held and measured
-  (counted until its noise is within half a worker's pace, or as long as a
-  step's verdict), and kept while it completes as much
-  as the best within the counting noise; the first that clearly does not ends
-  the trim, and the fewest that did is held.  When the step that reached the best
-  clearly added less than its workers' share, the ceiling lies inside it, and
-  the first count tried is where the smaller count's pace per worker reaches
-  the best rate (``flattened_at``).
+  noise of both counts) and shrinks back to it.  Steps are coarse, and
+  throughput peaks where the capacity runs out: the count just past it completes
+  within a per cent of the one just under it, so the best count measured is as
+  often over the capacity as under it.  The knee is then **trimmed**: the count
+  one fewer (none measured below it: its half, judged on a count as long as the
+  step from it would need) is held and measured (counted until its noise is
+  within half a worker's pace, or as long as a step's verdict), and kept while
+  it completes as much as the best within the counting noise -- then one fewer
+  again; the first that clearly does not ends the trim, and the fewest that did
+  is held.  When the step that reached the best clearly added less than its
+  workers' share, the ceiling lies inside it, and the first count tried is where
+  the smaller count's pace per worker reaches the best rate (``flattened_at``).
+  A knee held again (a re-probe's verdict) next to the count a trim found short
+  is not trimmed again.
 - A step whose verdict stays **unclear** (counted as long as it may be, neither
   paid nor short) lets growth go on, and the next step is judged against the
   count the unclear one started from: small steps (the tenth more workers the
@@ -952,13 +955,13 @@ def _held(state: KneeState, upto: int, config: KneeConfig, now: float, trim: Kne
     ceiling), then trimmed (``trim``: the trim under way, when one of its counts is judged).
 
     Steps measure a few counts; the best of them may hold a worker or more that adds nothing
-    (on a dependency whose throughput creeps up past its capacity, one that keeps it over).
-    Where the step from the count measured below the best (the floor) fell short of the floor's
-    pace, the counts between are tried: each that completes as much as the best (within the
-    counting noise) is held instead, and one that clearly does not becomes the floor.  The next
-    count tried is one fewer than the count held (with no floor measured, its half), or, where
-    the step from the floor clearly added less than its workers' share, where the floor's pace
-    per worker reaches the held count's rate (``flattened_at``)."""
+    (on a dependency whose throughput creeps up past its capacity, one that keeps it over: the
+    best measured is as often just over the capacity as just under it).  So the counts between
+    the count measured below the best (the floor) and the best are tried: each that completes as
+    much as the best (within the counting noise) is held instead, and one that clearly does not
+    becomes the floor.  The next count tried is one fewer than the count held (with no floor
+    measured, its half), or, where the step from the floor clearly added less than its workers'
+    share, where the floor's pace per worker reaches the held count's rate (``flattened_at``)."""
     measured = tuple(kept for kept in state.samples if kept.workers <= upto)
     counts = {kept.workers: kept for kept in measured}
     if trim is not None and trim.best in counts:
@@ -974,7 +977,7 @@ def _held(state: KneeState, upto: int, config: KneeConfig, now: float, trim: Kne
         held = counts[count]
     held_at = held.workers
     below = counts.get(floor)
-    if held_at - 1 > floor and (below is None or short_of_pace(held, below)):
+    if held_at - 1 > floor:
         # With nothing measured below, the half is tried (a binary search: a pool of 84 that
         # reached its maximum uncounted, trimmed a worker at a time, counts for minutes).
         held_at = max(floor + 1, math.ceil(held_at * DESCENT_SHARE)) if below is None \
@@ -989,14 +992,6 @@ def trim_counted(sample: ThroughputSample) -> bool:
     fewer (or more) then shows beyond it.  Four workers of a full pool of connections tell 3 from 4
     in about a second; twenty need the verdict's longest count."""
     return noise(sample) <= 0.5 * sample.completion_rate / max(sample.workers, 1)
-
-
-def short_of_pace(sample: ThroughputSample, below: ThroughputSample) -> bool:
-    """Whether ``sample`` completes less than its workers would at ``below``'s pace: the step
-    between them may have reached a ceiling inside (one that kept the pace has its ceiling at or
-    above its end, and trimming it costs throughput for nothing: a real pool of connections
-    full at 4 workers drained 1.24 x slower than 4 fixed workers with a trim to 3, 1.17 x without)."""
-    return sample.completion_rate < wanted_rate(below, sample.workers, 1.0)
 
 
 def flattened_at(top: ThroughputSample, below: ThroughputSample) -> int:

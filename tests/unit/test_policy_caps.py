@@ -321,9 +321,10 @@ def test_a_crowd_whose_first_count_fits_nowhere_within_the_probe_budget_is_count
     # the 4 s probe budget before a completion is counted, at any count.  Before, the pool then
     # grew uncounted to its maximum (1 -> 30 on a real pool of 8 connections: requests waited
     # 9 s).  The crowd of 5,000 needs a minute even at the 40 workers the pool may have: its
-    # first count may take 0.4 of that, and the steps from it find the dependency full at 4.
+    # first count may take 0.4 of that, and the steps from it find the dependency full at 4
+    # (a worker's margin, 3, is tried and clearly completes less).
     policy = PoolPolicy(max_workers=40, behavior=UNSMOOTHED, knee=KNEE, targets=Targets(age=10.0, drain_time=30))
-    decisions = ramp(policy, {n: 2.0 * min(n, 4) for n in range(1, 41)}, end=30.0)
+    decisions = ramp(policy, {n: 2.0 * min(n, 4) for n in range(1, 41)}, end=55.0)
     counts = [workers for _, workers, _ in decisions]
     assert counts[:5] == [1] * 5
     assert "measuring the throughput of 1 workers" in decisions[1][2].message
@@ -892,11 +893,12 @@ def test_a_ceiling_inside_a_step_holds_where_the_smaller_counts_pace_reaches_it(
     found = next(d for _, workers, d in decisions if d.reason == "CappedByKnee" and d.desired == 20)
     assert "held at a measured ceiling: 20 workers, within the step from 16 workers 160.0 jobs/s " \
            "to 32 workers 200.0 jobs/s" in found.message
-    # 20 completes as much as 32, and the step from 16 to 20 kept 16's pace: nothing to trim below.
+    # 20 completes as much as 32, and so does 19 within the noise of 32's one-second count; 18
+    # clearly does not, and the trim ends at 19.
     knee = decisions[-1][2].history.knee
-    assert knee.held_at == 20 and knee.trim is None and decisions[-1][2].desired == 20
-    assert {kept.workers for kept in knee.samples} >= {16, 20, 32}
-    assert not {17, 18, 19} & {kept.workers for kept in knee.samples}
+    assert knee.held_at == 19 and knee.trim is None and decisions[-1][2].desired == 19
+    assert {kept.workers for kept in knee.samples} >= {16, 18, 19, 20, 32}
+    assert 17 not in {kept.workers for kept in knee.samples}
 
 
 # 10 jobs/s a worker up to 20, then 2 jobs/s more a worker: a dependency whose throughput creeps
@@ -948,6 +950,51 @@ def test_a_trim_at_a_few_workers_is_judged_as_soon_as_its_count_tells_a_worker_a
     knee = decisions[-1][2].history.knee
     assert knee.held_at == 4 and knee.trim is None and decisions[-1][2].desired == 4
     assert len(at_three) <= 4, at_three
+
+
+# A contended dependency whose capacity runs out a little under 16 workers: 15 complete within a
+# per cent or two of what 16 do, and past 16 every worker slows them all.
+FULL_JUST_UNDER_SIXTEEN = {n: 10.0 * n if n < 15 else 158.0 if n == 15 else 160.0 - 6.0 * (n - 16)
+                           for n in range(1, 41)}
+
+
+def test_a_knee_whose_step_kept_pace_is_held_a_worker_under_when_that_completes_as_much():
+    # 8 -> 16 kept 8's pace and 32 showed the ceiling: 16 is the best count measured, and it is
+    # as likely over the capacity as under it.  One fewer is tried and, completing as much within
+    # the counting noise, held; 14, tried next, clearly completes less.
+    decisions = ramp(KNEE_POLICY, FULL_JUST_UNDER_SIXTEEN, end=60.0)
+    knee = decisions[-1][2].history.knee
+    rates = {kept.workers: kept.completion_rate for kept in knee.samples}
+    assert rates[16] == 160.0 and 32 in rates and rates[15] == 158.0
+    assert knee.held_at == 15 and knee.trim is None and decisions[-1][2].desired == 15
+    tried = next(d for _, _, d in decisions if d.history.knee.held_at == 15)
+    assert tried.history.knee.trim == KneeTrim(best=16, floor=8)
+    assert "held at a measured ceiling: 15 workers, within the step from 8 workers 80.0 jobs/s " \
+           "to 16 workers 160.0 jobs/s" in tried.message
+    assert rates[14] == 140.0  # tried next, clearly short: the trim ends at 15
+
+
+def test_a_trimmed_knee_confirmed_by_a_re_probe_is_not_trimmed_again():
+    # The re-probe from 15 (to 19) shows the ceiling: 15 is held again, next to 16's count, and
+    # the trim is not walked again (14 is not counted twice).
+    decisions = ramp(KNEE_POLICY, FULL_JUST_UNDER_SIXTEEN, end=340.0)
+    assert 19 in [workers for now, workers, _ in decisions if now > 300]
+    knee = decisions[-1][2].history.knee
+    assert knee.held_at == 15 and knee.trim is None and decisions[-1][2].desired == 15
+    fourteen = next(kept for kept in knee.samples if kept.workers == 14)
+    assert fourteen.at < 60 and not any(d.history.knee.trim for now, _, d in decisions if now > 300)
+
+
+def test_a_knee_whose_worker_under_clearly_completes_less_is_held_where_it_was_found():
+    # A pool of 8 connections whose count at 4 workers kept 2's pace in full: 3 is tried, clearly
+    # completes a quarter less, and 4 is held again within seconds.
+    kept_pace = {**CONNECTIONS, 4: 156.0}
+    decisions = ramp(KNEE_POLICY, pace_of(kept_pace), end=40.0)
+    knee = decisions[-1][2].history.knee
+    at_three = [now for now, workers, _ in decisions if workers == 3]
+    assert at_three and len(at_three) <= 4, at_three
+    assert knee.held_at == 4 and knee.trim is None and decisions[-1][2].desired == 4
+    assert {kept.workers: kept.completion_rate for kept in knee.samples}[3] == 117.0
 
 
 def test_a_step_that_paid_in_full_or_within_its_noise_is_held_whole():
