@@ -322,7 +322,7 @@ def test_a_crowd_whose_first_count_fits_nowhere_within_the_probe_budget_is_count
     # grew uncounted to its maximum (1 -> 30 on a real pool of 8 connections: requests waited
     # 9 s).  The crowd of 5,000 needs a minute even at the 40 workers the pool may have: its
     # first count may take 0.4 of that, and the steps from it find the dependency full at 4
-    # (a worker's margin, 3, is tried and clearly completes less).
+    # (3, tried below it, clearly completes less).
     policy = PoolPolicy(max_workers=40, behavior=UNSMOOTHED, knee=KNEE, targets=Targets(age=10.0, drain_time=30))
     decisions = ramp(policy, {n: 2.0 * min(n, 4) for n in range(1, 41)}, end=55.0)
     counts = [workers for _, workers, _ in decisions]
